@@ -1,0 +1,42 @@
+# Floe developer commands. `make test` is the README's test command and the one CI runs.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.floe-installed
+
+.PHONY: install dev test lint codegen codegen-check bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## Run Floe on embedded defaults (SQLite metastore, ./data/objects, port 9092).
+dev: $(STAMP)
+	$(BIN)/floe dev
+
+## The whole test suite (unit, contract, integration with real Postgres and moto S3, interop).
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check kafka_protocol/codegen
+	$(BIN)/mypy kafka_protocol objectstore metastore agent compactor floe_cli loadtest
+
+## Regenerate the Kafka message modules from the JSON specs.
+codegen: $(STAMP)
+	$(BIN)/python -m kafka_protocol.codegen
+
+## Fail if the checked-in generated modules differ from a fresh generation.
+codegen-check: $(STAMP)
+	$(BIN)/python -m kafka_protocol.codegen --check
+
+bench: $(STAMP)
+	$(BIN)/python -m loadtest.codec
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

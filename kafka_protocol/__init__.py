@@ -1,0 +1,1 @@
+"""Floe: kafka_protocol."""

@@ -1,0 +1,1 @@
+"""Floe: spark_source."""
