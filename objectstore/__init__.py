@@ -1,1 +1,143 @@
-"""Floe: objectstore."""
+"""Floe object storage: the ``ObjectStore`` protocol, its backends and the segment format.
+
+Entry point for every component that touches object bytes (agent uploader and
+fetch cache, compactor, Spark source, CLI tools)::
+
+    store = open_object_store("s3://bucket/floe?endpoint=http://127.0.0.1:9000")
+    async with store:
+        await store.put("segments/0001", data)
+
+Backends are chosen by URL scheme from a registry (``register_scheme`` adds
+one): ``memory://[name]``, ``file:///abs/dir``, ``s3://bucket/prefix?...``.
+By default the store is wrapped in :class:`~objectstore.retry.RetryingStore`
+(``retry=False`` gives the raw backend, ``retry=RetryPolicy(...)`` tunes it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from objectstore.base import ObjectInfo, ObjectStore
+from objectstore.errors import (
+    ObjectExists,
+    ObjectNotFound,
+    ObjectStoreError,
+    PermanentError,
+    SegmentFormatError,
+    Throttled,
+    TransientError,
+)
+from objectstore.retry import RetryingStore, RetryPolicy
+from objectstore.segment import (
+    BatchMeta,
+    SegmentBuilder,
+    SegmentEntry,
+    iter_segment,
+    parse_footer,
+    read_index,
+)
+
+__all__ = [
+    "BatchMeta",
+    "ObjectExists",
+    "ObjectInfo",
+    "ObjectNotFound",
+    "ObjectStore",
+    "ObjectStoreError",
+    "PermanentError",
+    "RetryPolicy",
+    "RetryingStore",
+    "SegmentBuilder",
+    "SegmentEntry",
+    "SegmentFormatError",
+    "Throttled",
+    "TransientError",
+    "iter_segment",
+    "open_object_store",
+    "parse_footer",
+    "read_index",
+    "register_scheme",
+]
+
+Opener = Callable[[str, dict[str, Any]], ObjectStore]
+_REGISTRY: dict[str, Opener] = {}
+
+
+def register_scheme(scheme: str, opener: Opener) -> None:
+    """Register ``opener(url, opts)`` for URLs starting with ``scheme://``."""
+    _REGISTRY[scheme.lower()] = opener
+
+
+def open_object_store(url: str, *, retry: bool | RetryPolicy = True, **opts: Any) -> ObjectStore:
+    """Open the store named by ``url``; ``opts`` override URL query options.
+
+    ``retry``: True wraps the store with the default :class:`RetryPolicy`, a
+    policy instance customises it, False returns the bare backend.
+    """
+    scheme = urlsplit(url).scheme.lower()
+    try:
+        opener = _REGISTRY[scheme]
+    except KeyError:
+        known = ", ".join(sorted(f"{s}://" for s in _REGISTRY))
+        raise ValueError(f"unsupported object store URL {url!r} (known: {known})") from None
+    store = opener(url, dict(opts))
+    if retry is False:
+        return store
+    return RetryingStore(store, RetryPolicy() if retry is True else retry)
+
+
+def _bool(v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    return str(v).lower() in ("1", "true", "yes", "on")
+
+
+def _open_memory(url: str, opts: dict[str, Any]) -> ObjectStore:
+    from objectstore.memory import MemoryStore
+
+    parts = urlsplit(url)
+    name = (parts.netloc + parts.path).strip("/")
+    return MemoryStore(name or None)
+
+
+def _open_file(url: str, opts: dict[str, Any]) -> ObjectStore:
+    from objectstore.local import LocalStore
+
+    parts = urlsplit(url)
+    path = unquote(parts.path)
+    if parts.netloc and parts.netloc != "localhost":
+        path = parts.netloc + path  # file://relative/dir: tolerated, relative to cwd
+    if not path:
+        raise ValueError(f"file store URL needs a directory: {url!r}")
+    query = dict(parse_qsl(parts.query))
+    fsync = _bool(opts.pop("fsync", query.get("fsync", True)))
+    return LocalStore(path, fsync=fsync)
+
+
+_S3_INT = {"max_connections"}
+_S3_FLOAT = {"connect_timeout", "read_timeout"}
+_S3_BOOL = {"path_style", "checksums"}
+
+
+def _open_s3(url: str, opts: dict[str, Any]) -> ObjectStore:
+    from objectstore.s3 import S3Store
+
+    parts = urlsplit(url)
+    if not parts.netloc:
+        raise ValueError(f"s3 URL needs a bucket: {url!r}")
+    query: dict[str, Any] = dict(parse_qsl(parts.query))
+    query.update(opts)
+    for k in _S3_INT & query.keys():
+        query[k] = int(query[k])
+    for k in _S3_FLOAT & query.keys():
+        query[k] = float(query[k])
+    for k in _S3_BOOL & query.keys():
+        query[k] = _bool(query[k])
+    return S3Store(parts.netloc, unquote(parts.path), **query)
+
+
+register_scheme("memory", _open_memory)
+register_scheme("file", _open_file)
+register_scheme("s3", _open_s3)

@@ -1,0 +1,289 @@
+"""The segment object format: record batches of many partitions in one object.
+
+Produce path: the agent's batcher feeds each validated Kafka RecordBatch (kept
+as bytes) into a :class:`SegmentBuilder`; at ``flush_bytes``/``flush_interval``
+it calls :meth:`SegmentBuilder.finish`, PUTs the bytes, and commits the
+returned :class:`SegmentEntry` list (byte_pos/byte_len per batch) to the
+metastore. Fetch path and compactor read byte ranges back by those positions.
+Tools and the orphan GC can list an object's contents without the metastore
+via :func:`read_index` (one ranged GET of the tail).
+
+Layout (all integers big-endian, like Kafka)::
+
+    header   b"FLOESEG" + version(u8)                       8 bytes
+    batches  raw RecordBatch bytes, grouped by (topic_id bytes, partition),
+             arrival order kept within a partition
+    footer   entry_count(u32) + entry_count * ENTRY (72 bytes each)
+    trailer  footer_len(u32) + crc32c(footer)(u32) + b"FLOESEG" + version(u8)   16 bytes
+
+    ENTRY = topic_id(16) partition(i32) byte_pos(i64, absolute) byte_len(i32)
+            record_count(i32) max_timestamp(i64) base_timestamp(i64)
+            last_offset_delta(i32) producer_id(i64) producer_epoch(i16)
+            base_sequence(i32) attributes(i16)
+
+Everything read back is validated against the bytes actually present (magic,
+version, CRC32C, lengths, entry bounds and order) before any field is trusted;
+failures raise :class:`~objectstore.errors.SegmentFormatError`.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import google_crc32c
+
+from objectstore.base import ObjectStore
+from objectstore.errors import SegmentFormatError
+
+MAGIC = b"FLOESEG"
+VERSION = 1
+HEADER = MAGIC + bytes([VERSION])
+HEADER_SIZE = len(HEADER)
+_ENTRY = struct.Struct(">16siqiiqqiqhih")
+ENTRY_SIZE = _ENTRY.size
+_COUNT = struct.Struct(">I")
+_TRAILER = struct.Struct(">II8s")
+TRAILER_SIZE = _TRAILER.size
+DEFAULT_TAIL_GUESS = 64 * 1024  # ~900 entries in one GET
+_RB_HEADER = struct.Struct(">qiiBIhiqqqhii")  # Kafka RecordBatch v2 header, 61 bytes
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMeta:
+    """Fields of a RecordBatch header the index keeps (so fetch need not parse batches)."""
+
+    record_count: int
+    max_timestamp: int
+    base_timestamp: int
+    last_offset_delta: int
+    producer_id: int = -1
+    producer_epoch: int = -1
+    base_sequence: int = -1
+    attributes: int = 0
+
+    @classmethod
+    def from_record_batch(cls, batch: bytes | memoryview) -> BatchMeta:
+        """Read the fields from a v2 RecordBatch header (no CRC check: the codec's job)."""
+        if len(batch) < _RB_HEADER.size:
+            raise ValueError(f"record batch shorter than its header: {len(batch)} bytes")
+        (_, _, _, magic, _, attrs, lod, base_ts, max_ts, pid, epoch, seq, count) = (
+            _RB_HEADER.unpack_from(batch)
+        )
+        if magic != 2:
+            raise ValueError(f"record batch magic {magic}, expected 2")
+        return cls(count, max_ts, base_ts, lod, pid, epoch, seq, attrs)
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentEntry:
+    """One batch's place in a segment object, plus its header fields."""
+
+    topic_id: uuid.UUID
+    partition: int
+    byte_pos: int
+    byte_len: int
+    record_count: int
+    max_timestamp: int
+    base_timestamp: int
+    last_offset_delta: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    attributes: int = 0
+
+    @property
+    def meta(self) -> BatchMeta:
+        return BatchMeta(
+            self.record_count,
+            self.max_timestamp,
+            self.base_timestamp,
+            self.last_offset_delta,
+            self.producer_id,
+            self.producer_epoch,
+            self.base_sequence,
+            self.attributes,
+        )
+
+
+class SegmentBuilder:
+    """Accumulates batches for one segment object; not thread-safe (one per batcher)."""
+
+    def __init__(self) -> None:
+        self._groups: dict[tuple[bytes, int], list[int]] = {}
+        self._batches: list[tuple[uuid.UUID, int, bytes, BatchMeta]] = []
+        self._data_bytes = 0
+
+    def add(
+        self, topic_id: uuid.UUID, partition: int, batch: bytes | memoryview, meta: BatchMeta
+    ) -> int:
+        """Append a batch; returns its index in :meth:`finish`'s entry list.
+
+        The bytes are copied unless already ``bytes``, so callers may reuse
+        their receive buffer right after this returns.
+        """
+        if not 0 <= partition < 2**31:
+            raise ValueError(f"partition out of range: {partition}")
+        data = batch if isinstance(batch, bytes) else bytes(batch)
+        if not 0 < len(data) < 2**31:
+            raise ValueError(f"batch size out of range: {len(data)} bytes")
+        index = len(self._batches)
+        self._batches.append((topic_id, partition, data, meta))
+        self._groups.setdefault((topic_id.bytes, partition), []).append(index)
+        self._data_bytes += len(data)
+        return index
+
+    def __len__(self) -> int:
+        return len(self._batches)
+
+    @property
+    def size(self) -> int:
+        """Bytes the finished object will take (header + batches + footer + trailer)."""
+        return (
+            HEADER_SIZE
+            + self._data_bytes
+            + _COUNT.size
+            + ENTRY_SIZE * len(self._batches)
+            + TRAILER_SIZE
+        )
+
+    def finish(self) -> tuple[bytes, list[SegmentEntry]]:
+        """Lay out the object. ``entries[i]`` describes the i-th :meth:`add` call."""
+        parts: list[bytes] = [HEADER]
+        entries: list[SegmentEntry | None] = [None] * len(self._batches)
+        in_file: list[SegmentEntry] = []
+        pos = HEADER_SIZE
+        for key in sorted(self._groups):
+            for index in self._groups[key]:
+                topic_id, partition, data, m = self._batches[index]
+                parts.append(data)
+                entries[index] = entry = SegmentEntry(
+                    topic_id,
+                    partition,
+                    pos,
+                    len(data),
+                    m.record_count,
+                    m.max_timestamp,
+                    m.base_timestamp,
+                    m.last_offset_delta,
+                    m.producer_id,
+                    m.producer_epoch,
+                    m.base_sequence,
+                    m.attributes,
+                )
+                in_file.append(entry)
+                pos += len(data)
+        footer = encode_footer(in_file)
+        parts.append(footer)
+        parts.append(_TRAILER.pack(len(footer), google_crc32c.value(footer), HEADER))
+        return b"".join(parts), [e for e in entries if e is not None]
+
+
+def encode_footer(entries: list[SegmentEntry]) -> bytes:
+    """The footer body (count + entries) for entries in byte_pos order."""
+    out = bytearray(_COUNT.pack(len(entries)))
+    for e in entries:
+        out += _ENTRY.pack(
+            e.topic_id.bytes,
+            e.partition,
+            e.byte_pos,
+            e.byte_len,
+            e.record_count,
+            e.max_timestamp,
+            e.base_timestamp,
+            e.last_offset_delta,
+            e.producer_id,
+            e.producer_epoch,
+            e.base_sequence,
+            e.attributes,
+        )
+    return bytes(out)
+
+
+def footer_length(tail: bytes | memoryview, object_size: int) -> int:
+    """Total bytes of footer + trailer, from the trailer at the end of ``tail``."""
+    if object_size < HEADER_SIZE + _COUNT.size + TRAILER_SIZE:
+        raise SegmentFormatError(f"object of {object_size} bytes is too small to be a segment")
+    if len(tail) < TRAILER_SIZE:
+        raise SegmentFormatError(f"need the last {TRAILER_SIZE} bytes, got {len(tail)}")
+    if len(tail) > object_size:
+        raise SegmentFormatError(
+            f"tail of {len(tail)} bytes longer than the object ({object_size})"
+        )
+    footer_len, _crc, magic = _TRAILER.unpack_from(tail, len(tail) - TRAILER_SIZE)
+    if magic[:7] != MAGIC:
+        raise SegmentFormatError(f"bad trailer magic {magic!r}")
+    if magic[7] != VERSION:
+        raise SegmentFormatError(f"unsupported segment version {magic[7]}")
+    if footer_len < _COUNT.size or (footer_len - _COUNT.size) % ENTRY_SIZE:
+        raise SegmentFormatError(f"bad footer length {footer_len}")
+    total = footer_len + TRAILER_SIZE
+    if HEADER_SIZE + total > object_size:
+        raise SegmentFormatError(
+            f"footer of {footer_len} bytes does not fit a {object_size}-byte object"
+        )
+    return total
+
+
+def parse_footer(tail: bytes | memoryview, object_size: int) -> list[SegmentEntry]:
+    """Decode and validate the index from the last ``len(tail)`` bytes of an object.
+
+    ``tail`` must hold the whole footer (see :func:`footer_length`); extra
+    leading bytes are fine.
+    """
+    total = footer_length(tail, object_size)
+    if len(tail) < total:
+        raise SegmentFormatError(f"tail holds {len(tail)} bytes, footer needs {total}")
+    view = memoryview(tail)
+    footer_len, crc, _ = _TRAILER.unpack_from(view, len(view) - TRAILER_SIZE)
+    footer = bytes(view[len(view) - total : len(view) - TRAILER_SIZE])  # crc32c wants bytes
+    if google_crc32c.value(footer) != crc:
+        raise SegmentFormatError("footer CRC32C mismatch")
+    (count,) = _COUNT.unpack_from(footer)
+    if _COUNT.size + count * ENTRY_SIZE != footer_len:
+        raise SegmentFormatError(f"footer declares {count} entries but holds {footer_len} bytes")
+    data_end = object_size - total
+    entries: list[SegmentEntry] = []
+    pos = HEADER_SIZE
+    for f in _ENTRY.iter_unpack(footer[_COUNT.size :]):
+        e = SegmentEntry(uuid.UUID(bytes=f[0]), *f[1:])
+        if e.partition < 0 or e.byte_len < 0 or e.record_count < 0:
+            raise SegmentFormatError(f"negative field in entry {e}")
+        if e.byte_pos < pos or e.byte_pos + e.byte_len > data_end:
+            raise SegmentFormatError(f"entry out of order or out of bounds: {e}")
+        pos = e.byte_pos + e.byte_len
+        entries.append(e)
+    return entries
+
+
+async def read_index(
+    store: ObjectStore, key: str, *, object_size: int | None = None, guess: int = DEFAULT_TAIL_GUESS
+) -> list[SegmentEntry]:
+    """An object's index: one ranged GET of the last ``guess`` bytes, a second if the footer is larger.
+
+    Pass ``object_size`` when known (the metastore has it); otherwise a HEAD is
+    made first.
+    """
+    size = (await store.head(key)).size if object_size is None else object_size
+    start = max(0, size - max(guess, TRAILER_SIZE))
+    tail = await store.get(key, start, size)
+    if len(tail) != size - start:
+        raise SegmentFormatError(f"{key}: object shorter than {size} bytes")
+    total = footer_length(tail, size)
+    if total > len(tail):
+        more = await store.get(key, size - total, start)
+        tail = more + tail
+        if len(tail) != total:
+            raise SegmentFormatError(f"{key}: short read of the footer")
+    return parse_footer(tail, size)
+
+
+def iter_segment(data: bytes | memoryview) -> Iterator[tuple[SegmentEntry, memoryview]]:
+    """Yield ``(entry, batch bytes)`` for every batch of a whole segment object."""
+    view = memoryview(data)
+    if view[:HEADER_SIZE] != HEADER:
+        raise SegmentFormatError(f"bad segment header {bytes(view[:HEADER_SIZE])!r}")
+    for entry in parse_footer(view, len(view)):
+        yield entry, view[entry.byte_pos : entry.byte_pos + entry.byte_len]
