@@ -2,13 +2,21 @@
 
 No part of Floe imports this package; it is the only place that knows about
 all of them.
+
+    floe dev                 # everything in one process on embedded defaults
+    floe agent --metastore postgresql://... --objects s3://bucket/prefix?endpoint=...
+    floe version
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
 import sys
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
 
 
 def floe_version() -> str:
@@ -18,15 +26,71 @@ def floe_version() -> str:
         return "0.0.0+unknown"
 
 
+def _agent_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", help="bind address (env FLOE_HOST, default 0.0.0.0)")
+    p.add_argument("--port", type=int, help="Kafka port (env FLOE_PORT, default 9092)")
+    p.add_argument("--advertised-host", help="host clients connect to (env FLOE_ADVERTISED_HOST)")
+    p.add_argument("--metastore", help="metastore URL: sqlite:///path or postgresql://... (env FLOE_METASTORE)")
+    p.add_argument("--objects", help="object store URL: file:///dir, s3://bucket/prefix, memory:// (env FLOE_OBJECTS)")
+    p.add_argument("--zone", help="availability zone (env FLOE_ZONE)")
+    p.add_argument("--admin-port", type=int, help="HTTP port for /metrics and /healthz (env FLOE_ADMIN_PORT)")
+    p.add_argument("--flush-interval-ms", type=int, help="segment flush interval (env FLOE_FLUSH_INTERVAL_MS)")
+    p.add_argument("--flush-bytes", type=int, help="segment flush size (env FLOE_FLUSH_BYTES)")
+    p.add_argument("--no-auto-create-topics", action="store_true", help="refuse unknown topics")
+    p.add_argument("--log-level", default="INFO")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="floe", description="Floe: a diskless Kafka on object storage"
-    )
+    parser = argparse.ArgumentParser(prog="floe", description="Floe: a diskless Kafka on object storage")
     parser.add_argument("--version", action="version", version=f"floe {floe_version()}")
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("version", help="print the version")
-    sub.add_parser("dev", help="run everything in one process on embedded defaults")
+    dev = sub.add_parser("dev", help="run everything in one process on embedded defaults (SQLite, ./data, port 9092)")
+    dev.add_argument("--data-dir", default="data", help="where the SQLite metastore and objects live (default ./data)")
+    _agent_flags(dev)
+    agent = sub.add_parser("agent", help="run one agent")
+    _agent_flags(agent)
     return parser
+
+
+def _config_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    kw: dict[str, Any] = {
+        "host": args.host,
+        "port": args.port,
+        "advertised_host": args.advertised_host,
+        "metastore": args.metastore,
+        "objects": args.objects,
+        "zone": args.zone,
+        "admin_port": args.admin_port,
+        "flush_interval_ms": args.flush_interval_ms,
+        "flush_bytes": args.flush_bytes,
+    }
+    if args.no_auto_create_topics:
+        kw["auto_create_topics"] = False
+    return {k: v for k, v in kw.items() if v is not None}
+
+
+def _run(kw: dict[str, Any], log_level: str) -> int:
+    from agent.config import AgentConfig
+    from agent.server import run_agent
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = AgentConfig(**kw)
+    except Exception as e:  # pydantic ValidationError: say what is wrong, no traceback
+        print(f"floe: invalid configuration: {e}", file=sys.stderr)
+        return 2
+    try:
+        import uvloop
+
+        runner: Any = uvloop.run
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        runner = asyncio.run
+    try:
+        runner(run_agent(config))
+    except KeyboardInterrupt:
+        pass
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,11 +98,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in (None, "version"):
         print(f"floe {floe_version()}")
         return 0
+    kw = _config_kwargs(args)
     if args.command == "dev":
-        print(
-            f"floe {floe_version()}: the agent is not built yet; `floe dev` only prints the version"
-        )
-        return 0
+        data = Path(args.data_dir).resolve()
+        (data / "objects").mkdir(parents=True, exist_ok=True)
+        kw.setdefault("metastore", f"sqlite:///{data / 'meta.db'}")
+        kw.setdefault("objects", f"file://{data / 'objects'}")
+        kw.setdefault("host", "127.0.0.1")
+        kw.setdefault("admin_port", 9644)
+        return _run(kw, args.log_level)
+    if args.command == "agent":
+        return _run(kw, args.log_level)
     return 2
 
 

@@ -1,0 +1,156 @@
+"""The Broker: one agent's state, shared by every connection and handler.
+
+It owns the metastore handle, the object store, the produce pipeline, the
+fetch block cache, the commit notifier and a short-lived topic cache. Handlers
+get it as their first argument; nothing here speaks the wire protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+
+from metastore import Metastore, TopicInfo, open_metastore
+from metastore.types import ErrorCode as MetaError
+from objectstore import open_object_store
+from objectstore.base import ObjectStore
+
+from agent.cache import BlockCache
+from agent.clock import Clock, SystemClock
+from agent.config import AgentConfig
+from agent.metrics import METRICS
+from agent.notify import CommitNotifier
+from agent.produce_pipeline import ProducePipeline
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_MESSAGE_BYTES = 1048588
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+
+
+class Broker:
+    def __init__(
+        self,
+        config: AgentConfig,
+        metastore: Metastore,
+        store: ObjectStore,
+        *,
+        clock: Clock | None = None,
+        owns_resources: bool = True,
+    ) -> None:
+        self.config = config
+        self.meta = metastore
+        self.store = store
+        self.clock = clock or SystemClock()
+        self.notifier = CommitNotifier()
+        self.node_id = 1
+        self.advertised = NodeInfo(self.node_id, config.advertised_host, config.advertised_port or config.port, config.zone)
+        self.pipeline = ProducePipeline(
+            store,
+            metastore,
+            agent_id=config.agent_id,
+            flush_bytes=config.flush_bytes,
+            flush_interval_ms=config.flush_interval_ms,
+            upload_concurrency=config.upload_concurrency,
+            max_buffered_bytes=config.max_buffered_bytes,
+            clock=self.clock,
+            on_commit=self._on_commit,
+        )
+        self.cache = BlockCache(self._load_range, capacity_bytes=config.fetch_cache_bytes, block_size=config.fetch_block_bytes)
+        self._topics_by_name: dict[str, tuple[float, TopicInfo | None]] = {}
+        self._topics_by_id: dict[uuid.UUID, tuple[float, TopicInfo | None]] = {}
+        self._topic_ttl = 1.0
+        self._owns = owns_resources
+        self._create_lock = asyncio.Lock()
+
+    @classmethod
+    async def open(cls, config: AgentConfig, *, clock: Clock | None = None) -> Broker:
+        meta = await open_metastore(config.metastore)
+        store = open_object_store(config.objects)
+        return cls(config, meta, store, clock=clock)
+
+    def start(self, *, ticker: bool = True) -> None:
+        self.pipeline.start(ticker=ticker)
+
+    def set_port(self, port: int) -> None:
+        """Record the bound port (when configured with port 0) for Metadata answers."""
+        if not self.config.advertised_port:
+            self.advertised = NodeInfo(self.node_id, self.advertised.host, port, self.advertised.rack)
+
+    async def close(self) -> None:
+        await self.pipeline.close()
+        if self._owns:
+            await self.meta.close()
+            await self.store.close()
+
+    # -- topics ---------------------------------------------------------------------
+
+    def _on_commit(self, partitions: object) -> None:
+        self.notifier.notify(partitions)  # type: ignore[arg-type]
+
+    def invalidate_topics(self) -> None:
+        self._topics_by_name.clear()
+        self._topics_by_id.clear()
+
+    async def topic(self, name: str) -> TopicInfo | None:
+        now = self.clock.monotonic()
+        hit = self._topics_by_name.get(name)
+        if hit is not None and now - hit[0] < self._topic_ttl:
+            return hit[1]
+        info = await self.meta.get_topic(name)
+        self._remember(name, info, now)
+        return info
+
+    async def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        now = self.clock.monotonic()
+        hit = self._topics_by_id.get(topic_id)
+        if hit is not None and now - hit[0] < self._topic_ttl:
+            return hit[1]
+        info = await self.meta.get_topic(topic_id)
+        if info is not None:
+            self._remember(info.name, info, now)
+        else:
+            self._topics_by_id[topic_id] = (now, None)
+        return info
+
+    def _remember(self, name: str, info: TopicInfo | None, now: float) -> None:
+        self._topics_by_name[name] = (now, info)
+        if info is not None:
+            self._topics_by_id[info.id] = (now, info)
+
+    async def auto_create(self, name: str) -> TopicInfo | None:
+        """Create ``name`` with the default partition count (racing creators agree)."""
+        async with self._create_lock:
+            res = await self.meta.create_topic(name, self.config.default_partitions)
+            if res.error not in (MetaError.NONE, MetaError.TOPIC_ALREADY_EXISTS):
+                log.info("auto-create of %r refused: %s %s", name, res.error.name, res.message)
+                return None
+            self._topics_by_name.pop(name, None)
+            return await self.topic(name)
+
+    @staticmethod
+    def max_message_bytes(topic: TopicInfo) -> int:
+        try:
+            return int(topic.config.get("max.message.bytes", DEFAULT_MAX_MESSAGE_BYTES))
+        except ValueError:
+            return DEFAULT_MAX_MESSAGE_BYTES
+
+    # -- reads ----------------------------------------------------------------------
+
+    async def _load_range(self, key: str, start: int, end: int) -> bytes:
+        t0 = time.perf_counter()
+        data = await self.store.get(key, start, end)
+        METRICS.gets.inc()
+        METRICS.get_bytes.inc(len(data))
+        log.debug("GET %s [%d,%d) %.1f ms", key, start, end, (time.perf_counter() - t0) * 1000)
+        return data

@@ -1,0 +1,107 @@
+"""LRU block cache for object bytes, with one shared in-flight load per block.
+
+Objects are immutable, so a block ``(key, index)`` never goes stale. Reads are
+aligned to ``block_size`` so that neighbouring fetches of the same object share
+a GET; concurrent misses on one block wait for the same load (request
+coalescing). Capacity is in bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+Loader = Callable[[str, int, int], Awaitable[bytes]]  # (key, start, end) -> bytes
+
+
+@dataclass(slots=True)
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+    loads: int = 0
+    bytes_loaded: int = 0
+    evictions: int = 0
+
+    @property
+    def hit_ratio(self) -> float:
+        total = self.hits + self.misses
+        return self.hits / total if total else 0.0
+
+
+class BlockCache:
+    def __init__(self, loader: Loader, *, capacity_bytes: int, block_size: int) -> None:
+        self._loader = loader
+        self._capacity = capacity_bytes
+        self.block_size = block_size
+        self._blocks: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+        self._size = 0
+        self._inflight: dict[tuple[str, int], asyncio.Future[bytes]] = {}
+        self.stats = CacheStats()
+
+    async def read(self, key: str, start: int, end: int, object_size: int | None = None) -> bytes:
+        """Bytes ``[start, end)`` of object ``key``.
+
+        ``object_size`` (when known) bounds the last block's GET so we never ask
+        for bytes past the end of the object.
+        """
+        if end <= start:
+            return b""
+        bs = self.block_size
+        first, last = start // bs, (end - 1) // bs
+        if first == last:
+            block = await self._block(key, first, object_size)
+            return block[start - first * bs : end - first * bs]
+        blocks = await asyncio.gather(*(self._block(key, i, object_size) for i in range(first, last + 1)))
+        joined = b"".join(blocks)
+        off = first * bs
+        return joined[start - off : end - off]
+
+    async def _block(self, key: str, index: int, object_size: int | None) -> bytes:
+        k = (key, index)
+        data = self._blocks.get(k)
+        if data is not None:
+            self._blocks.move_to_end(k)
+            self.stats.hits += 1
+            return data
+        fut = self._inflight.get(k)
+        if fut is not None:
+            self.stats.hits += 1
+            return await asyncio.shield(fut)
+        self.stats.misses += 1
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self._inflight[k] = fut
+        try:
+            start = index * self.block_size
+            end = start + self.block_size
+            if object_size is not None:
+                end = min(end, object_size)
+            data = await self._loader(key, start, end)
+            self.stats.loads += 1
+            self.stats.bytes_loaded += len(data)
+            self._insert(k, data)
+            fut.set_result(data)
+            return data
+        except BaseException as e:
+            fut.set_exception(e)
+            # The exception is delivered to concurrent waiters; avoid "never retrieved".
+            fut.exception()
+            raise
+        finally:
+            self._inflight.pop(k, None)
+
+    def _insert(self, k: tuple[str, int], data: bytes) -> None:
+        if len(data) > self._capacity:
+            return
+        self._blocks[k] = data
+        self._size += len(data)
+        while self._size > self._capacity:
+            _, old = self._blocks.popitem(last=False)
+            self._size -= len(old)
+            self.stats.evictions += 1
+
+    def invalidate(self, key: str) -> None:
+        for k in [k for k in self._blocks if k[0] == key]:
+            self._size -= len(self._blocks.pop(k))

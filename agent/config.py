@@ -1,0 +1,68 @@
+"""Typed, frozen configuration of one agent.
+
+Read from ``FLOE_*`` environment variables (e.g. ``FLOE_PORT=9093``), an
+optional TOML file and CLI flags (the CLI passes them as keyword arguments).
+URLs choose the implementations: ``--metastore sqlite:///data/meta.db`` or
+``postgresql://...``, ``--objects file:///data/objects`` or ``s3://bucket/prefix``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MiB = 1024 * 1024
+
+
+class AgentConfig(BaseSettings):
+    """Every knob of an agent, with the default `floe dev` uses."""
+
+    model_config = SettingsConfigDict(env_prefix="FLOE_", frozen=True, extra="forbid")
+
+    host: str = Field("0.0.0.0", description="Address the Kafka listener binds to")
+    port: int = Field(9092, ge=0, le=65535, description="Kafka listener port (0 = any free port)")
+    advertised_host: str = Field("127.0.0.1", description="Host clients are told to connect to")
+    advertised_port: int = Field(0, ge=0, le=65535, description="Port advertised (0 = the bound port)")
+    agent_id: str = Field(default_factory=lambda: uuid.uuid4().hex, description="Unique id of this agent")
+    zone: str = Field("default", description="Availability zone of this agent")
+    cluster_id: str = Field("floe-dev-cluster", description="Cluster id reported in Metadata")
+
+    metastore: str = Field("sqlite:///data/meta.db", description="Metastore URL")
+    objects: str = Field("file://./data/objects", description="Object store URL")
+
+    flush_bytes: int = Field(8 * MiB, gt=0, description="Close the open segment at this size")
+    flush_interval_ms: int = Field(250, gt=0, description="Close the open segment after this long")
+    upload_concurrency: int = Field(4, gt=0, description="Concurrent segment PUTs")
+    max_buffered_bytes: int = Field(
+        256 * MiB, gt=0, description="Produce memory budget: requests wait above this"
+    )
+    max_request_bytes: int = Field(
+        100 * MiB, gt=0, description="Largest Kafka frame accepted (socket.request.max.bytes)"
+    )
+    max_inflight_requests: int = Field(
+        256, gt=0, description="Requests a connection may have queued before reading pauses"
+    )
+
+    auto_create_topics: bool = Field(True, description="Create unknown topics on Metadata/Produce")
+    default_partitions: int = Field(1, gt=0, description="Partitions of auto-created topics")
+
+    fetch_cache_bytes: int = Field(256 * MiB, gt=0, description="Block cache capacity")
+    fetch_block_bytes: int = Field(4 * MiB, gt=0, description="Cache block size")
+    metadata_cache_ms: int = Field(100, ge=0, description="Batch lookup cache lifetime")
+
+    admin_port: int = Field(0, ge=0, le=65535, description="HTTP port for /metrics and /healthz")
+
+    @field_validator("objects")
+    @classmethod
+    def _objects_url(cls, v: str) -> str:
+        if "://" not in v:
+            raise ValueError(f"--objects must be a URL (file:///dir, s3://bucket, memory://), got {v!r}")
+        return v
+
+    def with_overrides(self, **kw: Any) -> AgentConfig:
+        data = self.model_dump()
+        data.update({k: v for k, v in kw.items() if v is not None})
+        return AgentConfig(**data)

@@ -1,0 +1,258 @@
+"""One Kafka client connection: framing, dispatch, and in-order responses.
+
+Bytes arrive through ``asyncio.BufferedProtocol`` straight into the frame's own
+buffer (no intermediate copies for large produce requests). Frames are
+dispatched one at a time in arrival order; a handler either answers at once or
+returns a :class:`Deferred` (produce waiting for its flush, fetch long-polling),
+so the connection can go on reading. A writer task sends responses strictly in
+request order, as Kafka clients require. ``acks=0`` produce answers ``None``:
+nothing is sent.
+
+Back-pressure: reading pauses while too many responses are pending or the
+transport's write buffer is full.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafka_protocol.exceptions import DecodeError, ProtocolError
+from kafka_protocol.framing import RequestHeader, encode_response, parse_request_header
+
+log = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+_MIN_CHUNK = 64 * 1024
+
+
+class Reply:
+    """A response to encode at a version other than the request's (ApiVersions
+    answers an unsupported version with a v0 response)."""
+
+    __slots__ = ("response", "version")
+
+    def __init__(self, response: Any, version: int) -> None:
+        self.response = response
+        self.version = version
+
+
+class Deferred:
+    """A response that will be ready later; the writer awaits it in order."""
+
+    __slots__ = ("awaitable",)
+
+    def __init__(self, awaitable: Awaitable[Any]) -> None:
+        self.awaitable = awaitable
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """What a handler knows about the request besides its body."""
+
+    header: RequestHeader
+    conn: KafkaConnection
+    client_host: str
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def client_id(self) -> str:
+        return self.header.client_id or ""
+
+
+Dispatcher = Callable[[RequestContext, memoryview, int], Awaitable[Any]]
+
+
+class KafkaConnection(asyncio.BufferedProtocol):
+    """Protocol instance for one TCP connection."""
+
+    def __init__(
+        self,
+        dispatch: Dispatcher,
+        *,
+        max_frame_bytes: int,
+        max_inflight: int = 256,
+        on_close: Callable[[KafkaConnection], None] | None = None,
+    ) -> None:
+        self._dispatch = dispatch
+        self._max_frame = max_frame_bytes
+        self._max_inflight = max_inflight
+        self._on_close = on_close
+        self._size_buf = bytearray(4)
+        self._size_filled = 0
+        self._frame: bytearray | None = None
+        self._frame_size = 0
+        self._frame_filled = 0
+        self._frames: deque[bytearray] = deque()
+        self._frame_ready = asyncio.Event()
+        self._out: asyncio.Queue[tuple[RequestHeader, Any] | None] = asyncio.Queue()
+        self._pending = 0
+        self._transport: asyncio.Transport | None = None
+        self._reading_paused = False
+        self._can_write = asyncio.Event()
+        self._can_write.set()
+        self._closed = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self.peer = ""
+        self.attrs: dict[str, Any] = {}
+
+    # -- asyncio protocol callbacks -------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._dispatch_loop(), name=f"kafka-dispatch {self.peer}"),
+            loop.create_task(self._write_loop(), name=f"kafka-write {self.peer}"),
+        ]
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._frame is None:
+            return memoryview(self._size_buf)[self._size_filled :]
+        remaining = self._frame_size - self._frame_filled
+        if len(self._frame) - self._frame_filled < min(remaining, _MIN_CHUNK):
+            # Grow geometrically up to the declared size: a client that declares a
+            # 100 MiB frame and sends 10 bytes costs us 64 KiB, not 100 MiB.
+            new_len = min(self._frame_size, max(len(self._frame) * 2, self._frame_filled + _MIN_CHUNK))
+            self._frame.extend(bytes(new_len - len(self._frame)))
+        return memoryview(self._frame)[self._frame_filled : min(len(self._frame), self._frame_size)]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._frame is None:
+            self._size_filled += nbytes
+            if self._size_filled < 4:
+                return
+            size = _SIZE.unpack(self._size_buf)[0]
+            self._size_filled = 0
+            if size < 0 or size > self._max_frame:
+                log.warning("closing %s: frame size %d outside [0, %d]", self.peer, size, self._max_frame)
+                self.close()
+                return
+            self._frame_size = size
+            self._frame_filled = 0
+            self._frame = bytearray(min(size, _MIN_CHUNK))
+            if size == 0:
+                self._complete_frame()
+            return
+        self._frame_filled += nbytes
+        if self._frame_filled == self._frame_size:
+            self._complete_frame()
+
+    def _complete_frame(self) -> None:
+        assert self._frame is not None
+        frame = self._frame
+        if len(frame) != self._frame_size:
+            del frame[self._frame_size :]
+        self._frame = None
+        self._frames.append(frame)
+        self._pending += 1
+        self._frame_ready.set()
+        if self._pending >= self._max_inflight and not self._reading_paused and self._transport:
+            self._reading_paused = True
+            self._transport.pause_reading()
+
+    def eof_received(self) -> bool | None:
+        return None  # close the transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self._frame_ready.set()
+        self._can_write.set()
+        self._out.put_nowait(None)
+        for t in self._tasks:
+            if t is not asyncio.current_task():
+                t.cancel()
+        if self._on_close:
+            self._on_close(self)
+
+    def pause_writing(self) -> None:
+        self._can_write.clear()
+
+    def resume_writing(self) -> None:
+        self._can_write.set()
+
+    # -- request processing ---------------------------------------------------------
+
+    def close(self) -> None:
+        if self._transport is not None and not self._closed:
+            self._closed = True
+            self._transport.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def _dispatch_loop(self) -> None:
+        try:
+            while not self._closed:
+                if not self._frames:
+                    self._frame_ready.clear()
+                    await self._frame_ready.wait()
+                    continue
+                frame = self._frames.popleft()
+                mv = memoryview(frame)
+                try:
+                    header, body_at = parse_request_header(mv)
+                except (DecodeError, ProtocolError) as e:
+                    log.warning("closing %s: bad request header: %s", self.peer, e)
+                    self.close()
+                    return
+                ctx = RequestContext(header=header, conn=self, client_host=self.peer.rsplit(":", 1)[0])
+                try:
+                    result = await self._dispatch(ctx, mv, body_at)
+                except (DecodeError, ProtocolError) as e:
+                    log.warning(
+                        "closing %s: bad %s v%d request: %s",
+                        self.peer, header.api_key, header.api_version, e,
+                    )
+                    self.close()
+                    return
+                except Exception:
+                    log.exception(
+                        "closing %s: handler for api %d v%d failed",
+                        self.peer, header.api_key, header.api_version,
+                    )
+                    self.close()
+                    return
+                self._out.put_nowait((header, result))
+        except asyncio.CancelledError:
+            pass
+
+    async def _write_loop(self) -> None:
+        try:
+            while True:
+                item = await self._out.get()
+                if item is None or self._closed:
+                    return
+                header, result = item
+                if isinstance(result, Deferred):
+                    try:
+                        result = await result.awaitable
+                    except Exception:
+                        log.exception("closing %s: deferred response failed", self.peer)
+                        self.close()
+                        return
+                self._pending -= 1
+                if self._reading_paused and self._pending < self._max_inflight // 2 and self._transport:
+                    self._reading_paused = False
+                    self._transport.resume_reading()
+                if result is None:  # acks=0
+                    continue
+                if self._closed or self._transport is None:
+                    return
+                if isinstance(result, Reply):
+                    parts = encode_response(header.correlation_id, result.response, result.version)
+                else:
+                    parts = encode_response(header.correlation_id, result, header.api_version)
+                self._transport.writelines(parts)
+                if not self._can_write.is_set():
+                    await self._can_write.wait()
+        except asyncio.CancelledError:
+            pass

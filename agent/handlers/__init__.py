@@ -1,0 +1,54 @@
+"""Kafka API handlers, one module per API; :func:`make_dispatcher` routes frames.
+
+Importing this package registers every handler module in
+:data:`agent.handlers.registry.REGISTRY`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kafka_protocol.exceptions import UnsupportedVersion
+from kafka_protocol.messages import ApiVersionsResponse
+
+from agent.connection import Reply, RequestContext
+from agent.handlers import (  # noqa: F401  (imported for registration)
+    api_versions,
+    metadata,
+    produce,
+)
+from agent.handlers.registry import REGISTRY, HandlerSpec
+from agent.metrics import METRICS
+
+if TYPE_CHECKING:
+    from agent.broker import Broker
+
+UNSUPPORTED_VERSION = 35
+API_VERSIONS_KEY = 18
+
+
+def make_dispatcher(broker: Broker) -> Any:
+    async def dispatch(ctx: RequestContext, frame: memoryview, body_at: int) -> Any:
+        h = ctx.header
+        spec: HandlerSpec | None = REGISTRY.get(h.api_key)
+        if spec is None or not spec.min_version <= h.api_version <= spec.max_version:
+            if h.api_key == API_VERSIONS_KEY:
+                # KIP-511: answer an unknown ApiVersions version with v0 and our
+                # ranges, so the client can retry with one we support.
+                return Reply(
+                    ApiVersionsResponse(error_code=UNSUPPORTED_VERSION, api_keys=api_version_list()),
+                    0,
+                )
+            raise UnsupportedVersion(f"api key {h.api_key} version {h.api_version} is not supported")
+        request = spec.request_cls.decode(frame[body_at:], h.api_version)
+        METRICS.requests.labels(spec.name).inc()
+        return await spec.func(broker, ctx, request)
+
+    return dispatch
+
+
+def api_version_list() -> list[ApiVersionsResponse.ApiVersion]:
+    return [
+        ApiVersionsResponse.ApiVersion(api_key=s.api_key, min_version=s.min_version, max_version=s.max_version)
+        for s in sorted(REGISTRY.values(), key=lambda s: s.api_key)
+    ]

@@ -1,0 +1,146 @@
+"""Produce (key 0).
+
+Behavior: every partition's record set must be exactly one RecordBatch v2
+(magic 2, as Kafka requires for v3+) with a valid CRC32C and no larger than the
+topic's ``max.message.bytes``; otherwise that partition alone gets an error code
+(CORRUPT_MESSAGE, UNSUPPORTED_FOR_MESSAGE_FORMAT, INVALID_RECORD,
+MESSAGE_TOO_LARGE, UNKNOWN_TOPIC_OR_PARTITION). Valid batches go to the produce
+pipeline unchanged (record batches stay bytes); the response is sent after the
+segment holding them is durable and committed. ``acks=0`` sends no response.
+Transactional batches are refused (transactions are not implemented yet).
+
+Versions: 0-13 advertised (librdkafka before 2.11 needs 0 in range to enable
+compression); v0-2 carry magic 0/1 message sets and get
+UNSUPPORTED_FOR_MESSAGE_FORMAT per partition. v13 addresses topics by id.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from kafka_protocol.errors import ErrorCode
+from kafka_protocol.exceptions import CorruptRecordError, DecodeError, UnsupportedMagic
+from kafka_protocol.messages import ProduceRequest, ProduceResponse
+from kafka_protocol.records import RecordBatchView
+from objectstore.segment import BatchMeta
+
+from agent.connection import Deferred
+from agent.handlers.registry import handler
+from agent.metrics import METRICS
+from agent.produce_pipeline import ProduceItem
+
+if TYPE_CHECKING:
+    from metastore import CommitResult
+
+    from agent.broker import Broker
+    from agent.connection import RequestContext
+
+PartitionResponse = ProduceResponse.TopicProduceResponse.PartitionProduceResponse
+TopicResponse = ProduceResponse.TopicProduceResponse
+
+_ZERO = uuid.UUID(int=0)
+
+
+def _check_batch(records: Any, max_bytes: int) -> tuple[int, RecordBatchView | None, str | None]:
+    """(error code, view, message) for one partition's record set."""
+    if records is None or len(records) == 0:
+        return ErrorCode.CORRUPT_MESSAGE, None, "empty record set"
+    try:
+        view = RecordBatchView(records)
+    except UnsupportedMagic as e:
+        return ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, None, str(e)
+    except (CorruptRecordError, DecodeError) as e:
+        # A set of several batches fails the "exactly one batch" length check here.
+        if len(records) >= 61:
+            try:
+                first = RecordBatchView.at(records, 0)
+                if first.size < len(records):
+                    return ErrorCode.INVALID_RECORD, None, "produce must carry exactly one record batch per partition"
+            except (CorruptRecordError, DecodeError):
+                pass
+        return ErrorCode.CORRUPT_MESSAGE, None, str(e)
+    if view.size > max_bytes:
+        return ErrorCode.MESSAGE_TOO_LARGE, None, f"batch of {view.size} bytes exceeds max.message.bytes={max_bytes}"
+    try:
+        view.validate()
+    except (CorruptRecordError, DecodeError) as e:
+        return ErrorCode.CORRUPT_MESSAGE, None, str(e)
+    if view.records_count <= 0:
+        return ErrorCode.CORRUPT_MESSAGE, None, "record batch without records"
+    if view.is_control:
+        return ErrorCode.INVALID_RECORD, None, "clients may not produce control batches"
+    if view.is_transactional:
+        return ErrorCode.INVALID_TXN_STATE, None, "transactions are not supported by this agent yet"
+    return ErrorCode.NONE, view, None
+
+
+@handler(ProduceRequest)
+async def handle(broker: Broker, ctx: RequestContext, req: ProduceRequest) -> Any:
+    v = ctx.header.api_version
+    if req.acks not in (0, 1, -1):
+        out = [
+            TopicResponse(
+                name=t.name, topic_id=t.topic_id,
+                partition_responses=[PartitionResponse(index=p.index, error_code=ErrorCode.INVALID_REQUIRED_ACKS, base_offset=-1) for p in t.partition_data],
+            )
+            for t in req.topic_data
+        ]
+        return ProduceResponse(responses=out)
+
+    # slots[i] = (topic response entry, partition response) to fill in; items for the pipeline.
+    responses: list[TopicResponse] = []
+    pending: list[PartitionResponse] = []
+    items: list[ProduceItem] = []
+    nbytes = 0
+    for t in req.topic_data:
+        if v >= 13:
+            info = await broker.topic_by_id(t.topic_id)
+        else:
+            info = await broker.topic(t.name)
+        tr = TopicResponse(name=t.name, topic_id=t.topic_id)
+        responses.append(tr)
+        for p in t.partition_data:
+            pr = PartitionResponse(index=p.index, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1)
+            tr.partition_responses.append(pr)
+            if info is None:
+                pr.error_code = ErrorCode.UNKNOWN_TOPIC_ID if v >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            if not 0 <= p.index < info.partitions:
+                pr.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            code, view, msg = _check_batch(p.records, broker.max_message_bytes(info))
+            if view is None:
+                pr.error_code = code
+                pr.error_message = msg
+                continue
+            buf = view.buffer
+            meta = BatchMeta(
+                view.records_count, view.max_timestamp, view.base_timestamp, view.last_offset_delta,
+                view.producer_id, view.producer_epoch, view.base_sequence, view.attributes,
+            )
+            items.append(ProduceItem(info.id, p.index, buf, meta, view.is_transactional))
+            pending.append(pr)
+            nbytes += len(buf)
+
+    if not items:
+        return None if req.acks == 0 else ProduceResponse(responses=responses)
+
+    METRICS.produced_bytes.inc(nbytes)
+    # Admission control happens here, before the next request of this connection
+    # is read, so batches from one connection enter the log in order.
+    await broker.pipeline.reserve(nbytes)
+    fut = broker.pipeline.append(items, nbytes)
+
+    async def finish() -> ProduceResponse | None:
+        results: list[CommitResult] = await fut
+        for pr, res in zip(pending, results, strict=True):
+            pr.error_code = int(res.error)
+            pr.base_offset = res.base_offset
+            pr.log_append_time_ms = -1
+            pr.log_start_offset = res.log_start_offset
+        if req.acks == 0:
+            return None
+        return ProduceResponse(responses=responses)
+
+    return Deferred(finish())

@@ -1,0 +1,57 @@
+"""Prometheus metrics of an agent, served on the admin port's /metrics.
+
+Counters the benchmarks read before and after a run: PUTs, GETs, bytes, commit
+latency, cache hits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+@dataclass
+class AgentMetrics:
+    registry: CollectorRegistry
+    requests: Counter
+    puts: Counter
+    put_bytes: Counter
+    put_seconds: Histogram
+    gets: Counter
+    get_bytes: Counter
+    commits: Counter
+    commit_seconds: Histogram
+    commit_failures: Counter
+    upload_failures: Counter
+    produced_bytes: Counter
+    fetched_bytes: Counter
+    cache_hits: Gauge
+    cache_misses: Gauge
+    connections: Gauge
+
+
+def _make() -> AgentMetrics:
+    r = CollectorRegistry()
+    lat = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+    return AgentMetrics(
+        registry=r,
+        requests=Counter("floe_requests", "Kafka requests handled", ["api"], registry=r),
+        puts=Counter("floe_object_puts", "Object PUTs (segments uploaded)", registry=r),
+        put_bytes=Counter("floe_object_put_bytes", "Bytes PUT to the object store", registry=r),
+        put_seconds=Histogram("floe_object_put_seconds", "PUT latency", buckets=lat, registry=r),
+        gets=Counter("floe_object_gets", "Ranged GETs from the object store", registry=r),
+        get_bytes=Counter("floe_object_get_bytes", "Bytes read from the object store", registry=r),
+        commits=Counter("floe_metastore_commits", "Metastore commit transactions", registry=r),
+        commit_seconds=Histogram("floe_metastore_commit_seconds", "Commit latency", buckets=lat, registry=r),
+        commit_failures=Counter("floe_metastore_commit_failures", "Failed commits", registry=r),
+        upload_failures=Counter("floe_upload_failures", "Segments whose upload failed", registry=r),
+        produced_bytes=Counter("floe_produced_bytes", "Record batch bytes accepted", registry=r),
+        fetched_bytes=Counter("floe_fetched_bytes", "Record batch bytes served", registry=r),
+        cache_hits=Gauge("floe_cache_hits", "Block cache hits", registry=r),
+        cache_misses=Gauge("floe_cache_misses", "Block cache misses", registry=r),
+        connections=Gauge("floe_connections", "Open Kafka connections", registry=r),
+    )
+
+
+METRICS = _make()

@@ -1,0 +1,276 @@
+"""The produce pipeline: batcher -> uploader -> committer.
+
+Validated record batches from every connection go into ONE open segment for
+all partitions. The segment is sealed when it reaches ``flush_bytes`` or is
+older than ``flush_interval_ms`` (a background tick checks at half the
+interval). Sealed segments are uploaded concurrently (bounded) with create-only
+PUTs, then committed to the metastore strictly in seal order, one transaction
+per object (upload concurrently, commit in order). Only then does each waiting
+produce request get its base offsets: nothing is acknowledged before the object
+is durable and the commit has returned.
+
+A byte budget bounds the memory held by produce requests waiting here; a
+request over the budget waits (back-pressure) instead of growing the heap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from metastore.types import BatchToCommit, CommitResult, ErrorCode, MetastoreError
+from objectstore.base import ObjectStore
+from objectstore.errors import ObjectStoreError
+from objectstore.segment import BatchMeta, SegmentBuilder
+
+from agent.clock import Clock, SystemClock
+from agent.metrics import METRICS
+
+log = logging.getLogger(__name__)
+
+KAFKA_STORAGE_ERROR = 56
+REQUEST_TIMED_OUT = 7
+
+
+@dataclass(slots=True)
+class ProduceItem:
+    topic_id: uuid.UUID
+    partition: int
+    batch: bytes | memoryview
+    meta: BatchMeta
+    is_transactional: bool = False
+
+
+@dataclass(slots=True)
+class _Waiter:
+    future: asyncio.Future[list[CommitResult]]
+    first: int
+    count: int
+    nbytes: int
+
+
+@dataclass(slots=True)
+class _Segment:
+    builder: SegmentBuilder
+    opened_at: float
+    waiters: list[_Waiter] = field(default_factory=list)
+    partitions: set[tuple[uuid.UUID, int]] = field(default_factory=set)
+    nbytes: int = 0
+    key: str = ""
+    upload: asyncio.Task[tuple[int, list[BatchToCommit]]] | None = None
+
+
+def _error_results(code: int, n: int) -> list[CommitResult]:
+    return [CommitResult(ErrorCode(code) if code in ErrorCode._value2member_map_ else code, -1, -1, -1)  # type: ignore[arg-type]
+            for _ in range(n)]
+
+
+class ByteBudget:
+    """Bytes of produce data admitted but not yet acknowledged."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.used = 0
+        self._cond = asyncio.Condition()
+
+    async def acquire(self, n: int) -> None:
+        async with self._cond:
+            # An oversized request is admitted alone so it cannot wait forever.
+            await self._cond.wait_for(lambda: self.used == 0 or self.used + n <= self.capacity)
+            self.used += n
+
+    async def release(self, n: int) -> None:
+        async with self._cond:
+            self.used -= n
+            self._cond.notify_all()
+
+
+class ProducePipeline:
+    def __init__(
+        self,
+        store: ObjectStore,
+        metastore: object,
+        *,
+        agent_id: str,
+        flush_bytes: int,
+        flush_interval_ms: int,
+        upload_concurrency: int,
+        max_buffered_bytes: int,
+        clock: Clock | None = None,
+        on_commit: Callable[[Iterable[tuple[uuid.UUID, int]]], None] | None = None,
+        key_prefix: str = "segments/",
+        commit_attempts: int = 3,
+    ) -> None:
+        self._store = store
+        self._meta = metastore
+        self._agent_id = agent_id
+        self._flush_bytes = flush_bytes
+        self._interval = flush_interval_ms / 1000.0
+        self._clock = clock or SystemClock()
+        self._on_commit = on_commit
+        self._prefix = key_prefix
+        self._commit_attempts = commit_attempts
+        self._upload_sem = asyncio.Semaphore(upload_concurrency)
+        self.budget = ByteBudget(max_buffered_bytes)
+        self._open: _Segment | None = None
+        self._sealed: asyncio.Queue[_Segment | None] = asyncio.Queue()
+        self._seq = 0
+        self._tasks: list[asyncio.Task[None]] = []
+        self._inflight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def start(self, *, ticker: bool = True) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._commit_loop(), name="floe-committer"))
+        if ticker:
+            self._tasks.append(loop.create_task(self._tick_loop(), name="floe-flush-ticker"))
+
+    async def close(self) -> None:
+        """Flush what is buffered, wait for its commit, stop the background tasks."""
+        self.seal()
+        await self.drain()
+        self._sealed.put_nowait(None)
+        for t in self._tasks:
+            if t.get_name() == "floe-flush-ticker":
+                t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def drain(self) -> None:
+        """Wait until every sealed segment has been committed (or failed)."""
+        await self._idle.wait()
+
+    # -- the batcher ----------------------------------------------------------------
+
+    async def reserve(self, nbytes: int) -> None:
+        await self.budget.acquire(nbytes)
+
+    def append(self, items: list[ProduceItem], reserved: int) -> asyncio.Future[list[CommitResult]]:
+        """Add one request's batches to the open segment (synchronously, so
+        requests from one connection keep their order); the future resolves with
+        one result per item after the commit."""
+        fut: asyncio.Future[list[CommitResult]] = asyncio.get_running_loop().create_future()
+        seg = self._open
+        if seg is None:
+            seg = self._open = _Segment(SegmentBuilder(), self._clock.monotonic())
+        first = len(seg.builder)
+        for it in items:
+            seg.builder.add(it.topic_id, it.partition, it.batch, it.meta)
+            seg.partitions.add((it.topic_id, it.partition))
+        seg.waiters.append(_Waiter(fut, first, len(items), reserved))
+        seg.nbytes += reserved
+        if seg.builder.size >= self._flush_bytes:
+            self.seal()
+        return fut
+
+    def tick(self) -> None:
+        """Seal the open segment if it is older than the flush interval."""
+        seg = self._open
+        if seg is not None and self._clock.monotonic() - seg.opened_at >= self._interval:
+            self.seal()
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval / 2)
+            self.tick()
+
+    def seal(self) -> None:
+        seg = self._open
+        if seg is None or len(seg.builder) == 0:
+            return
+        self._open = None
+        self._seq += 1
+        seg.key = self._object_key()
+        seg.upload = asyncio.get_running_loop().create_task(self._upload(seg))
+        self._inflight += 1
+        self._idle.clear()
+        self._sealed.put_nowait(seg)
+
+    def _object_key(self) -> str:
+        # Time-ordered, unique, and spread over prefixes by the random tail.
+        ms = time.time_ns() // 1_000_000
+        return f"{self._prefix}{ms:013d}-{self._agent_id[:12]}-{self._seq:08d}-{os.urandom(6).hex()}"
+
+    # -- uploader -------------------------------------------------------------------
+
+    async def _upload(self, seg: _Segment) -> tuple[int, list[BatchToCommit]]:
+        data, entries = seg.builder.finish()
+        batches = [
+            BatchToCommit(
+                e.topic_id, e.partition, e.byte_pos, e.byte_len, e.record_count,
+                e.last_offset_delta, e.base_timestamp, e.max_timestamp,
+                e.producer_id, e.producer_epoch, e.base_sequence,
+                bool(e.attributes & 0x10),
+            )
+            for e in entries
+        ]
+        async with self._upload_sem:
+            t0 = time.perf_counter()
+            await self._store.put(seg.key, data)
+            METRICS.put_seconds.observe(time.perf_counter() - t0)
+        METRICS.puts.inc()
+        METRICS.put_bytes.inc(len(data))
+        return len(data), batches
+
+    # -- committer ------------------------------------------------------------------
+
+    async def _commit_loop(self) -> None:
+        while True:
+            seg = await self._sealed.get()
+            if seg is None:
+                return
+            try:
+                results = await self._finish(seg)
+            except Exception:  # never let one segment kill the committer
+                log.exception("segment %s failed", seg.key)
+                results = _error_results(KAFKA_STORAGE_ERROR, len(seg.builder))
+            for w in seg.waiters:
+                if not w.future.done():
+                    w.future.set_result(results[w.first : w.first + w.count])
+            await self.budget.release(seg.nbytes)
+            if self._on_commit is not None:
+                self._on_commit(seg.partitions)
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._idle.set()
+
+    async def _finish(self, seg: _Segment) -> list[CommitResult]:
+        assert seg.upload is not None
+        try:
+            size, batches = await seg.upload
+        except ObjectStoreError as e:
+            log.warning("upload of %s failed: %s", seg.key, e)
+            METRICS.upload_failures.inc()
+            return _error_results(KAFKA_STORAGE_ERROR, len(seg.builder))
+        last_error: Exception | None = None
+        for _attempt in range(self._commit_attempts):
+            t0 = time.perf_counter()
+            try:
+                results = await self._meta.commit_object(  # type: ignore[attr-defined]
+                    seg.key, size, self._agent_id, batches
+                )
+                METRICS.commit_seconds.observe(time.perf_counter() - t0)
+                METRICS.commits.inc()
+                return list(results)
+            except MetastoreError as e:
+                last_error = e
+                # Ambiguous: did the transaction commit before the error reached us?
+                try:
+                    registered = await self._meta.object_key_registered(seg.key)  # type: ignore[attr-defined]
+                except MetastoreError:
+                    registered = False
+                if registered:
+                    # Committed, but the offsets are lost to us: the client retries;
+                    # idempotent producers get their original offsets back.
+                    log.warning("commit of %s was ambiguous and did land", seg.key)
+                    return _error_results(REQUEST_TIMED_OUT, len(batches))
+        log.error("commit of %s failed: %s", seg.key, last_error)
+        METRICS.commit_failures.inc()
+        return _error_results(KAFKA_STORAGE_ERROR, len(batches))

@@ -1,0 +1,113 @@
+"""The agent process: Kafka listener + admin HTTP (``/metrics``, ``/healthz``).
+
+``AgentServer`` binds the Kafka port with a ``BufferedProtocol`` per
+connection (see :mod:`agent.connection`) and dispatches frames to the handler
+registry. ``run_agent`` is what ``floe agent`` / ``floe dev`` call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from contextlib import suppress
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from agent.broker import Broker
+from agent.config import AgentConfig
+from agent.connection import KafkaConnection
+from agent.handlers import make_dispatcher
+from agent.metrics import METRICS
+
+log = logging.getLogger(__name__)
+
+
+class AgentServer:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._server: asyncio.Server | None = None
+        self._admin: web.AppRunner | None = None
+        self._conns: set[KafkaConnection] = set()
+        self.port = 0
+        self.admin_port = 0
+
+    async def start(self) -> None:
+        cfg = self.broker.config
+        dispatch = make_dispatcher(self.broker)
+        loop = asyncio.get_running_loop()
+
+        def factory() -> KafkaConnection:
+            conn = KafkaConnection(
+                dispatch,
+                max_frame_bytes=cfg.max_request_bytes,
+                max_inflight=cfg.max_inflight_requests,
+                on_close=self._closed,
+            )
+            self._conns.add(conn)
+            METRICS.connections.set(len(self._conns))
+            return conn
+
+        self._server = await loop.create_server(factory, cfg.host, cfg.port, reuse_address=True, backlog=1024)
+        self.port = self._server.sockets[0].getsockname()[1]
+        self.broker.set_port(self.port)
+        self.broker.start()
+        await self._start_admin(cfg)
+        log.info("floe agent %s listening on %s:%d (admin :%d)", cfg.agent_id, cfg.host, self.port, self.admin_port)
+
+    def _closed(self, conn: KafkaConnection) -> None:
+        self._conns.discard(conn)
+        METRICS.connections.set(len(self._conns))
+
+    async def _start_admin(self, cfg: AgentConfig) -> None:
+        app = web.Application()
+
+        async def metrics(_: web.Request) -> web.Response:
+            METRICS.cache_hits.set(self.broker.cache.stats.hits)
+            METRICS.cache_misses.set(self.broker.cache.stats.misses)
+            return web.Response(body=generate_latest(METRICS.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+        async def healthz(_: web.Request) -> web.Response:
+            return web.json_response({"status": "ok", "agent_id": cfg.agent_id, "kafka_port": self.port})
+
+        app.router.add_get("/metrics", metrics)
+        app.router.add_get("/healthz", healthz)
+        self._admin = web.AppRunner(app, access_log=None)
+        await self._admin.setup()
+        site = web.TCPSite(self._admin, cfg.host, cfg.admin_port)
+        await site.start()
+        server = getattr(site, "_server", None)
+        if server is not None and server.sockets:
+            self.admin_port = server.sockets[0].getsockname()[1]
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for c in list(self._conns):
+            c.close()
+        if self._server is not None:
+            with suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 5)
+        if self._admin is not None:
+            await self._admin.cleanup()
+        await self.broker.close()
+
+
+async def run_agent(config: AgentConfig, *, ready: asyncio.Event | None = None) -> None:
+    """Run until SIGINT/SIGTERM; flush and commit buffered produce data on the way out."""
+    broker = await Broker.open(config)
+    server = AgentServer(broker)
+    await server.start()
+    print(f"floe agent listening on {config.host}:{server.port} (admin http://{config.host}:{server.admin_port})", flush=True)
+    if ready is not None:
+        ready.set()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await server.close()
