@@ -13,17 +13,16 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from metastore import Metastore, TopicInfo, open_metastore
-from metastore.types import ErrorCode as MetaError
-from objectstore import open_object_store
-from objectstore.base import ObjectStore
-
 from agent.cache import BlockCache
 from agent.clock import Clock, SystemClock
 from agent.config import AgentConfig
 from agent.metrics import METRICS
 from agent.notify import CommitNotifier
 from agent.produce_pipeline import ProducePipeline
+from metastore import Metastore, TopicInfo, open_metastore
+from metastore.types import ErrorCode as MetaError
+from objectstore import open_object_store
+from objectstore.base import ObjectStore
 
 log = logging.getLogger(__name__)
 

@@ -44,7 +44,7 @@ class ManualClock:
         self._mono += seconds
 
 
-async def wait_any(events: list[asyncio.Event], timeout: float) -> bool:
+async def wait_any(events: list[asyncio.Event], timeout: float) -> bool:  # noqa: ASYNC109
     """Wait until one of ``events`` is set or ``timeout`` seconds pass."""
     if any(e.is_set() for e in events):
         return True

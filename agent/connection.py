@@ -120,8 +120,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if len(self._frame) - self._frame_filled < min(remaining, _MIN_CHUNK):
             # Grow geometrically up to the declared size: a client that declares a
             # 100 MiB frame and sends 10 bytes costs us 64 KiB, not 100 MiB.
+            # A new buffer rather than extend(): the view handed out last time may
+            # still be alive, and an exported bytearray cannot be resized.
             new_len = min(self._frame_size, max(len(self._frame) * 2, self._frame_filled + _MIN_CHUNK))
-            self._frame.extend(bytes(new_len - len(self._frame)))
+            grown = bytearray(new_len)
+            grown[: self._frame_filled] = memoryview(self._frame)[: self._frame_filled]
+            self._frame = grown
         return memoryview(self._frame)[self._frame_filled : min(len(self._frame), self._frame_size)]
 
     def buffer_updated(self, nbytes: int) -> None:
@@ -149,7 +153,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         assert self._frame is not None
         frame = self._frame
         if len(frame) != self._frame_size:
-            del frame[self._frame_size :]
+            frame = frame[: self._frame_size]
         self._frame = None
         self._frames.append(frame)
         self._pending += 1

@@ -23,13 +23,12 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from agent.clock import Clock, SystemClock
+from agent.metrics import METRICS
 from metastore.types import BatchToCommit, CommitResult, ErrorCode, MetastoreError
 from objectstore.base import ObjectStore
 from objectstore.errors import ObjectStoreError
 from objectstore.segment import BatchMeta, SegmentBuilder
-
-from agent.clock import Clock, SystemClock
-from agent.metrics import METRICS
 
 log = logging.getLogger(__name__)
 

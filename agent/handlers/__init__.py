@@ -6,22 +6,28 @@ Importing this package registers every handler module in
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from typing import TYPE_CHECKING, Any
 
+from agent.connection import Reply, RequestContext
+from agent.handlers.registry import REGISTRY, HandlerSpec
+from agent.metrics import METRICS
 from kafka_protocol.exceptions import UnsupportedVersion
 from kafka_protocol.messages import ApiVersionsResponse
 
-from agent.connection import Reply, RequestContext
-from agent.handlers import (  # noqa: F401  (imported for registration)
-    api_versions,
-    metadata,
-    produce,
-)
-from agent.handlers.registry import REGISTRY, HandlerSpec
-from agent.metrics import METRICS
-
 if TYPE_CHECKING:
     from agent.broker import Broker
+
+
+def _register_all() -> None:
+    """Import every handler module of this package (each registers itself)."""
+    for mod in pkgutil.iter_modules(__path__):
+        if mod.name != "registry" and not mod.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{mod.name}")
+
+
+_register_all()
 
 UNSUPPORTED_VERSION = 35
 API_VERSIONS_KEY = 18

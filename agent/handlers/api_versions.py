@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kafka_protocol.messages import ApiVersionsRequest, ApiVersionsResponse
-
 from agent.handlers.registry import handler
+from kafka_protocol.messages import ApiVersionsRequest, ApiVersionsResponse
 
 if TYPE_CHECKING:
     from agent.broker import Broker

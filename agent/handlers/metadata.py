@@ -15,15 +15,13 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING
 
+from agent.handlers.registry import handler
 from kafka_protocol.messages import MetadataRequest, MetadataResponse
 
-from agent.handlers.registry import handler
-
 if TYPE_CHECKING:
-    from metastore import TopicInfo
-
     from agent.broker import Broker
     from agent.connection import RequestContext
+    from metastore import TopicInfo
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
 INVALID_TOPIC_EXCEPTION = 17

@@ -19,22 +19,20 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from agent.connection import Deferred
+from agent.handlers.registry import handler
+from agent.metrics import METRICS
+from agent.produce_pipeline import ProduceItem
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import CorruptRecordError, DecodeError, UnsupportedMagic
 from kafka_protocol.messages import ProduceRequest, ProduceResponse
 from kafka_protocol.records import RecordBatchView
 from objectstore.segment import BatchMeta
 
-from agent.connection import Deferred
-from agent.handlers.registry import handler
-from agent.metrics import METRICS
-from agent.produce_pipeline import ProduceItem
-
 if TYPE_CHECKING:
-    from metastore import CommitResult
-
     from agent.broker import Broker
     from agent.connection import RequestContext
+    from metastore import CommitResult
 
 PartitionResponse = ProduceResponse.TopicProduceResponse.PartitionProduceResponse
 TopicResponse = ProduceResponse.TopicProduceResponse

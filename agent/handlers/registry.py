@@ -23,7 +23,7 @@ class HandlerSpec:
     name: str
     min_version: int
     max_version: int
-    request_cls: type
+    request_cls: Any
     func: HandlerFunc
     # Served before SASL authentication completes.
     pre_auth: bool = False
@@ -33,7 +33,7 @@ REGISTRY: dict[int, HandlerSpec] = {}
 
 
 def handler(
-    request_cls: type,
+    request_cls: Any,
     *,
     min_version: int | None = None,
     max_version: int | None = None,

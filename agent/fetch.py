@@ -1,0 +1,247 @@
+"""The fetch planner and reader: batch lookup -> byte ranges -> block cache -> patched bytes.
+
+A Fetch asks for many partitions, each from an offset and up to a byte limit.
+For each partition the :class:`FetchReader`
+
+1. looks up the batches from the offset on (``Metastore.find_batches``; the
+   answer is cached for ``metadata_cache_ms`` when it holds batches, and
+   concurrent identical lookups share one query),
+2. chooses the batches that fit the partition's and the response's byte budget
+   (:func:`select_batches`, Kafka's rules: the whole batch holding the fetch
+   offset comes first, and the first non-empty partition of a response always
+   gets at least one whole batch, however large),
+3. plans reads per object, merging adjacent byte ranges of one object into one
+   read (:func:`plan_reads`), and reads them through the agent's
+   :class:`~agent.cache.BlockCache` (LRU blocks, one in-flight GET per block),
+4. copies the batches into one buffer in offset order and patches each batch's
+   ``baseOffset`` (the metastore's offset; producers' batches are stored with
+   base offset 0) and ``partitionLeaderEpoch`` (0: there are no elections).
+   Both fields lie outside the CRC, so nothing is re-encoded.
+
+Only lookups that found batches are cached: an answer "nothing past the high
+watermark" or an error is never reused, so a long-poll that re-checks after
+registering for commit wake-ups always sees the metastore's current state, and a
+cached answer is at most ``metadata_cache_ms`` behind (its high watermark may be
+slightly low; its batches stay valid because objects are immutable and the
+compactor deletes replaced objects only after a grace period).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import uuid
+import weakref
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from agent.cache import BlockCache
+from agent.clock import Clock
+from kafka_protocol.records import (
+    BATCH_LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    patch_base_offset,
+    patch_partition_leader_epoch,
+)
+from metastore.types import BatchLocation, ErrorCode, FindResult
+
+if TYPE_CHECKING:
+    from agent.broker import Broker
+    from metastore import Metastore
+
+log = logging.getLogger(__name__)
+
+_I32 = struct.Struct(">i")
+
+# find_batches answers kept at most this many entries (oldest evicted first).
+_MAX_CACHED_LOOKUPS = 10_000
+
+
+class BatchReadError(Exception):
+    """The bytes at a batch's recorded position are not that batch."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRange:
+    """One contiguous read of an object covering one or more batches."""
+
+    object_key: str
+    start: int
+    end: int
+    batches: tuple[BatchLocation, ...]
+
+
+@dataclass(slots=True)
+class PartitionFetch:
+    """What one partition contributes to a Fetch response."""
+
+    error: int
+    log_start_offset: int = -1
+    high_watermark: int = -1
+    batches: list[BatchLocation] = field(default_factory=list)
+    records: bytes = b""
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.byte_len for b in self.batches)
+
+
+def select_batches(
+    batches: Sequence[BatchLocation], limit: int, *, min_one: bool
+) -> list[BatchLocation]:
+    """The leading batches whose total size stays within ``limit``; if none fits and
+    ``min_one``, the first batch alone (Kafka returns it whole so that large
+    messages make progress)."""
+    out: list[BatchLocation] = []
+    total = 0
+    for b in batches:
+        if total + b.byte_len > limit:
+            break
+        out.append(b)
+        total += b.byte_len
+    if not out and min_one and batches:
+        out.append(batches[0])
+    return out
+
+
+def plan_reads(batches: Iterable[BatchLocation]) -> list[ReadRange]:
+    """Group batches by object and merge adjacent byte ranges into one read each."""
+    by_object: dict[str, list[BatchLocation]] = {}
+    for b in batches:
+        by_object.setdefault(b.object_key, []).append(b)
+    ranges: list[ReadRange] = []
+    for key, group in by_object.items():
+        group.sort(key=lambda b: b.byte_pos)
+        start = group[0].byte_pos
+        end = start + group[0].byte_len
+        members = [group[0]]
+        for b in group[1:]:
+            if b.byte_pos <= end:  # adjacent (or, defensively, overlapping)
+                end = max(end, b.byte_pos + b.byte_len)
+                members.append(b)
+            else:
+                ranges.append(ReadRange(key, start, end, tuple(members)))
+                start, end, members = b.byte_pos, b.byte_pos + b.byte_len, [b]
+        ranges.append(ReadRange(key, start, end, tuple(members)))
+    return ranges
+
+
+def assemble(batches: Sequence[BatchLocation], reads: dict[tuple[str, int], tuple[int, bytes]]) -> bytes:
+    """Copy ``batches`` (in order) out of the read ranges and patch their headers.
+
+    ``reads`` maps ``(object_key, byte_pos)`` of each batch to ``(range start,
+    range bytes)``.
+    """
+    out = bytearray(sum(b.byte_len for b in batches))
+    pos = 0
+    for b in batches:
+        start, data = reads[(b.object_key, b.byte_pos)]
+        lo = b.byte_pos - start
+        chunk = data[lo : lo + b.byte_len]
+        if len(chunk) != b.byte_len:
+            raise BatchReadError(
+                f"object {b.object_key} has {len(chunk)} bytes at {b.byte_pos}, expected {b.byte_len}"
+            )
+        out[pos : pos + b.byte_len] = chunk
+        (length,) = _I32.unpack_from(out, pos + BATCH_LENGTH_OFFSET)
+        if length + LOG_OVERHEAD != b.byte_len or out[pos + MAGIC_OFFSET] != 2:
+            raise BatchReadError(
+                f"object {b.object_key} at {b.byte_pos}: not a v2 batch of {b.byte_len} bytes"
+            )
+        patch_base_offset(out, pos, b.base_offset)
+        patch_partition_leader_epoch(out, pos, 0)
+        pos += b.byte_len
+    return bytes(out)
+
+
+class FetchReader:
+    """Batch lookups (briefly cached) and batch reads (through the block cache)."""
+
+    def __init__(self, meta: Metastore, cache: BlockCache, clock: Clock, *, lookup_ttl_ms: int) -> None:
+        self.meta = meta
+        self.cache = cache
+        self.clock = clock
+        self._ttl = lookup_ttl_ms / 1000.0
+        self._lookups: dict[tuple[uuid.UUID, int, int, int], tuple[float, FindResult]] = {}
+        self._inflight: dict[tuple[uuid.UUID, int, int, int], asyncio.Future[FindResult]] = {}
+        self.lookups = 0  # metastore queries made (tests, metrics)
+
+    # -- lookups --------------------------------------------------------------------
+
+    async def find(
+        self, topic_id: uuid.UUID, partition: int, offset: int, max_bytes: int, *, fresh: bool = False
+    ) -> FindResult:
+        """``find_batches``, served from the short-lived cache unless ``fresh``."""
+        key = (topic_id, partition, offset, max_bytes)
+        if not fresh and self._ttl > 0:
+            hit = self._lookups.get(key)
+            if hit is not None:
+                if self.clock.monotonic() - hit[0] < self._ttl:
+                    return hit[1]
+                del self._lookups[key]
+        fut = self._inflight.get(key)
+        if fut is not None and not fresh:
+            return await asyncio.shield(fut)
+        fut = asyncio.get_running_loop().create_future()
+        if not fresh:
+            self._inflight[key] = fut
+        try:
+            self.lookups += 1
+            res = await self.meta.find_batches(topic_id, partition, offset, max_bytes)
+            fut.set_result(res)
+        except asyncio.CancelledError:
+            fut.cancel()
+            raise
+        except BaseException as e:
+            fut.set_exception(e)
+            fut.exception()  # delivered to concurrent waiters; avoid "never retrieved"
+            raise
+        finally:
+            if self._inflight.get(key) is fut:
+                del self._inflight[key]
+        if res.error == ErrorCode.NONE and res.batches and self._ttl > 0:
+            if len(self._lookups) >= _MAX_CACHED_LOOKUPS:
+                self._expire()
+            self._lookups[key] = (self.clock.monotonic(), res)
+        return res
+
+    def _expire(self) -> None:
+        now = self.clock.monotonic()
+        for k in [k for k, (t, _) in self._lookups.items() if now - t >= self._ttl]:
+            del self._lookups[k]
+        while len(self._lookups) >= _MAX_CACHED_LOOKUPS:
+            del self._lookups[next(iter(self._lookups))]
+
+    def forget(self, topic_id: uuid.UUID, partition: int) -> None:
+        """Drop cached lookups of one partition (after a read failed, say)."""
+        for k in [k for k in self._lookups if k[0] == topic_id and k[1] == partition]:
+            del self._lookups[k]
+
+    # -- reads ----------------------------------------------------------------------
+
+    async def read(self, batches: Sequence[BatchLocation]) -> bytes:
+        """The batches' bytes in the given order, with base offsets patched in."""
+        if not batches:
+            return b""
+        ranges = plan_reads(batches)
+        datas = await asyncio.gather(*(self.cache.read(r.object_key, r.start, r.end) for r in ranges))
+        reads: dict[tuple[str, int], tuple[int, bytes]] = {}
+        for r, data in zip(ranges, datas, strict=True):
+            for b in r.batches:
+                reads[(b.object_key, b.byte_pos)] = (r.start, data)
+        return assemble(batches, reads)
+
+
+_READERS: weakref.WeakKeyDictionary[Broker, FetchReader] = weakref.WeakKeyDictionary()
+
+
+def reader_for(broker: Broker) -> FetchReader:
+    """The broker's :class:`FetchReader` (created on first use)."""
+    r = _READERS.get(broker)
+    if r is None:
+        r = FetchReader(broker.meta, broker.cache, broker.clock, lookup_ttl_ms=broker.config.metadata_cache_ms)
+        _READERS[broker] = r
+    return r

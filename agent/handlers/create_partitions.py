@@ -1,0 +1,68 @@
+"""CreatePartitions (key 37).
+
+Behavior: grows a topic to ``count`` partitions (new partitions start empty at
+offset 0), or only checks that it could (``validate_only``). A count that is
+not an increase gets INVALID_PARTITIONS, an unknown topic
+UNKNOWN_TOPIC_OR_PARTITION, manual ``assignments`` INVALID_REQUEST (there are
+no replicas to place), a topic named twice INVALID_REQUEST. Each result has an
+``error_message``. Successful changes invalidate the broker's topic cache.
+
+Versions: 0-3 (v2+ flexible).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from agent.handlers.registry import handler
+from kafka_protocol.errors import ErrorCode
+from kafka_protocol.messages import CreatePartitionsRequest, CreatePartitionsResponse
+
+if TYPE_CHECKING:
+    from agent.broker import Broker
+    from agent.connection import RequestContext
+
+Result = CreatePartitionsResponse.CreatePartitionsTopicResult
+
+
+async def _grow(
+    broker: Broker, topic: CreatePartitionsRequest.CreatePartitionsTopic, validate_only: bool
+) -> Result:
+    if topic.assignments:
+        return Result(
+            name=topic.name,
+            error_code=ErrorCode.INVALID_REQUEST,
+            error_message="Manual partition assignments are not supported: Floe has no replicas to place",
+        )
+    res = await broker.meta.add_partitions(topic.name, topic.count, validate_only=validate_only)
+    if res.error:
+        return Result(name=topic.name, error_code=int(res.error), error_message=res.message)
+    return Result(name=topic.name, error_code=0, error_message=None)
+
+
+@handler(CreatePartitionsRequest)
+async def handle(
+    broker: Broker, ctx: RequestContext, req: CreatePartitionsRequest
+) -> CreatePartitionsResponse:
+    counts = Counter(t.name for t in req.topics)
+    results: list[Result] = []
+    seen: set[str] = set()
+    changed = False
+    try:
+        for topic in req.topics:
+            if topic.name in seen:
+                continue
+            seen.add(topic.name)
+            if counts[topic.name] > 1:
+                results.append(
+                    Result(name=topic.name, error_code=ErrorCode.INVALID_REQUEST, error_message="Duplicate topic in request.")
+                )
+                continue
+            result = await _grow(broker, topic, req.validate_only)
+            changed |= result.error_code == 0 and not req.validate_only
+            results.append(result)
+    finally:
+        if changed:
+            broker.invalidate_topics()
+    return CreatePartitionsResponse(throttle_time_ms=0, results=results)

@@ -1,0 +1,73 @@
+"""InitProducerId (key 22).
+
+Behavior: an idempotent producer (null ``transactional_id``) gets a fresh
+producer id with epoch 0 from the metastore. A v3+ request carrying its current
+producer id and epoch (KIP-360, after UNKNOWN_PRODUCER_ID or an epoch
+overflow) also gets a fresh id with epoch 0: that is what Kafka's coordinator
+does for non-transactional producers, and sequence state is per producer id, so
+the new id starts clean. This is all kafka-python 3 and Java clients >= 3.0
+(idempotence on by default) need to produce.
+
+A transactional id gets the metastore's producer id for it with the epoch
+bumped (fencing older instances; a new id at epoch 0 once the epoch is
+exhausted), so ``initTransactions`` succeeds; transactions themselves
+(AddPartitionsToTxn, EndTxn, ...) are not implemented yet and transactional
+batches are refused by Produce. ``transaction_timeout_ms`` must be in
+(0, 900000] for transactional ids (INVALID_TRANSACTION_TIMEOUT otherwise). v6
+two-phase commit (``enable2_pc``) gets INVALID_REQUEST; ``keep_prepared_txn``
+reports no ongoing transaction.
+
+Versions: 0-6 (v2+ flexible).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from agent.handlers.registry import handler
+from kafka_protocol.errors import ErrorCode
+from kafka_protocol.messages import InitProducerIdRequest, InitProducerIdResponse
+
+if TYPE_CHECKING:
+    from agent.broker import Broker
+    from agent.connection import RequestContext
+
+log = logging.getLogger(__name__)
+
+MAX_TRANSACTION_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms default
+
+
+def _error(code: int) -> InitProducerIdResponse:
+    return InitProducerIdResponse(throttle_time_ms=0, error_code=code, producer_id=-1, producer_epoch=-1)
+
+
+@handler(InitProducerIdRequest)
+async def handle(
+    broker: Broker, ctx: RequestContext, req: InitProducerIdRequest
+) -> InitProducerIdResponse:
+    v = ctx.header.api_version
+    txn_id = req.transactional_id or None  # "" is treated like null, as Kafka does
+    if v >= 6 and req.enable2_pc:
+        return _error(ErrorCode.INVALID_REQUEST)
+    if txn_id is not None and not 0 < req.transaction_timeout_ms <= MAX_TRANSACTION_TIMEOUT_MS:
+        return _error(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
+    if v >= 3 and (req.producer_id == -1) != (req.producer_epoch == -1):
+        return _error(ErrorCode.INVALID_REQUEST)
+    if txn_id is None and v >= 3 and req.producer_id != -1:
+        log.debug(
+            "producer %d epoch %d asked for a new epoch; giving it a new producer id",
+            req.producer_id,
+            req.producer_epoch,
+        )
+    res = await broker.meta.init_producer_id(txn_id, req.transaction_timeout_ms)
+    if res.error:
+        return _error(int(res.error))
+    return InitProducerIdResponse(
+        throttle_time_ms=0,
+        error_code=0,
+        producer_id=res.producer_id,
+        producer_epoch=res.producer_epoch,
+        ongoing_txn_producer_id=-1,
+        ongoing_txn_producer_epoch=-1,
+    )

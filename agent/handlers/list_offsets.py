@@ -1,0 +1,87 @@
+"""ListOffsets (key 2).
+
+Behavior: per partition, the timestamp picks the offset:
+
+- ``-2`` earliest: the log start offset; ``-4`` (earliest local, KIP-1005) is the
+  same here, all data being equally "local";
+- ``-1`` latest: the high watermark (isolation level ignored: no transactions,
+  so the last stable offset equals it);
+- ``-3`` max timestamp (v7+): the last offset of the batch with the largest
+  timestamp, and that timestamp;
+- ``-5`` earliest pending upload (KIP-1023): nothing is ever pending upload
+  here, so offset -1;
+- any other value: the first offset of the first batch whose (max) timestamp is
+  at or after it (batch granularity: the metastore indexes batches, and
+  clients skip the earlier records of that batch themselves), or offset -1
+  and timestamp -1 when there is none, as Kafka answers.
+
+Unknown topics or partitions get UNKNOWN_TOPIC_OR_PARTITION per partition; a
+metastore failure KAFKA_STORAGE_ERROR. ``leader_epoch`` is 0 when an offset is
+returned (there are no elections), -1 otherwise. v0 answers in
+``old_style_offsets`` (a list with the one offset, or empty).
+
+Versions: 0-11 (v6+ flexible). librdkafka before 2.11 needs a low version in
+range; Kafka clients send v1+ in practice.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from agent.handlers.registry import handler
+from kafka_protocol.errors import ErrorCode
+from kafka_protocol.messages import ListOffsetsRequest, ListOffsetsResponse
+from metastore.types import ErrorCode as MetaError
+from metastore.types import MetastoreError
+
+if TYPE_CHECKING:
+    from agent.broker import Broker
+    from agent.connection import RequestContext
+
+log = logging.getLogger(__name__)
+
+TopicResponse = ListOffsetsResponse.ListOffsetsTopicResponse
+PartitionResponse = ListOffsetsResponse.ListOffsetsTopicResponse.ListOffsetsPartitionResponse
+
+EARLIEST = -2
+LATEST = -1
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
+EARLIEST_PENDING_UPLOAD = -5
+
+
+@handler(ListOffsetsRequest)
+async def handle(broker: Broker, ctx: RequestContext, req: ListOffsetsRequest) -> ListOffsetsResponse:
+    v = ctx.header.api_version
+    topics: list[TopicResponse] = []
+    for t in req.topics:
+        info = await broker.topic(t.name)
+        tr = TopicResponse(name=t.name, partitions=[])
+        topics.append(tr)
+        for p in t.partitions:
+            pr = PartitionResponse(partition_index=p.partition_index, timestamp=-1, offset=-1, leader_epoch=-1)
+            tr.partitions.append(pr)
+            if info is None or not 0 <= p.partition_index < info.partitions:
+                pr.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            ts = p.timestamp
+            if ts == EARLIEST_PENDING_UPLOAD:
+                continue
+            if ts == EARLIEST_LOCAL:
+                ts = EARLIEST
+            try:
+                res = await broker.meta.list_offsets(info.id, p.partition_index, ts)
+            except MetastoreError as e:
+                log.warning("list_offsets %s/%d failed: %s", t.name, p.partition_index, e)
+                pr.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+                continue
+            if res.error != MetaError.NONE:
+                pr.error_code = int(res.error)
+                continue
+            pr.offset = res.offset
+            pr.timestamp = res.timestamp if res.offset >= 0 else -1
+            pr.leader_epoch = 0 if res.offset >= 0 else -1
+            if v == 0:
+                pr.old_style_offsets = [res.offset] if res.offset >= 0 else []
+    return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
