@@ -45,11 +45,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"floe {floe_version()}")
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("version", help="print the version")
-    dev = sub.add_parser("dev", help="run everything in one process on embedded defaults (SQLite, ./data, port 9092)")
-    dev.add_argument("--data-dir", default="data", help="where the SQLite metastore and objects live (default ./data)")
+    dev = sub.add_parser(
+        "dev", help="run everything in one process on embedded defaults (SQLite, ./floe-data, port 9092)"
+    )
+    dev.add_argument(
+        "--data-dir", default="floe-data", help="where the SQLite metastore and objects live (default ./floe-data)"
+    )
     _agent_flags(dev)
     agent = sub.add_parser("agent", help="run one agent")
     _agent_flags(agent)
+    from floe_cli.topics import add_topics_parser
+
+    add_topics_parser(sub)
     return parser
 
 
@@ -75,11 +82,15 @@ def _run(kw: dict[str, Any], log_level: str) -> int:
     from agent.server import run_agent
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    from floe_cli.topics import ensure_sqlite_dir
+
     try:
         config = AgentConfig(**kw)
     except Exception as e:  # pydantic ValidationError: say what is wrong, no traceback
         print(f"floe: invalid configuration: {e}", file=sys.stderr)
         return 2
+    ensure_sqlite_dir(config.metastore)
     try:
         import uvloop
 
@@ -98,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in (None, "version"):
         print(f"floe {floe_version()}")
         return 0
-    kw = _config_kwargs(args)
+    kw = _config_kwargs(args) if args.command in ("dev", "agent") else {}
     if args.command == "dev":
         data = Path(args.data_dir).resolve()
         (data / "objects").mkdir(parents=True, exist_ok=True)
@@ -109,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         return _run(kw, args.log_level)
     if args.command == "agent":
         return _run(kw, args.log_level)
+    if args.command == "topics":
+        from floe_cli.topics import run_topics
+
+        return run_topics(args)
     return 2
 
 
