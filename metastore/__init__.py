@@ -1,1 +1,85 @@
-"""Floe: metastore."""
+"""Floe's metastore: topics, the sequencer (one transaction per object), batch lookup,
+producer ids, the object and agent registries.
+
+``await open_metastore(url)`` picks the implementation from the URL scheme
+(``sqlite://`` / ``sqlite+aiosqlite://`` embedded, ``postgresql://`` /
+``postgresql+asyncpg://``; ``sqlite:///:memory:`` for a throw-away one), migrates the schema unless told not to, and returns a
+``Metastore``. Imports nothing else of Floe's.
+"""
+
+from __future__ import annotations
+
+from metastore.base import Clock, system_clock_ms
+from metastore.engine import create_engine, is_postgres, normalize_url
+from metastore.migrate import migrate, migrate_engine
+from metastore.protocol import Metastore
+from metastore.sql import SqlMetastore
+from metastore.types import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    NO_PRODUCER_ID,
+    AgentInfo,
+    BatchLocation,
+    BatchToCommit,
+    CommitResult,
+    ConfigEntry,
+    DeleteRecordsResult,
+    DescribeConfigResult,
+    ErrorCode,
+    FindResult,
+    ListOffsetsResult,
+    MetastoreError,
+    ObjectAlreadyCommittedError,
+    ObjectInfo,
+    ProducerIdResult,
+    TopicInfo,
+    TopicResult,
+)
+
+
+async def open_metastore(
+    url: str, *, now_ms: Clock | None = None, auto_migrate: bool = True, pool_size: int = 10
+) -> Metastore:
+    """Open the metastore at ``url`` (migrating it first unless ``auto_migrate`` is
+    False); close it with ``await ms.close()`` or ``async with``."""
+    if is_postgres(url):
+        from metastore.postgres import PostgresMetastore
+
+        if auto_migrate:
+            await migrate(url)
+        return await PostgresMetastore(url, now_ms, pool_size).start()
+    engine = create_engine(normalize_url(url))
+    if auto_migrate:
+        await migrate_engine(engine)
+    return SqlMetastore(engine, now_ms)
+
+
+__all__ = [
+    "EARLIEST_TIMESTAMP",
+    "LATEST_TIMESTAMP",
+    "MAX_TIMESTAMP",
+    "NO_PRODUCER_ID",
+    "AgentInfo",
+    "BatchLocation",
+    "BatchToCommit",
+    "Clock",
+    "CommitResult",
+    "ConfigEntry",
+    "DeleteRecordsResult",
+    "DescribeConfigResult",
+    "ErrorCode",
+    "FindResult",
+    "ListOffsetsResult",
+    "Metastore",
+    "MetastoreError",
+    "ObjectAlreadyCommittedError",
+    "ObjectInfo",
+    "ProducerIdResult",
+    "SqlMetastore",
+    "TopicInfo",
+    "TopicResult",
+    "migrate",
+    "open_metastore",
+    "system_clock_ms",
+]

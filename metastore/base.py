@@ -1,0 +1,66 @@
+"""Shared plumbing of the SQL metastores: engine, injected clock, transactions.
+
+Every operation runs in one transaction from ``_read()`` or ``_write()``. Writes
+on SQLite are serialised in-process by a lock and take the database write lock
+up front (``BEGIN IMMEDIATE``), so concurrent writers queue instead of failing
+with SQLITE_BUSY. Database exceptions become ``MetastoreError`` here, at the
+boundary; business outcomes never raise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, nullcontext
+from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from metastore.engine import IMMEDIATE
+from metastore.types import MetastoreError
+
+Clock = Callable[[], int]
+
+
+def system_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class SqlBase:
+    """Holds the engine and the clock; mixins add the operations."""
+
+    def __init__(self, engine: AsyncEngine, now_ms: Clock | None = None) -> None:
+        self.engine = engine
+        self.now_ms: Clock = now_ms or system_clock_ms
+        self.dialect = engine.dialect.name
+        self._write_lock: asyncio.Lock | None = asyncio.Lock() if self.dialect == "sqlite" else None
+
+    @asynccontextmanager
+    async def _write(self) -> AsyncIterator[AsyncConnection]:
+        lock: Any = self._write_lock if self._write_lock is not None else nullcontext()
+        try:
+            async with lock, self.engine.connect() as conn:
+                conn = await conn.execution_options(**{IMMEDIATE: True})
+                async with conn.begin():
+                    yield conn
+        except SQLAlchemyError as e:
+            raise MetastoreError(f"metastore write failed: {e}") from e
+
+    @asynccontextmanager
+    async def _read(self) -> AsyncIterator[AsyncConnection]:
+        try:
+            async with self.engine.connect() as conn, conn.begin():
+                yield conn
+        except SQLAlchemyError as e:
+            raise MetastoreError(f"metastore read failed: {e}") from e
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+    async def __aenter__(self) -> SqlBase:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,73 @@
+"""Metastore URLs and SQLAlchemy engines.
+
+``open_metastore`` accepts ``sqlite:///path`` / ``postgresql://...`` and maps them
+to the async drivers (aiosqlite, asyncpg). SQLite connections get WAL mode, a busy
+timeout and ``synchronous=NORMAL``; pysqlite's implicit transaction handling is
+turned off so that we emit ``BEGIN`` ourselves, and ``BEGIN IMMEDIATE`` (take the
+write lock up front, no upgrade deadlocks) on connections carrying the
+``floe_immediate`` execution option.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import StaticPool
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+IMMEDIATE = "floe_immediate"
+
+
+def normalize_url(url: str | URL) -> URL:
+    """Map plain or sync URLs to the async driver URL we run on."""
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        return parsed.set(drivername="sqlite+aiosqlite")
+    if backend in ("postgresql", "postgres"):
+        return parsed.set(drivername="postgresql+asyncpg")
+    raise ValueError(f"unsupported metastore URL scheme: {parsed.drivername!r}")
+
+
+def is_postgres(url: str | URL) -> bool:
+    return normalize_url(url).get_backend_name() == "postgresql"
+
+
+def asyncpg_dsn(url: str | URL) -> str:
+    """The libpq-style DSN asyncpg wants, from a SQLAlchemy URL."""
+    plain = normalize_url(url).set(drivername="postgresql")
+    return plain.render_as_string(hide_password=False)
+
+
+def create_engine(url: str | URL, **kwargs: Any) -> AsyncEngine:
+    """An async engine; SQLite connections are configured for a concurrent writer."""
+    parsed = normalize_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return create_async_engine(parsed, **kwargs)
+    if parsed.database in (None, "", ":memory:"):
+        # One shared connection, or every checkout would see its own empty database.
+        kwargs.setdefault("poolclass", StaticPool)
+    engine = create_async_engine(parsed, **kwargs)
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let us issue BEGIN ourselves (pysqlite otherwise defers it, see SQLAlchemy's
+        # "Serializable isolation / Savepoints / Transactional DDL" recipe).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        if parsed.database not in (None, "", ":memory:"):
+            cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        immediate = conn.get_execution_options().get(IMMEDIATE, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine

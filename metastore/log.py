@@ -1,0 +1,362 @@
+"""The log: commit an object (the sequencer), find batches, list offsets, delete records.
+
+This is the generic SQLAlchemy implementation, used as-is on SQLite: the commit
+loads the touched partitions and producer state in one ``BEGIN IMMEDIATE``
+transaction, runs ``sequencer.plan_commit`` and writes the outcome back with
+executemany. ``PostgresMetastore`` overrides ``commit_object`` and
+``find_batches`` with one raw asyncpg round trip each.
+
+Object bookkeeping choice: an object whose batches all failed (or were all
+duplicates) is still registered, directly in state ``deleting``; the GC deletes
+it after the grace period. Registered objects belong to the metastore, so the
+agent never deletes an object itself (``object_key_registered`` tells it whether
+an ambiguous commit went through).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import bindparam, delete, func, insert, or_, select, tuple_, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from metastore import schema as s
+from metastore.base import SqlBase
+from metastore.sequencer import PartitionState, ProducerBatch, ProducerKey, plan_commit
+from metastore.types import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    BatchLocation,
+    BatchToCommit,
+    CommitResult,
+    DeleteRecordsResult,
+    ErrorCode,
+    FindResult,
+    ListOffsetsResult,
+    MetastoreError,
+    ObjectAlreadyCommittedError,
+)
+
+DEFAULT_MAX_BATCHES = 1000  # cap on batches per find_batches answer
+_CHUNK = 2000  # tuples per IN (...) list: SQLite allows 32766 bound variables
+
+
+def _chunks(items: Sequence[Any], size: int = _CHUNK) -> Iterable[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+class LogMixin(SqlBase):
+    async def commit_object(
+        self, key: str, size: int, agent_id: str, batches: Sequence[BatchToCommit]
+    ) -> list[CommitResult]:
+        now = self.now_ms()
+        wanted = sorted({(b.topic_id, b.partition) for b in batches})
+        producer_keys = sorted(
+            {(b.topic_id, b.partition, b.producer_id) for b in batches if b.producer_id >= 0}
+        )
+        p = s.partitions.c
+        try:
+            async with self._write() as conn:
+                states: dict[tuple[uuid.UUID, int], PartitionState] = {}
+                for chunk in _chunks(wanted):
+                    rows = await conn.execute(
+                        select(p.topic_id, p.partition, p.log_start_offset, p.high_watermark)
+                        .where(tuple_(p.topic_id, p.partition).in_(chunk))
+                        .order_by(p.topic_id, p.partition)
+                        .with_for_update()
+                    )
+                    for row in rows:
+                        states[(row.topic_id, row.partition)] = PartitionState(
+                            row.log_start_offset, row.high_watermark
+                        )
+                producers = await self._load_producers(conn, producer_keys)
+                plan = plan_commit(batches, states, producers, now)
+                object_id = await self._insert_object(
+                    conn, key, size, agent_id, now, live=bool(plan.accepted)
+                )
+                if plan.accepted:
+                    await conn.execute(
+                        insert(s.batches),
+                        [
+                            _batch_row(batches[i], plan.results[i].base_offset, object_id, now)
+                            for i in plan.accepted
+                        ],
+                    )
+                    await conn.execute(
+                        update(s.partitions)
+                        .where(p.topic_id == bindparam("t"), p.partition == bindparam("p"))
+                        .values(
+                            high_watermark=bindparam("hwm"), bytes=p.bytes + bindparam("added")
+                        ),
+                        [
+                            {
+                                "t": tp[0],
+                                "p": tp[1],
+                                "hwm": st.high_watermark,
+                                "added": st.added_bytes,
+                            }
+                            for tp, st in states.items()
+                            if st.changed
+                        ],
+                    )
+                await self._store_producers(conn, plan.touched_producers, producers)
+        except MetastoreError as e:
+            if isinstance(e.__cause__, IntegrityError):
+                raise ObjectAlreadyCommittedError(f"object {key!r} is already committed") from e
+            raise
+        return plan.results
+
+    async def _insert_object(
+        self, conn: AsyncConnection, key: str, size: int, agent_id: str, now: int, live: bool
+    ) -> int:
+        result = await conn.execute(
+            insert(s.objects)
+            .values(
+                key=key,
+                agent_id=agent_id,
+                size=size,
+                state="live" if live else "deleting",
+                created_at=now,
+                deleting_since=None if live else now,
+            )
+            .returning(s.objects.c.id)
+        )
+        return int(result.scalar_one())
+
+    async def _load_producers(
+        self, conn: AsyncConnection, keys: Sequence[ProducerKey]
+    ) -> dict[ProducerKey, list[ProducerBatch]]:
+        pb = s.producer_batches.c
+        producers: dict[ProducerKey, list[ProducerBatch]] = {}
+        for chunk in _chunks(keys):
+            rows = await conn.execute(
+                select(
+                    pb.topic_id,
+                    pb.partition,
+                    pb.producer_id,
+                    pb.producer_epoch,
+                    pb.base_sequence,
+                    pb.last_sequence,
+                    pb.base_offset,
+                    pb.last_offset,
+                    pb.append_time,
+                )
+                .where(tuple_(pb.topic_id, pb.partition, pb.producer_id).in_(chunk))
+                .order_by(pb.base_offset)
+            )
+            for row in rows:
+                producers.setdefault((row.topic_id, row.partition, row.producer_id), []).append(
+                    ProducerBatch(
+                        row.producer_epoch,
+                        row.base_sequence,
+                        row.last_sequence,
+                        row.base_offset,
+                        row.last_offset,
+                        row.append_time,
+                    )
+                )
+        return producers
+
+    async def _store_producers(
+        self,
+        conn: AsyncConnection,
+        touched: set[ProducerKey],
+        producers: dict[ProducerKey, list[ProducerBatch]],
+    ) -> None:
+        if not touched:
+            return
+        pb = s.producer_batches.c
+        keys = sorted(touched)
+        for chunk in _chunks(keys):
+            await conn.execute(
+                delete(s.producer_batches).where(
+                    tuple_(pb.topic_id, pb.partition, pb.producer_id).in_(chunk)
+                )
+            )
+        rows = [
+            {
+                "topic_id": k[0],
+                "partition": k[1],
+                "producer_id": k[2],
+                "producer_epoch": e.producer_epoch,
+                "base_sequence": e.base_sequence,
+                "last_sequence": e.last_sequence,
+                "base_offset": e.base_offset,
+                "last_offset": e.last_offset,
+                "append_time": e.append_time,
+            }
+            for k in keys
+            for e in producers[k]
+        ]
+        await conn.execute(insert(s.producer_batches), rows)
+
+    async def find_batches(
+        self,
+        topic_id: uuid.UUID,
+        partition: int,
+        offset: int,
+        max_bytes: int,
+        max_batches: int = DEFAULT_MAX_BATCHES,
+    ) -> FindResult:
+        """The batch containing ``offset`` and the following ones while their total size
+        stays within ``max_bytes`` (the first batch always comes back whole)."""
+        async with self._read() as conn:
+            state = await self._partition(conn, topic_id, partition)
+            if state is None:
+                return FindResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1)
+            lso, hwm = state
+            if offset < lso or offset > hwm:
+                return FindResult(ErrorCode.OFFSET_OUT_OF_RANGE, lso, hwm)
+            if offset == hwm:
+                return FindResult(ErrorCode.NONE, lso, hwm)
+            b = s.batches.c
+            inner = (
+                select(
+                    s.objects.c.key,
+                    b.byte_pos,
+                    b.byte_len,
+                    b.base_offset,
+                    b.last_offset,
+                    b.record_count,
+                    b.max_timestamp,
+                    b.append_time,
+                )
+                .join(s.objects, s.objects.c.id == b.object_id)
+                .where(b.topic_id == topic_id, b.partition == partition, b.last_offset >= offset)
+                .order_by(b.last_offset)
+                .limit(max(1, max_batches))
+                .subquery()
+            )
+            ordered = select(
+                inner,
+                func.sum(inner.c.byte_len).over(order_by=inner.c.last_offset).label("cum"),
+                func.row_number().over(order_by=inner.c.last_offset).label("rn"),
+            ).subquery()
+            rows = await conn.execute(
+                select(ordered)
+                .where(or_(ordered.c.rn == 1, ordered.c.cum <= max_bytes))
+                .order_by(ordered.c.last_offset)
+            )
+            found = [
+                BatchLocation(
+                    r.key,
+                    r.byte_pos,
+                    r.byte_len,
+                    r.base_offset,
+                    r.last_offset,
+                    r.record_count,
+                    r.max_timestamp,
+                    r.append_time,
+                )
+                for r in rows
+            ]
+        return FindResult(ErrorCode.NONE, lso, hwm, found)
+
+    async def _partition(
+        self, conn: AsyncConnection, topic_id: uuid.UUID, partition: int, lock: bool = False
+    ) -> tuple[int, int] | None:
+        p = s.partitions.c
+        query = select(p.log_start_offset, p.high_watermark).where(
+            p.topic_id == topic_id, p.partition == partition
+        )
+        if lock:
+            query = query.with_for_update()
+        row = (await conn.execute(query)).first()
+        return (row.log_start_offset, row.high_watermark) if row is not None else None
+
+    async def list_offsets(
+        self, topic_id: uuid.UUID, partition: int, timestamp: int
+    ) -> ListOffsetsResult:
+        """-2 earliest, -1 latest, -3 the batch with the largest timestamp (its last
+        offset), else the first batch whose max timestamp is >= ``timestamp`` (its
+        base offset). Batch granularity: the index has one entry per batch."""
+        async with self._read() as conn:
+            state = await self._partition(conn, topic_id, partition)
+            if state is None:
+                return ListOffsetsResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            lso, hwm = state
+            if timestamp == EARLIEST_TIMESTAMP:
+                return ListOffsetsResult(ErrorCode.NONE, lso, -1)
+            if timestamp == LATEST_TIMESTAMP:
+                return ListOffsetsResult(ErrorCode.NONE, hwm, -1)
+            config = (
+                await conn.execute(select(s.topics.c.config).where(s.topics.c.id == topic_id))
+            ).scalar_one()
+            b = s.batches.c
+            ts = (
+                b.append_time
+                if (config or {}).get("message.timestamp.type") == "LogAppendTime"
+                else b.max_timestamp
+            )
+            live = (b.topic_id == topic_id) & (b.partition == partition) & (b.last_offset >= lso)
+            if timestamp == MAX_TIMESTAMP:
+                row = (
+                    await conn.execute(
+                        select(b.last_offset.label("offset"), ts.label("ts"))
+                        .where(live)
+                        .order_by(ts.desc(), b.last_offset)
+                        .limit(1)
+                    )
+                ).first()
+            elif timestamp >= 0:
+                row = (
+                    await conn.execute(
+                        select(b.base_offset.label("offset"), ts.label("ts"))
+                        .where(live, ts >= timestamp)
+                        .order_by(b.last_offset)
+                        .limit(1)
+                    )
+                ).first()
+            else:
+                return ListOffsetsResult(ErrorCode.NONE)
+        if row is None:
+            return ListOffsetsResult(ErrorCode.NONE)
+        # A batch straddling the log start offset: answer the first offset still readable.
+        return ListOffsetsResult(ErrorCode.NONE, max(int(row.offset), lso), int(row.ts))
+
+    async def delete_records(
+        self, topic_id: uuid.UUID, partition: int, before_offset: int
+    ) -> DeleteRecordsResult:
+        """Advance the log start offset to ``before_offset`` (-1: the high watermark)."""
+        async with self._write() as conn:
+            state = await self._partition(conn, topic_id, partition, lock=True)
+            if state is None:
+                return DeleteRecordsResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            lso, hwm = state
+            target = hwm if before_offset == -1 else before_offset
+            if target < 0 or target > hwm:
+                return DeleteRecordsResult(ErrorCode.OFFSET_OUT_OF_RANGE)
+            if target > lso:
+                p = s.partitions.c
+                await conn.execute(
+                    update(s.partitions)
+                    .where(p.topic_id == topic_id, p.partition == partition)
+                    .values(log_start_offset=target)
+                )
+                lso = target
+        return DeleteRecordsResult(ErrorCode.NONE, lso)
+
+
+def _batch_row(batch: BatchToCommit, base: int, object_id: int, now: int) -> dict[str, Any]:
+    return {
+        "topic_id": batch.topic_id,
+        "partition": batch.partition,
+        "last_offset": base + batch.last_offset_delta,
+        "base_offset": base,
+        "object_id": object_id,
+        "byte_pos": batch.byte_pos,
+        "byte_len": batch.byte_len,
+        "record_count": batch.record_count,
+        "base_timestamp": batch.base_timestamp,
+        "max_timestamp": batch.max_timestamp,
+        "append_time": now,
+        "producer_id": batch.producer_id,
+        "producer_epoch": batch.producer_epoch,
+        "base_sequence": batch.base_sequence,
+        "is_transactional": batch.is_transactional,
+    }

@@ -1,0 +1,1 @@
+"""Alembic migrations of the metastore schema (run with ``metastore.migrate``)."""

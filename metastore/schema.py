@@ -1,0 +1,195 @@
+"""SQLAlchemy Core schema of the metastore, shared by SQLite and PostgreSQL.
+
+This module is the reference the migrations in ``metastore/migrations`` must
+reproduce (a test compares them). All times are epoch milliseconds from the
+injected clock (BIGINT), so both databases store the same values and tests need
+no sleeps. ``partitions`` is the only hot, row-locked table: a commit locks the
+partition rows it touches, in sorted ``(topic_id, partition)`` order.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    SmallInteger,
+    String,
+    Table,
+    Text,
+    Uuid,
+    text,
+)
+
+# SQLite only auto-increments an INTEGER PRIMARY KEY (the rowid alias).
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_N_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING)
+
+topics = Table(
+    "topics",
+    metadata,
+    Column("id", Uuid(), primary_key=True),
+    Column("name", String(249), nullable=False),
+    Column("partitions", Integer, nullable=False),
+    Column("config", JSON, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("deleted_at", BigInteger, nullable=True),
+)
+# A deleted topic keeps its row (its id stays unique) but frees its name.
+Index(
+    "ix_topics_live_name",
+    topics.c.name,
+    unique=True,
+    sqlite_where=text("deleted_at IS NULL"),
+    postgresql_where=text("deleted_at IS NULL"),
+)
+
+partitions = Table(
+    "partitions",
+    metadata,
+    Column("topic_id", Uuid(), ForeignKey("topics.id"), primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    Column("log_start_offset", BigInteger, nullable=False),
+    Column("high_watermark", BigInteger, nullable=False),
+    Column("bytes", BigInteger, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+)
+
+objects = Table(
+    "objects",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("key", String(1024), nullable=False, unique=True),
+    Column("agent_id", String(255), nullable=False),
+    Column("size", BigInteger, nullable=False),
+    Column("state", String(16), nullable=False),  # live | deleting
+    Column("created_at", BigInteger, nullable=False),
+    Column("deleting_since", BigInteger, nullable=True),
+)
+Index("ix_objects_state_deleting_since", objects.c.state, objects.c.deleting_since)
+
+batches = Table(
+    "batches",
+    metadata,
+    Column("topic_id", Uuid(), primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    # The primary key doubles as the (topic_id, partition, last_offset) lookup index.
+    Column("last_offset", BigInteger, primary_key=True),
+    Column("base_offset", BigInteger, nullable=False),
+    # No foreign key to objects on purpose: Postgres checks it with one trigger query
+    # per inserted row, which tripled the cost of a 1,000-batch commit. The commit
+    # inserts the object row itself, and the GC only deletes unreferenced objects.
+    Column("object_id", BigInteger, nullable=False),
+    Column("byte_pos", BigInteger, nullable=False),
+    Column("byte_len", BigInteger, nullable=False),
+    Column("record_count", Integer, nullable=False),
+    Column("base_timestamp", BigInteger, nullable=False),
+    Column("max_timestamp", BigInteger, nullable=False),
+    Column("append_time", BigInteger, nullable=False),
+    Column("producer_id", BigInteger, nullable=False),
+    Column("producer_epoch", SmallInteger, nullable=False),
+    Column("base_sequence", Integer, nullable=False),
+    Column("is_transactional", Boolean, nullable=False),
+)
+Index("ix_batches_object_id", batches.c.object_id)
+
+# Idempotent-producer state: the last 5 batches of each producer on each partition.
+producer_batches = Table(
+    "producer_batches",
+    metadata,
+    Column("topic_id", Uuid(), primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    Column("producer_id", BigInteger, primary_key=True),
+    Column("base_offset", BigInteger, primary_key=True),
+    Column("producer_epoch", SmallInteger, nullable=False),
+    Column("base_sequence", Integer, nullable=False),
+    Column("last_sequence", Integer, nullable=False),
+    Column("last_offset", BigInteger, nullable=False),
+    Column("append_time", BigInteger, nullable=False),
+)
+
+# Transactional ids and their current producer id / epoch (InitProducerId).
+producers = Table(
+    "producers",
+    metadata,
+    Column("transactional_id", String(255), primary_key=True),
+    Column("producer_id", BigInteger, nullable=False),
+    Column("producer_epoch", SmallInteger, nullable=False),
+    Column("transaction_timeout_ms", Integer, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+)
+
+# One row (id = 1): the next producer id to hand out.
+producer_id_allocator = Table(
+    "producer_id_allocator",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("next_producer_id", BigInteger, nullable=False),
+)
+
+agents = Table(
+    "agents",
+    metadata,
+    Column("id", String(255), primary_key=True),
+    Column("host", String(255), nullable=False),
+    Column("port", Integer, nullable=False),
+    Column("zone", String(255), nullable=True),
+    Column("registered_at", BigInteger, nullable=False),
+    Column("heartbeat_at", BigInteger, nullable=False),
+)
+Index("ix_agents_heartbeat_at", agents.c.heartbeat_at)
+
+# Consumer groups: schema only for now; the coordinator logic comes later.
+groups = Table(
+    "groups",
+    metadata,
+    Column("group_id", String(255), primary_key=True),
+    Column("protocol_type", String(255), nullable=True),
+    Column("protocol", String(255), nullable=True),
+    Column("state", String(32), nullable=False),
+    Column("generation", Integer, nullable=False),
+    Column("leader_id", String(255), nullable=True),
+    Column("coordinator_agent", String(255), nullable=True),
+    Column("updated_at", BigInteger, nullable=False),
+)
+
+group_members = Table(
+    "group_members",
+    metadata,
+    Column("group_id", String(255), ForeignKey("groups.group_id"), primary_key=True),
+    Column("member_id", String(255), primary_key=True),
+    Column("group_instance_id", String(255), nullable=True),
+    Column("client_id", String(255), nullable=False),
+    Column("client_host", String(255), nullable=False),
+    Column("session_timeout_ms", Integer, nullable=False),
+    Column("rebalance_timeout_ms", Integer, nullable=False),
+    Column("metadata", LargeBinary, nullable=True),
+    Column("assignment", LargeBinary, nullable=True),
+)
+
+group_offsets = Table(
+    "group_offsets",
+    metadata,
+    Column("group_id", String(255), primary_key=True),
+    Column("topic_id", Uuid(), primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    Column("committed_offset", BigInteger, nullable=False),
+    Column("leader_epoch", Integer, nullable=False),
+    Column("metadata", Text, nullable=True),
+    Column("commit_time", BigInteger, nullable=False),
+    Column("expire_time", BigInteger, nullable=True),
+)

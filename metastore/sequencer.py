@@ -1,0 +1,144 @@
+"""The sequencer's decision logic in pure Python: offsets and idempotent producers.
+
+``plan_commit`` takes the locked partition rows and the producer state of every
+``(topic, partition, producer)`` an object touches, and decides per batch: error,
+duplicate (returns the original offset, not stored) or accepted (gets
+``base = high_watermark``, which then advances by ``last_offset_delta + 1``).
+The SQLite (and generic SQL) commit runs it inside one ``BEGIN IMMEDIATE``
+transaction; the plpgsql ``floe_commit_object`` in migration 0002 is a line-by-line
+port of it, and the contract suite holds both to the same behaviour.
+
+Producer rules follow Kafka's ``ProducerStateManager`` / ``ProducerAppendInfo``:
+- producer id -1: no checks;
+- a batch equal (epoch, first and last sequence) to one of the producer's last 5
+  batches on the partition is a duplicate: NONE with the original base offset;
+- an epoch older than the partition's current one: INVALID_PRODUCER_EPOCH;
+- a newer epoch must start at sequence 0 (else OUT_OF_ORDER_SEQUENCE_NUMBER) and
+  resets the state;
+- same epoch: the sequence must follow the last one (wrapping at int32 max), else
+  OUT_OF_ORDER_SEQUENCE_NUMBER; this includes retries of batches older than the
+  last 5, as in Kafka >= 2.x (DUPLICATE_SEQUENCE_NUMBER is not used any more);
+- no state for the producer on this partition: any sequence is accepted (Kafka
+  since KIP-360).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from metastore.types import BatchToCommit, CommitResult, ErrorCode
+
+INT32_MAX = 2**31 - 1
+PRODUCER_STATE_BATCHES = 5
+
+PartitionKey = tuple[uuid.UUID, int]
+ProducerKey = tuple[uuid.UUID, int, int]
+
+
+def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
+    """Sequence of the batch's last record; sequences wrap from int32 max to 0."""
+    last = base_sequence + last_offset_delta
+    return last - INT32_MAX - 1 if last > INT32_MAX else last
+
+
+def in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
+
+
+@dataclass(slots=True)
+class PartitionState:
+    log_start_offset: int
+    high_watermark: int
+    added_bytes: int = 0
+    changed: bool = False
+
+
+class ProducerBatch(NamedTuple):
+    producer_epoch: int
+    base_sequence: int
+    last_sequence: int
+    base_offset: int
+    last_offset: int
+    append_time: int
+
+
+@dataclass(slots=True)
+class CommitPlan:
+    results: list[CommitResult]
+    accepted: list[int] = field(default_factory=list)  # indexes of batches to store
+    touched_producers: set[ProducerKey] = field(default_factory=set)
+
+
+def plan_commit(
+    batches: Sequence[BatchToCommit],
+    partitions: Mapping[PartitionKey, PartitionState],
+    producers: MutableMapping[ProducerKey, list[ProducerBatch]],
+    now_ms: int,
+) -> CommitPlan:
+    """Decide every batch in order; mutates ``partitions`` and ``producers`` to the
+    state to write back (producer lists: oldest first, at most 5 entries)."""
+    plan = CommitPlan(results=[])
+    results = plan.results
+    for index, batch in enumerate(batches):
+        state = partitions.get((batch.topic_id, batch.partition))
+        if state is None:
+            results.append(CommitResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, now_ms, -1))
+            continue
+        base = state.high_watermark
+        last = base + batch.last_offset_delta
+        if batch.producer_id >= 0:
+            key = (batch.topic_id, batch.partition, batch.producer_id)
+            entries = producers.setdefault(key, [])
+            outcome = _check_producer(batch, entries)
+            if not isinstance(outcome, ErrorCode):  # a duplicate
+                results.append(
+                    CommitResult(ErrorCode.NONE, outcome, now_ms, state.log_start_offset)
+                )
+                continue
+            if outcome is not ErrorCode.NONE:
+                results.append(CommitResult(outcome, -1, now_ms, state.log_start_offset))
+                continue
+            if entries and entries[-1].producer_epoch != batch.producer_epoch:
+                entries.clear()  # epoch bump: the old epoch's state is gone
+            entries.append(
+                ProducerBatch(
+                    batch.producer_epoch,
+                    batch.base_sequence,
+                    last_sequence(batch.base_sequence, batch.last_offset_delta),
+                    base,
+                    last,
+                    now_ms,
+                )
+            )
+            del entries[:-PRODUCER_STATE_BATCHES]
+            plan.touched_producers.add(key)
+        state.high_watermark = last + 1
+        state.added_bytes += batch.byte_len
+        state.changed = True
+        plan.accepted.append(index)
+        results.append(CommitResult(ErrorCode.NONE, base, now_ms, state.log_start_offset))
+    return plan
+
+
+def _check_producer(batch: BatchToCommit, entries: list[ProducerBatch]) -> ErrorCode | int:
+    """NONE to accept, an error code, or (an int) the base offset of the original
+    when ``batch`` duplicates one of the last 5."""
+    if not entries:
+        return ErrorCode.NONE
+    current = entries[-1]
+    if batch.producer_epoch == current.producer_epoch:
+        last_seq = last_sequence(batch.base_sequence, batch.last_offset_delta)
+        for entry in entries:
+            if entry.base_sequence == batch.base_sequence and entry.last_sequence == last_seq:
+                return entry.base_offset
+        if not in_sequence(current.last_sequence, batch.base_sequence):
+            return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        return ErrorCode.NONE
+    if batch.producer_epoch < current.producer_epoch:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if batch.base_sequence != 0:
+        return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    return ErrorCode.NONE

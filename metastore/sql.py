@@ -1,0 +1,15 @@
+"""``SqlMetastore``: the complete metastore on SQLAlchemy Core (the SQLite default).
+
+Composed of the topic, log and registry mixins; the same code runs on Postgres,
+where ``PostgresMetastore`` replaces the two hot paths with raw asyncpg.
+"""
+
+from __future__ import annotations
+
+from metastore.log import LogMixin
+from metastore.registry import RegistryMixin
+from metastore.topics import TopicsMixin
+
+
+class SqlMetastore(TopicsMixin, LogMixin, RegistryMixin):
+    """All operations over one SQLAlchemy async engine."""

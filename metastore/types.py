@@ -1,0 +1,170 @@
+"""Value types of the metastore API: error codes, inputs and results.
+
+The agent, compactor and Spark source talk to the metastore only through these
+types. Business outcomes (unknown partition, fenced producer, offset out of
+range) are values carrying a Kafka error code, so the agent maps them to the wire
+without translation; infrastructure failures are exceptions (``MetastoreError``).
+
+The commit input and result are NamedTuples rather than dataclasses: they are on
+the hot path and ``zip(*batches)`` turns a list of them into column arrays at C
+speed for the one-round-trip Postgres call.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+
+class ErrorCode(enum.IntEnum):
+    """The subset of Kafka's error codes the metastore can return (same numbers)."""
+
+    NONE = 0
+    OFFSET_OUT_OF_RANGE = 1
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    INVALID_TOPIC_EXCEPTION = 17
+    TOPIC_ALREADY_EXISTS = 36
+    INVALID_PARTITIONS = 37
+    INVALID_REPLICATION_FACTOR = 38
+    INVALID_CONFIG = 40
+    POLICY_VIOLATION = 44
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+    DUPLICATE_SEQUENCE_NUMBER = 46
+    INVALID_PRODUCER_EPOCH = 47
+    UNKNOWN_PRODUCER_ID = 59
+    PRODUCER_FENCED = 90
+
+
+class MetastoreError(Exception):
+    """An infrastructure failure (database unreachable, constraint broken, ...)."""
+
+
+class ObjectAlreadyCommittedError(MetastoreError):
+    """``commit_object`` was called twice for the same object key."""
+
+
+NO_PRODUCER_ID = -1
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+
+
+class BatchToCommit(NamedTuple):
+    """One record batch of an uploaded object, as the agent's produce handler saw it."""
+
+    topic_id: uuid.UUID
+    partition: int
+    byte_pos: int
+    byte_len: int
+    record_count: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = -1
+    base_sequence: int = -1
+    is_transactional: bool = False
+
+
+class CommitResult(NamedTuple):
+    """Per-batch outcome. ``base_offset`` is -1 on error; for a duplicate it is the
+    offset the original batch got."""
+
+    error: ErrorCode
+    base_offset: int
+    log_append_time_ms: int
+    log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    id: uuid.UUID
+    name: str
+    partitions: int
+    config: dict[str, str]  # explicit overrides only; see metastore.topic_config
+    created_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicResult:
+    """Outcome of create/delete/add_partitions/alter_config on one topic."""
+
+    error: ErrorCode
+    message: str | None = None
+    topic: TopicInfo | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    name: str
+    value: str
+    is_default: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeConfigResult:
+    error: ErrorCode
+    entries: list[ConfigEntry] = field(default_factory=list)
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BatchLocation:
+    object_key: str
+    byte_pos: int
+    byte_len: int
+    base_offset: int
+    last_offset: int
+    record_count: int
+    max_timestamp: int
+    append_time: int
+
+
+@dataclass(frozen=True, slots=True)
+class FindResult:
+    error: ErrorCode
+    log_start_offset: int
+    high_watermark: int
+    batches: list[BatchLocation] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class ListOffsetsResult:
+    error: ErrorCode
+    offset: int = -1
+    timestamp: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsResult:
+    error: ErrorCode
+    low_watermark: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdResult:
+    error: ErrorCode
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    id: int
+    key: str
+    agent_id: str
+    size: int
+    state: str  # "live" | "deleting"
+    created_at_ms: int
+    deleting_since_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class AgentInfo:
+    id: str
+    host: str
+    port: int
+    zone: str | None
+    heartbeat_at_ms: int
