@@ -107,18 +107,20 @@ async def handle(broker: Broker, ctx: RequestContext, req: CreateTopicsRequest) 
     results: list[Result] = []
     seen: set[str] = set()
     created = False
-    for topic in req.topics:
-        if topic.name in seen:
-            continue
-        seen.add(topic.name)
-        if counts[topic.name] > 1:
-            results.append(
-                _error(topic.name, ErrorCode.INVALID_REQUEST, f"Create topics request contains multiple entries for topic {topic.name}")
-            )
-            continue
-        result = await _create(broker, topic, req.validate_only)
-        created |= result.error_code == 0 and not req.validate_only
-        results.append(result)
-    if created:
-        broker.invalidate_topics()
+    try:
+        for topic in req.topics:
+            if topic.name in seen:
+                continue
+            seen.add(topic.name)
+            if counts[topic.name] > 1:
+                results.append(
+                    _error(topic.name, ErrorCode.INVALID_REQUEST, f"Create topics request contains multiple entries for topic {topic.name}")
+                )
+                continue
+            result = await _create(broker, topic, req.validate_only)
+            created |= result.error_code == 0 and not req.validate_only
+            results.append(result)
+    finally:
+        if created:
+            broker.invalidate_topics()
     return CreateTopicsResponse(throttle_time_ms=0, topics=results)

@@ -25,10 +25,10 @@ if TYPE_CHECKING:
 
 ENDPOINT_BROKERS = 1
 NOT_REQUESTED = -(2**31)
-# AclOperation codes valid on the CLUSTER resource: ALTER(4), CREATE(5),
-# CLUSTER_ACTION(7), DESCRIBE(8), DESCRIBE_CONFIGS(10), ALTER_CONFIGS(11),
+# AclOperation codes valid on the CLUSTER resource: CREATE(5), ALTER(7),
+# DESCRIBE(8), CLUSTER_ACTION(9), DESCRIBE_CONFIGS(10), ALTER_CONFIGS(11),
 # IDEMPOTENT_WRITE(12).
-CLUSTER_OPERATIONS = sum(1 << op for op in (4, 5, 7, 8, 10, 11, 12))
+CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 
 
 @handler(DescribeClusterRequest)
