@@ -39,12 +39,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Callable, Coroutine, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agent.connection import Deferred
 from agent.fetch import BatchReadError, FetchReader, PartitionFetch, reader_for, select_batches
 from agent.handlers.registry import handler
+from agent.metrics import METRICS
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import FetchRequest, FetchResponse
 from metastore.types import ErrorCode as MetaError
@@ -201,6 +203,20 @@ async def handle(broker: Broker, ctx: RequestContext, req: FetchRequest) -> Any:
                 except TimeoutError:
                     break
             results = await fetch_once(reader, wants, max_bytes, fresh=True)
+        METRICS.fetched_bytes.inc(sum(len(r.records) for r in results))
         return _response(req, wants, results)
 
-    return Deferred(run())
+    return Deferred(_Lazy(run))
+
+
+class _Lazy:
+    """An awaitable that creates its coroutine when first awaited, so a response
+    dropped with its connection leaves no "never awaited" coroutine behind."""
+
+    __slots__ = ("_factory",)
+
+    def __init__(self, factory: Callable[[], Coroutine[Any, Any, FetchResponse]]) -> None:
+        self._factory = factory
+
+    def __await__(self) -> Generator[Any, None, FetchResponse]:
+        return self._factory().__await__()

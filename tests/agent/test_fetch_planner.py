@@ -1,0 +1,199 @@
+"""The fetch planner and reader (agent/fetch.py) without a server: GET counting,
+range merging, block-cache hits, header patching, lookup caching."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from agent.cache import BlockCache
+from agent.clock import ManualClock
+from agent.fetch import BatchReadError, FetchReader, plan_reads, select_batches
+from kafka_protocol.records import RecordBatchBuilder, RecordBatchView, iter_batches
+from metastore.types import BatchLocation, ErrorCode, FindResult
+
+TOPIC = uuid.uuid4()
+
+
+def _batch(n: int, tag: str) -> bytes:
+    b = RecordBatchBuilder()
+    for i in range(n):
+        b.append(f"{tag}-k{i}".encode(), f"{tag}-v{i}".encode(), [("h", tag.encode())], timestamp_ms=1000 + i)
+    return b.build()
+
+
+class CountingStore:
+    """Objects in memory; counts ranged GETs."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, bytes] = {}
+        self.gets: list[tuple[str, int, int]] = []
+
+    async def get(self, key: str, start: int, end: int) -> bytes:
+        self.gets.append((key, start, end))
+        await asyncio.sleep(0)  # let concurrent readers pile up on the in-flight load
+        return self.objects[key][start:end]
+
+
+def _object(store: CountingStore, key: str, batches: list[bytes], first_offset: int, pad: int = 8) -> list[BatchLocation]:
+    """Lay ``batches`` out in one object after a ``pad``-byte header; return their locations."""
+    data = bytearray(b"H" * pad)
+    locs = []
+    offset = first_offset
+    for raw in batches:
+        view = RecordBatchView(raw)
+        locs.append(
+            BatchLocation(key, len(data), len(raw), offset, offset + view.last_offset_delta,
+                          view.records_count, view.max_timestamp, -1)
+        )
+        offset += view.last_offset_delta + 1
+        data += raw
+    store.objects[key] = bytes(data)
+    return locs
+
+
+def _reader(store: CountingStore, meta: object = None, *, block: int = 1 << 20, ttl_ms: int = 100,
+            clock: ManualClock | None = None) -> FetchReader:
+    cache = BlockCache(store.get, capacity_bytes=64 << 20, block_size=block)
+    return FetchReader(meta, cache, clock or ManualClock(), lookup_ttl_ms=ttl_ms)  # type: ignore[arg-type]
+
+
+async def test_adjacent_batches_one_get_then_cache_hit():
+    store = CountingStore()
+    locs = _object(store, "obj-1", [_batch(3, "a"), _batch(5, "b"), _batch(2, "c")], first_offset=100)
+    reader = _reader(store)
+
+    data = await reader.read(locs)
+    assert len(store.gets) == 1, store.gets
+    views = list(iter_batches(data, validate=True))  # CRC still valid after patching
+    assert [v.base_offset for v in views] == [100, 103, 108]
+    assert all(v.partition_leader_epoch == 0 for v in views)
+    offsets = [r.offset for v in views for r in v.records()]
+    assert offsets == list(range(100, 110))
+    assert [r.key for r in views[1].records()] == [f"b-k{i}".encode() for i in range(5)]
+
+    again = await reader.read(locs[1:])
+    assert len(store.gets) == 1, "second read should be served from the block cache"
+    assert [v.base_offset for v in iter_batches(again)] == [103, 108]
+
+
+async def test_batches_of_two_objects_in_offset_order():
+    store = CountingStore()
+    a = _object(store, "obj-a", [_batch(2, "a"), _batch(2, "b")], first_offset=0)
+    b = _object(store, "obj-b", [_batch(4, "c")], first_offset=4, pad=100)
+    reader = _reader(store)
+    data = await reader.read(a + b)
+    assert sorted(k for k, _, _ in store.gets) == ["obj-a", "obj-b"]
+    assert [v.base_offset for v in iter_batches(data, validate=True)] == [0, 2, 4]
+
+
+def test_plan_reads_merges_only_adjacent_ranges():
+    locs = [
+        BatchLocation("x", 10, 90, 0, 0, 1, 0, 0),
+        BatchLocation("x", 100, 50, 1, 1, 1, 0, 0),
+        BatchLocation("x", 300, 20, 2, 2, 1, 0, 0),  # gap: other partitions' batches
+        BatchLocation("y", 0, 30, 3, 3, 1, 0, 0),
+    ]
+    ranges = plan_reads(locs)
+    assert [(r.object_key, r.start, r.end, len(r.batches)) for r in ranges] == [
+        ("x", 10, 150, 2), ("x", 300, 320, 1), ("y", 0, 30, 1),
+    ]
+
+
+def test_select_batches_budget_and_first_batch_rule():
+    locs = [BatchLocation("x", i * 100, 100, i, i, 1, 0, 0) for i in range(5)]
+    assert len(select_batches(locs, 250, min_one=True)) == 2
+    assert len(select_batches(locs, 50, min_one=True)) == 1  # first batch always whole
+    assert select_batches(locs, 50, min_one=False) == []
+    assert select_batches([], 100, min_one=True) == []
+
+
+async def test_concurrent_reads_share_one_get():
+    store = CountingStore()
+    locs = _object(store, "obj", [_batch(10, "a")], first_offset=0)
+    reader = _reader(store)
+    results = await asyncio.gather(*(reader.read(locs) for _ in range(8)))
+    assert len(set(results)) == 1
+    assert len(store.gets) == 1
+
+
+async def test_read_spanning_blocks():
+    store = CountingStore()
+    locs = _object(store, "obj", [_batch(50, "a"), _batch(50, "b")], first_offset=0)
+    reader = _reader(store, block=256)
+    data = await reader.read(locs)
+    assert [v.base_offset for v in iter_batches(data, validate=True)] == [0, 50]
+    assert len(store.gets) == -(-len(store.objects["obj"]) // 256)  # whole blocks only
+
+
+async def test_wrong_location_is_detected():
+    store = CountingStore()
+    locs = _object(store, "obj", [_batch(3, "a")], first_offset=0)
+    bad = BatchLocation("obj", locs[0].byte_pos + 1, locs[0].byte_len, 0, 2, 3, 0, 0)
+    with pytest.raises(BatchReadError):
+        await _reader(store).read([bad])
+
+
+class FakeMeta:
+    def __init__(self, result: FindResult) -> None:
+        self.result = result
+        self.calls = 0
+
+    async def find_batches(self, topic_id, partition, offset, max_bytes, max_batches=1000):
+        self.calls += 1
+        await asyncio.sleep(0)
+        return self.result
+
+
+async def test_lookup_cache_ttl_and_coalescing():
+    loc = BatchLocation("obj", 0, 100, 0, 9, 10, 0, 0)
+    meta = FakeMeta(FindResult(ErrorCode.NONE, 0, 10, [loc]))
+    clock = ManualClock()
+    reader = _reader(CountingStore(), meta, ttl_ms=100, clock=clock)
+
+    results = await asyncio.gather(*(reader.find(TOPIC, 0, 0, 1000) for _ in range(5)))
+    assert meta.calls == 1 and all(r.batches == [loc] for r in results)
+    await reader.find(TOPIC, 0, 0, 1000)
+    assert meta.calls == 1  # cached
+    await reader.find(TOPIC, 0, 0, 1000, fresh=True)
+    assert meta.calls == 2  # long-poll re-checks bypass the cache
+    clock.advance(0.2)
+    await reader.find(TOPIC, 0, 0, 1000)
+    assert meta.calls == 3  # expired
+
+
+async def test_empty_and_error_lookups_are_not_cached():
+    meta = FakeMeta(FindResult(ErrorCode.NONE, 0, 10, []))  # at the high watermark
+    reader = _reader(CountingStore(), meta)
+    await reader.find(TOPIC, 0, 10, 1000)
+    await reader.find(TOPIC, 0, 10, 1000)
+    assert meta.calls == 2
+    meta.result = FindResult(ErrorCode.OFFSET_OUT_OF_RANGE, 0, 10)
+    await reader.find(TOPIC, 0, 11, 1000)
+    await reader.find(TOPIC, 0, 11, 1000)
+    assert meta.calls == 4
+
+
+async def test_missing_object_is_a_retriable_partition_error():
+    from agent.handlers.fetch import _Want, fetch_once
+    from objectstore.errors import ObjectNotFound
+
+    store = CountingStore()
+    locs = _object(store, "gone", [_batch(3, "a")], first_offset=0)
+    del store.objects["gone"]
+
+    async def get(key: str, start: int, end: int) -> bytes:
+        if key not in store.objects:
+            raise ObjectNotFound(f"no such object: {key}", key=key)
+        return store.objects[key][start:end]
+
+    meta = FakeMeta(FindResult(ErrorCode.NONE, 0, 3, locs))
+    reader = FetchReader(meta, BlockCache(get, capacity_bytes=1 << 20, block_size=1 << 16), ManualClock(),  # type: ignore[arg-type]
+                         lookup_ttl_ms=1000)
+    want = _Want(0, 0, 0, 1 << 20, TOPIC)
+    (res,) = await fetch_once(reader, [want], 1 << 20)
+    assert res.error == 56 and res.records == b""  # KAFKA_STORAGE_ERROR: clients retry
+    await fetch_once(reader, [want], 1 << 20)
+    assert meta.calls == 2, "the cached lookup pointing at the missing object was dropped"
