@@ -29,6 +29,10 @@ log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
 _MIN_CHUNK = 64 * 1024
+# Frames up to this size get their whole buffer at once (one allocation, no
+# regrowth copies); larger declared sizes grow as bytes actually arrive, so a
+# client claiming 100 MiB costs us at most this much before it sends it.
+_EAGER_ALLOC = 1024 * 1024
 
 
 class Reply:
@@ -141,7 +145,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 return
             self._frame_size = size
             self._frame_filled = 0
-            self._frame = bytearray(min(size, _MIN_CHUNK))
+            self._frame = bytearray(size if size <= _EAGER_ALLOC else _MIN_CHUNK)
             if size == 0:
                 self._complete_frame()
             return
