@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import multiprocessing as mp
 import os
@@ -75,7 +76,7 @@ def _producer_proc(
             t0 = time.perf_counter()
         while True:
             try:
-                p.produce(topic, payload, partition=i % partitions, on_delivery=lambda e, m, t0=t0: cb(e, m, t0))
+                p.produce(topic, payload, partition=i % partitions, on_delivery=functools.partial(_cb_at, cb, t0))
                 break
             except BufferError:
                 p.poll(0.01)
@@ -84,6 +85,10 @@ def _producer_proc(
     p.flush(120)
     elapsed = time.perf_counter() - start
     out.put({"elapsed": elapsed, "latencies": lat, "errors": errors})
+
+
+def _cb_at(cb: Any, t0: float, err: Any, msg: Any) -> None:
+    cb(err, msg, t0)
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -154,7 +159,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
              "--admin-port", str(aport), "--metastore", metastore, "--objects", objects, "--log-level", "WARNING"],
             stdout=log, stderr=subprocess.STDOUT, env={**os.environ},
         )
-        cleanups.append(lambda: (agent.send_signal(signal.SIGTERM), agent.wait(30)))
+        def stop_agent() -> None:
+            agent.send_signal(signal.SIGTERM)
+            agent.wait(30)
+
+        cleanups.append(stop_agent)
         deadline = time.monotonic() + 60
         while True:
             try:

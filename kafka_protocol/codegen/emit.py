@@ -4,11 +4,32 @@ Where it sits: build time, between :mod:`.schema` (the model) and the checked-in
 modules in ``kafka_protocol/messages/``. For every struct and every version we
 emit one straight-line reader ``_r_<Struct>_v<N>(buf, pos)`` and one writer
 ``_w_<Struct>_v<N>(o, buf, out)``; versions whose code is identical share one
-function (``_r_X_v5 = _r_X_v4``). Runs of fixed-width fields are read and
-written with a single precompiled ``struct.Struct``.
+function (``_r_X_v5 = _r_X_v4``).
+
+The output is tuned for CPython, where every call, attribute lookup and
+bytecode counts (a Produce request is decoded per partition, a Fetch response
+encoded per partition):
+
+* small child structs (the partitions of a topic) are inlined into their
+  parent's array loop instead of being a call per element (INLINE_*);
+* readers make instances with ``object.__new__`` and store each slot directly
+  (a keyword ``__init__`` call cost more than decoding the fields);
+* runs of fixed-width fields are one precompiled ``struct.Struct`` call, which
+  also fetches the first byte of a varint that follows (compact length,
+  tagged-field count);
+* compact lengths and counts take a one-byte fast path inline; records/bytes
+  lengths are unrolled to 3 bytes; anything else, and every error, goes through
+  the checked runtime helpers in ``_runtime`` (bounds are still checked before
+  anything is sliced or allocated);
+* an all-default tagged-field section is one ``append(0)``, and default
+  struct-valued tags are recognised with inline field tests instead of the
+  dataclass ``__eq__``.
 """
 
 from __future__ import annotations
+
+import re
+from collections.abc import Callable
 
 from .schema import FIXED, Field, Message, Struct, in_range
 
@@ -27,13 +48,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -43,6 +64,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -58,9 +80,34 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 '''
 
-_FMT_IDENT = {"b": "b", "h": "h", "i": "i", "q": "q", "H": "H", "I": "I", "d": "d", "?": "o"}
+#: A child struct's reader/writer is inlined into its parent (into the array
+#: loop, for arrays of structs: that is where per-call overhead adds up) when
+#: its code is at most INLINE_MAX_LINES lines and it nests structs at most
+#: INLINE_HEIGHT levels deep itself (so the inner loops, e.g. partitions, are
+#: inlined, and the outer ones, e.g. topics, stay calls shared across
+#: versions); other children are calls to their own function.
+INLINE_MAX_LINES = 60
+INLINE_HEIGHT = 1
+
+_FMT_IDENT = {
+    "b": "b",
+    "B": "B",
+    "h": "h",
+    "i": "i",
+    "q": "q",
+    "H": "H",
+    "I": "I",
+    "d": "d",
+    "?": "o",
+}
+
+
+def _sfx(depth: int) -> str:
+    """Suffix for the locals of code inlined ``depth`` levels deep (none at the top)."""
+    return str(depth) if depth else ""
 
 
 def _versions(m: Message) -> range:
@@ -78,6 +125,7 @@ class ModuleEmitter:
         self.bodies: dict[str, str] = {}  # body text -> canonical function name
         self.funcs: list[str] = []
         self.defaults: set[str] = set()  # structs whose default instance is a module constant
+        self._declared: set[str] = set()  # locals annotated so far in the function being built
 
     # ------------------------------------------------------------ helpers
 
@@ -258,26 +306,97 @@ class ModuleEmitter:
             f"{i}    return join(buf, out)",
         ]
 
+    # ------------------------------------------------------------ shared
+
+    def _declare(self, name: str, ind: str, ann: str = "Any") -> list[str]:
+        """``name: ann`` the first time a function mentions ``name``; mypy rejects repeats."""
+        if name in self._declared:
+            return []
+        self._declared.add(name)
+        return [f"{ind}{name}: {ann}"]
+
+    def _height(self, s: Struct, seen: frozenset[str] = frozenset()) -> int:
+        """How many levels of structs ``s`` nests (0: only scalars)."""
+        if s.ident in seen:  # recursive struct: never inline
+            return INLINE_HEIGHT + 1
+        kids = [f.struct for f in s.fields if f.struct is not None]
+        return max((1 + self._height(k, seen | {s.ident}) for k in kids), default=0)
+
+    def _inline(
+        self, s: Struct, inline: bool, gen: Callable[[], list[str]], call: Callable[[], list[str]]
+    ) -> list[str]:
+        """``s``'s code in place (``gen``) when small and shallow enough, else a ``call``."""
+        if inline and self._height(s) <= INLINE_HEIGHT:
+            saved = set(self._declared)
+            lines = gen()
+            if len(lines) <= INLINE_MAX_LINES:
+                return lines
+            self._declared = saved
+        return call()
+
+    def _default_arg(self, f: Field) -> str:
+        """A fresh default value for ``f``, as its dataclass default would give."""
+        if f.struct is not None and not f.is_array and not self._default_is_none(f):
+            return f"_C_{f.struct.ident}()"
+        return self.default_expr(f)
+
+    def _fixed_runs(self, fields: list[Field]) -> list[list[Field] | Field]:
+        """Group consecutive fixed-width scalar fields so each run is one struct call."""
+        out: list[list[Field] | Field] = []
+        for f in fields:
+            if not f.is_array and f.struct is None and f.type in FIXED:
+                if out and isinstance(out[-1], list):
+                    out[-1].append(f)
+                else:
+                    out.append([f])
+            else:
+                out.append(f)
+        return out
+
     # ------------------------------------------------------------ readers
 
     def read_value(
-        self, f: Field, v: int, flex: bool, target: str, ind: str, elem: bool = False
+        self,
+        f: Field,
+        v: int,
+        flex: bool,
+        target: str,
+        ind: str,
+        depth: int,
+        elem: bool = False,
+        inline: bool = True,
+        peeked: bool = False,
     ) -> list[str]:
-        """Lines reading one value of ``f`` (an array element if ``elem``) into ``target``."""
+        """Lines reading one value of ``f`` (an array element if ``elem``) into
+        ``target``; with ``peeked``, ``n<depth>`` already holds the byte at ``pos``."""
         t = f.type
+        x = _sfx(depth)
         nullable = f.is_nullable(v) and not elem
         compact = self._compact(f, flex)
         if f.struct is not None:
-            fn = self.reader(f.struct, v)
+            s = f.struct
+            i2 = ind + "    " if nullable else ind
+            local = target if target.isidentifier() else f"s{x}_{f.attr}"
+
+            def gen() -> list[str]:
+                lines = self._declare(local, i2) + self.struct_read(s, v, local, i2, depth + 1)
+                return lines + ([f"{i2}{target} = {local}"] if local != target else [])
+
+            lines = self._inline(
+                s,
+                inline,
+                gen,
+                lambda: [f"{i2}{target}, pos = {self.reader(s, v)}(buf, pos)"],
+            )
             if nullable:
                 return [
-                    f"{ind}present, pos = read_struct_marker(buf, pos)",
-                    f"{ind}if present:",
-                    f"{ind}    {target}, pos = {fn}(buf, pos)",
+                    f"{ind}present{x}, pos = read_struct_marker(buf, pos)",
+                    f"{ind}if present{x}:",
+                    *lines,
                     f"{ind}else:",
                     f"{ind}    {target} = None",
                 ]
-            return [f"{ind}{target}, pos = {fn}(buf, pos)"]
+            return lines
         if t in FIXED:
             fmt, size = FIXED[t]
             return [f"{ind}({target},) = {self._u(fmt)}(buf, pos)", f"{ind}pos += {size}"]
@@ -287,30 +406,96 @@ class ModuleEmitter:
         if t == "records":
             nullable = True  # records are nullable on the wire in every version we know
         fn = "read_" + ("compact_" if compact else "") + ("nullable_" if nullable else "") + kind
+        if kind == "string" and compact:
+            # fast path: a one-byte length that fits; anything else (null, long,
+            # truncated, malformed) goes through the checked reader
+            return [
+                *([] if peeked else [f"{ind}n{x} = buf[pos]"]),
+                f"{ind}if 0 < n{x} < 0x80 and n{x} <= buflen - pos:",
+                f"{ind}    end{x} = pos + n{x}",
+                f'{ind}    {target} = str(buf[pos + 1 : end{x}], "utf-8")',
+                f"{ind}    pos = end{x}",
+                f"{ind}else:",
+                f"{ind}    {target}, pos = {fn}(buf, pos)",
+            ]
+        if compact:
+            # bytes/records: the length varint unrolled for 1-3 bytes (records
+            # up to 2 MiB), then the same bounds check as the runtime reader
+            null = (
+                [f"{ind}    {target} = None"]
+                if nullable
+                else [f'{ind}    raise DecodeError("null compact bytes in a non-nullable field")']
+            )
+            return [
+                f"{ind}if n{x} < 0x80:" if peeked else f"{ind}if (n{x} := buf[pos]) < 0x80:",
+                f"{ind}    pos += 1",
+                f"{ind}elif (b{x} := buf[pos + 1]) < 0x80:",
+                f"{ind}    n{x} = n{x} & 0x7F | b{x} << 7",
+                f"{ind}    pos += 2",
+                f"{ind}elif (c{x} := buf[pos + 2]) < 0x80:",
+                f"{ind}    n{x} = n{x} & 0x7F | (b{x} & 0x7F) << 7 | c{x} << 14",
+                f"{ind}    pos += 3",
+                f"{ind}else:",
+                f"{ind}    n{x}, pos = read_uvarint(buf, pos)",
+                f"{ind}if n{x} == 0:",
+                *null,
+                f"{ind}else:",
+                f"{ind}    end{x} = pos + n{x} - 1",
+                f"{ind}    if end{x} > buflen:",
+                f"{ind}        raise_too_long(buf, pos, n{x} - 1)",
+                f"{ind}    {target} = buf[pos:end{x}]",
+                f"{ind}    pos = end{x}",
+            ]
         return [f"{ind}{target}, pos = {fn}(buf, pos)"]
 
-    def read_field(self, f: Field, v: int, flex: bool, target: str, ind: str) -> list[str]:
+    def read_field(
+        self,
+        f: Field,
+        v: int,
+        flex: bool,
+        target: str,
+        ind: str,
+        depth: int,
+        inline: bool = True,
+        peeked: bool = False,
+    ) -> list[str]:
         if not f.is_array:
-            return self.read_value(f, v, flex, target, ind)
+            return self.read_value(f, v, flex, target, ind, depth, inline=inline, peeked=peeked)
+        x = _sfx(depth)
         nullable = f.is_nullable(v)
         compact = self._compact(f, flex)
-        lenfn = "read_compact_array_len" if compact else "read_array_len"
-        out = [f"{ind}n, pos = {lenfn}(buf, pos, {nullable})"]
+        if compact:
+            out = [
+                *([] if peeked else [f"{ind}n{x} = buf[pos]"]),
+                f"{ind}if 0 < n{x} < 0x80 and n{x} <= buflen - pos:",
+                f"{ind}    n{x} -= 1",
+                f"{ind}    pos += 1",
+                f"{ind}else:",
+                f"{ind}    n{x}, pos = read_compact_array_len(buf, pos, {nullable})",
+            ]
+        else:
+            out = [f"{ind}n{x}, pos = read_array_len(buf, pos, {nullable})"]
         body: list[str] = []
         i2 = ind + "    " if nullable else ind
         if f.struct is None and f.type in FIXED:
             fmt, size = FIXED[f.type]
             body += [
-                f'{i2}{target} = list(_unpack_from(">%d{fmt}" % n, buf, pos))',
-                f"{i2}pos += n * {size}",
+                f'{i2}{target} = list(_unpack_from(">%d{fmt}" % n{x}, buf, pos))',
+                f"{i2}pos += n{x} * {size}",
             ]
         else:
-            e = "e_" + f.attr
-            body += [f"{i2}{target} = []", f"{i2}for _ in range(n):"]
-            body += self.read_value(f, v, flex, e, i2 + "    ", elem=True)
-            body += [f"{i2}    {target}.append({e})"]
+            a, e = f"a{x}_{f.attr}", f"e{x}_{f.attr}"
+            body += self._declare(e, i2)
+            if a in self._declared:
+                body.append(f"{i2}{a} = []")
+            else:
+                self._declared.add(a)
+                body.append(f"{i2}{a}: list[Any] = []")
+            body.append(f"{i2}for _ in range(n{x}):")
+            body += self.read_value(f, v, flex, e, i2 + "    ", depth, elem=True, inline=inline)
+            body += [f"{i2}    {a}.append({e})", f"{i2}{target} = {a}"]
         if nullable:
-            out += [f"{ind}if n < 0:", f"{ind}    {target} = None", f"{ind}else:"]
+            out += [f"{ind}if n{x} < 0:", f"{ind}    {target} = None", f"{ind}else:"]
         return out + body
 
     def reader(self, s: Struct, v: int) -> str:
@@ -322,73 +507,80 @@ class ModuleEmitter:
     def _flex(self, v: int) -> bool:
         return in_range(self._msg.flexible, v)
 
-    def _gen_reader(self, s: Struct, v: int) -> None:
+    def struct_read(self, s: Struct, v: int, obj: str, ind: str, depth: int) -> list[str]:
+        """Lines decoding one ``s`` at ``pos`` into the local ``obj`` (other locals
+        suffixed by depth). The instance is made without ``__init__`` (a keyword
+        call costs more than the decoding) and every slot is stored directly."""
         flex = self._flex(v)
-        ind = "    "
-        body: list[str] = []
+        x = _sfx(depth)
         untagged = [f for f in s.fields if f.present(v) and not (flex and f.is_tagged(v))]
         tagged = [f for f in s.fields if flex and f.present(v) and f.is_tagged(v)]
-        # also tagged fields whose "versions" do not cover v but taggedVersions do
-        i = 0
-        while i < len(untagged):
-            f = untagged[i]
-            if not f.is_array and f.struct is None and f.type in FIXED:
-                j = i
-                fmt = ""
-                size = 0
-                names = []
-                while (
-                    j < len(untagged)
-                    and not untagged[j].is_array
-                    and untagged[j].struct is None
-                    and untagged[j].type in FIXED
-                ):
-                    c, sz = FIXED[untagged[j].type]
-                    fmt += c
-                    size += sz
-                    names.append("f_" + untagged[j].attr)
-                    j += 1
+        body = [f"{ind}{obj} = _new(_C_{s.ident})"]
+        body += [
+            f"{ind}{obj}.{f.attr} = {self._default_arg(f)}" for f in s.fields if f not in untagged
+        ]
+        runs = self._fixed_runs(untagged)
+        peeked = False
+        for i, run in enumerate(runs):
+            if isinstance(run, list):
+                # a run of fixed-width fields is one unpack; it also fetches the
+                # next byte when that is a varint that follows anyway (a compact
+                # length or the tagged-field count), saving a separate index
+                nxt = runs[i + 1] if i + 1 < len(runs) else None
+                peeked = self._peekable(nxt, v, flex)
+                fmt = "".join(FIXED[f.type][0] for f in run) + ("B" if peeked else "")
+                size = sum(FIXED[f.type][1] for f in run)
+                names = [f"{obj}.{f.attr}" for f in run] + ([f"n{x}"] if peeked else [])
                 lhs = ", ".join(names) + ("," if len(names) == 1 else "")
                 body.append(f"{ind}({lhs}) = {self._u(fmt)}(buf, pos)")
                 body.append(f"{ind}pos += {size}")
-                i = j
                 continue
-            if f.is_array or f.is_nullable(v) or f.struct is not None:
-                body.append(f"{ind}f_{f.attr}: Any")
-            body += self.read_field(f, v, flex, "f_" + f.attr, ind)
-            i += 1
-        args = ", ".join(f"{f.attr}=f_{f.attr}" for f in untagged)
-        body.append(f"{ind}obj = _C_{s.ident}({args})")
+            body += self.read_field(run, v, flex, f"{obj}.{run.attr}", ind, depth, peeked=peeked)
+            peeked = False
         if flex:
+            first = f"n{x}" if peeked else "buf[pos]"
+            body += [f"{ind}if {first} == 0:", f"{ind}    pos += 1", f"{ind}else:"]
             if tagged:
+                i3 = ind + "            "
                 body += [
-                    f"{ind}if buf[pos] == 0:",
-                    f"{ind}    pos += 1",
-                    f"{ind}else:",
-                    f"{ind}    nt, pos = read_tag_count(buf, pos)",
-                    f"{ind}    for _ in range(nt):",
-                    f"{ind}        tag, end, pos = read_tag_header(buf, pos)",
+                    f"{ind}    nt{x}, pos = read_tag_count(buf, pos)",
+                    f"{ind}    for _ in range(nt{x}):",
+                    f"{ind}        tag{x}, tag_end{x}, pos = read_tag_header(buf, pos)",
                 ]
                 kw = "if"
                 for f in sorted(tagged, key=lambda x: x.tag or 0):
-                    body.append(f"{ind}        {kw} tag == {f.tag}:")
-                    body.append(f"{ind}            t{f.tag}: Any")
-                    body += self.read_field(f, v, True, f"t{f.tag}", ind + "            ")
-                    body.append(f"{ind}            obj.{f.attr} = t{f.tag}")
+                    tv = f"t{x}_{f.tag}"
+                    body.append(f"{ind}        {kw} tag{x} == {f.tag}:")
+                    body += self._declare(tv, i3)
+                    body += self.read_field(f, v, True, tv, i3, depth, inline=False)
+                    body.append(f"{i3}{obj}.{f.attr} = {tv}")
                     kw = "elif"
                 body += [
-                    f"{ind}        if pos > end:",
+                    f"{ind}        if pos > tag_end{x}:",
                     f'{ind}            raise DecodeError("tagged field overruns its size")',
-                    f"{ind}        pos = end",
+                    f"{ind}        pos = tag_end{x}",
                 ]
             else:
-                body += [
-                    f"{ind}if buf[pos] == 0:",
-                    f"{ind}    pos += 1",
-                    f"{ind}else:",
-                    f"{ind}    pos = skip_tagged_fields(buf, pos)",
-                ]
-        body.append(f"{ind}return obj, pos")
+                body.append(f"{ind}    pos = skip_tagged_fields(buf, pos)")
+        return body
+
+    def _peekable(self, nxt: list[Field] | Field | None, v: int, flex: bool) -> bool:
+        """Whether what follows a fixed run starts with a varint byte the run
+        can fetch: the tagged-field count (``nxt`` None, flexible) or the
+        length of a compact string, bytes, records or array."""
+        if nxt is None:
+            return flex
+        if isinstance(nxt, list) or not self._compact(nxt, flex):
+            return False
+        return nxt.is_array or (nxt.struct is None and nxt.type in ("string", "bytes", "records"))
+
+    def _gen_reader(self, s: Struct, v: int) -> None:
+        saved, self._declared = self._declared, set()
+        body = self.struct_read(s, v, "obj", "    ", 0)
+        self._declared = saved
+        if any("buflen" in line for line in body):
+            body.insert(0, "    buflen = len(buf)")
+        body.append("    return obj, pos")
         text = "\n".join(body)
         name = f"_r_{s.ident}_v{v}"
         canon = self.bodies.get("r" + s.ident + text)
@@ -402,22 +594,43 @@ class ModuleEmitter:
     # ------------------------------------------------------------ writers
 
     def write_value(
-        self, f: Field, v: int, flex: bool, expr: str, ind: str, b: str, o: str, elem: bool = False
+        self,
+        f: Field,
+        v: int,
+        flex: bool,
+        expr: str,
+        ind: str,
+        depth: int,
+        b: str,
+        o: str,
+        elem: bool = False,
+        inline: bool = True,
     ) -> list[str]:
         t = f.type
+        x = _sfx(depth)
         nullable = f.is_nullable(v) and not elem
         compact = self._compact(f, flex)
         if f.struct is not None:
-            fn = self.writer(f.struct, v)
+            s = f.struct
+            lines = []
+            if not expr.isidentifier():
+                lines.append(f"{ind}s{x}_{f.attr} = {expr}")
+                expr = f"s{x}_{f.attr}"
+            i2 = ind + "    " if nullable else ind
             if nullable:
-                return [
+                lines += [
                     f"{ind}if {expr} is None:",
                     f'{ind}    {b} += b"\\xff"',
                     f"{ind}else:",
                     f'{ind}    {b} += b"\\x01"',
-                    f"{ind}    {fn}({expr}, {b}, {o})",
                 ]
-            return [f"{ind}{fn}({expr}, {b}, {o})"]
+            lines += self._inline(
+                s,
+                inline,
+                lambda: self.struct_write(s, v, expr, i2, depth + 1, b, o),
+                lambda: [f"{i2}{self.writer(s, v)}({expr}, {b}, {o})"],
+            )
+            return lines
         if t in FIXED:
             return [f"{ind}{b} += {self._p(FIXED[t][0])}({expr})"]
         if t == "uuid":
@@ -435,32 +648,79 @@ class ModuleEmitter:
         fn = (
             "write_" + ("compact_" if compact else "") + ("nullable_" if nullable else "") + "bytes"
         )
-        return [f"{ind}{fn}({b}, {o}, {expr})"]
+        if not compact:
+            return [f"{ind}{fn}({b}, {o}, {expr})"]
+        # compact bytes/records: the length varint unrolled for 1-3 bytes, and
+        # values of ZERO_COPY_THRESHOLD bytes or more passed through uncopied
+        val, m = f"v{x}_{f.attr}", f"m{x}"
+        i2 = ind + "    " if nullable else ind
+        lines = [f"{ind}{val} = {expr}"]
+        if nullable:
+            lines += [f"{ind}if {val} is None:", f"{ind}    {b}.append(0)", f"{ind}else:"]
+        return [
+            *lines,
+            f"{i2}{m} = len({val}) + 1",
+            f"{i2}if {m} < 0x80:",
+            f"{i2}    {b}.append({m})",
+            f"{i2}elif {m} < 0x200000:",
+            f"{i2}    {b}.append({m} & 0x7F | 0x80)",
+            f"{i2}    if {m} < 0x4000:",
+            f"{i2}        {b}.append({m} >> 7)",
+            f"{i2}    else:",
+            f"{i2}        {b}.append({m} >> 7 & 0x7F | 0x80)",
+            f"{i2}        {b}.append({m} >> 14)",
+            f"{i2}else:",
+            f"{i2}    {b} += uvarint({m})",
+            f"{i2}if {m} > ZERO_COPY_THRESHOLD:",
+            f"{i2}    {o}.append(bytes({b}))",
+            f"{i2}    {b}.clear()",
+            f"{i2}    {o}.append({val})",
+            f"{i2}else:",
+            f"{i2}    {b} += {val}",
+        ]
 
     def write_field(
-        self, f: Field, v: int, flex: bool, expr: str, ind: str, b: str, o: str
+        self,
+        f: Field,
+        v: int,
+        flex: bool,
+        expr: str,
+        ind: str,
+        depth: int,
+        b: str,
+        o: str,
+        inline: bool = True,
     ) -> list[str]:
         if not f.is_array:
-            return self.write_value(f, v, flex, expr, ind, b, o)
+            return self.write_value(f, v, flex, expr, ind, depth, b, o, inline=inline)
+        x = _sfx(depth)
         nullable = f.is_nullable(v)
         compact = self._compact(f, flex)
-        var = "a_" + f.attr
+        var = f"a{x}_{f.attr}"
         out = [f"{ind}{var} = {expr}"]
         i2 = ind
         if nullable:
-            null = 'b"\\x00"' if compact else 'b"\\xff\\xff\\xff\\xff"'
-            out += [f"{ind}if {var} is None:", f"{ind}    {b} += {null}", f"{ind}else:"]
+            null = ".append(0)" if compact else ' += b"\\xff\\xff\\xff\\xff"'
+            out += [f"{ind}if {var} is None:", f"{ind}    {b}{null}", f"{ind}else:"]
             i2 = ind + "    "
         if compact:
-            out.append(f"{i2}{b} += uvarint(len({var}) + 1)")
+            out += [
+                f"{i2}n{x} = len({var}) + 1",
+                f"{i2}if n{x} < 0x80:",
+                f"{i2}    {b}.append(n{x})",
+                f"{i2}else:",
+                f"{i2}    {b} += uvarint(n{x})",
+            ]
         else:
             out.append(f"{i2}{b} += {self._p('i')}(len({var}))")
         if f.struct is None and f.type in FIXED:
             fmt = FIXED[f.type][0]
             out.append(f'{i2}{b} += _pack(">%d{fmt}" % len({var}), *{var})')
         else:
-            out.append(f"{i2}for e in {var}:")
-            out += self.write_value(f, v, flex, "e", i2 + "    ", b, o, elem=True)
+            out.append(f"{i2}for e{x} in {var}:")
+            out += self.write_value(
+                f, v, flex, f"e{x}", i2 + "    ", depth, b, o, elem=True, inline=inline
+            )
         return out
 
     def writer(self, s: Struct, v: int) -> str:
@@ -469,55 +729,94 @@ class ModuleEmitter:
             self._gen_writer(s, v)
         return self.wname[key]
 
-    def _gen_writer(self, s: Struct, v: int) -> None:
+    def _ne_default(self, f: Field, expr: str) -> str | None:
+        """``expr != <f's default>`` as cheap inline source, or None if only the
+        dataclass ``__eq__`` gives the exact answer (floats: NaN is not NaN)."""
+        if self._default_is_none(f):
+            return f"{expr} is not None"
+        if f.type == "float64" and not f.is_array:
+            return None
+        if f.struct is not None and not f.is_array:
+            self.defaults.add(f.struct.ident)
+            return f"{expr} != _D_{f.struct.ident}"
+        return f"{expr} != {self.default_expr(f)}"
+
+    def _tag_wanted(self, f: Field, var: str) -> str:
+        """Source that is true when tagged field ``f`` (in ``var``) is not its default."""
+        s = f.struct
+        if s is None or f.is_array or self._default_is_none(f):
+            return self._ne_default(f, var) or f"{var} != {self.default_expr(f)}"
+        # what ``var != <default instance>`` computes, without the dataclass __eq__
+        # call and its two tuples: same class and every field at its default
+        parts = [f"{var}.__class__ is not _C_{s.ident}"]
+        for sf in s.fields:
+            ne = self._ne_default(sf, f"{var}.{sf.attr}")
+            if ne is None:
+                self.defaults.add(s.ident)
+                return f"{var} != _D_{s.ident}"
+            parts.append(ne)
+        return " or ".join(parts)
+
+    def struct_write(
+        self, s: Struct, v: int, obj: str, ind: str, depth: int, b: str, o: str
+    ) -> list[str]:
+        """Lines encoding the ``s`` in ``obj`` onto ``b``/``o`` (locals suffixed by depth)."""
         flex = self._flex(v)
-        ind = "    "
+        x = _sfx(depth)
         body: list[str] = []
         untagged = [f for f in s.fields if f.present(v) and not (flex and f.is_tagged(v))]
-        tagged = [f for f in s.fields if flex and f.present(v) and f.is_tagged(v)]
-        i = 0
-        while i < len(untagged):
-            f = untagged[i]
-            if not f.is_array and f.struct is None and f.type in FIXED:
-                j = i
-                fmt = ""
-                exprs = []
-                while (
-                    j < len(untagged)
-                    and not untagged[j].is_array
-                    and untagged[j].struct is None
-                    and untagged[j].type in FIXED
-                ):
-                    fmt += FIXED[untagged[j].type][0]
-                    exprs.append("o." + untagged[j].attr)
-                    j += 1
-                body.append(f"{ind}buf += {self._p(fmt)}({', '.join(exprs)})")
-                i = j
+        tagged = sorted(
+            (f for f in s.fields if flex and f.present(v) and f.is_tagged(v)),
+            key=lambda f: f.tag or 0,
+        )
+        for run in self._fixed_runs(untagged):
+            if isinstance(run, list):
+                fmt = "".join(FIXED[f.type][0] for f in run)
+                args = ", ".join(f"{obj}.{f.attr}" for f in run)
+                body.append(f"{ind}{b} += {self._p(fmt)}({args})")
                 continue
-            body += self.write_field(f, v, flex, "o." + f.attr, ind, "buf", "out")
-            i += 1
-        if flex:
-            if tagged:
-                body.append(f"{ind}tags: list[tuple[int, bytes]] = []")
-                for f in sorted(tagged, key=lambda x: x.tag or 0):
-                    tb, to = f"tb{f.tag}", f"to{f.tag}"
-                    dflt = self.default_expr(f)
-                    if f.struct is not None and dflt != "None" and not f.is_array:
-                        # compare with one shared default instance, not a new one per call
-                        dflt = f"_D_{f.struct.ident}"
-                        self.defaults.add(f.struct.ident)
-                    body += [
-                        f"{ind}if o.{f.attr} != {dflt}:",
-                        f"{ind}    {tb} = bytearray()",
-                        f"{ind}    {to}: list[Any] = []",
-                    ]
-                    body += self.write_field(f, v, True, "o." + f.attr, ind + "    ", tb, to)
-                    body.append(f"{ind}    tags.append(({f.tag}, join({tb}, {to})))")
-                body.append(f"{ind}write_tagged(buf, tags)")
+            body += self.write_field(run, v, flex, f"{obj}.{run.attr}", ind, depth, b, o)
+        if flex and not tagged:
+            body.append(f"{ind}{b}.append(0)")  # empty tagged-field section
+        elif flex:
+            # one test for "all at their defaults" (the common case: one zero byte);
+            # only when something is set is each field's test repeated
+            wanted = {}
+            for f in tagged:
+                tv = f"t{x}_{f.tag}"
+                body.append(f"{ind}{tv} = {obj}.{f.attr}")
+                wanted[f.attr] = self._tag_wanted(f, tv)
+            tags = f"tags{x}"
+            i2 = ind + "    "
+            body.append(f"{ind}if {' or '.join(wanted.values())}:")
+            if tags in self._declared:
+                body.append(f"{i2}{tags} = []")
             else:
-                body.append(f"{ind}buf.append(0)")
+                self._declared.add(tags)
+                body.append(f"{i2}{tags}: list[tuple[int, bytes]] = []")
+            for f in tagged:
+                tv, tb, to = f"t{x}_{f.tag}", f"tb{x}_{f.tag}", f"to{x}_{f.tag}"
+                i3 = i2
+                if len(tagged) > 1:
+                    body.append(f"{i2}if {wanted[f.attr]}:")
+                    i3 += "    "
+                body.append(f"{i3}{tb} = bytearray()")
+                if to in self._declared:
+                    body.append(f"{i3}{to} = []")
+                else:
+                    self._declared.add(to)
+                    body.append(f"{i3}{to}: list[Any] = []")
+                body += self.write_field(f, v, True, tv, i3, depth, tb, to, inline=False)
+                body.append(f"{i3}{tags}.append(({f.tag}, join({tb}, {to})))")
+            body += [f"{i2}write_tagged({b}, {tags})", f"{ind}else:", f"{i2}{b}.append(0)"]
         if not body:
             body.append(f"{ind}pass")
+        return body
+
+    def _gen_writer(self, s: Struct, v: int) -> None:
+        saved, self._declared = self._declared, set()
+        body = self.struct_write(s, v, "o", "    ", 0, "buf", "out")
+        self._declared = saved
         text = "\n".join(body)
         name = f"_w_{s.ident}_v{v}"
         canon = self.bodies.get("w" + s.ident + text)
@@ -564,12 +863,19 @@ class ModuleEmitter:
                 + "".join(f"    {v}: {fn},\n" for v, fn in wmap.items())
                 + "}\n"
             )
-        aliases += [f"_D_{ident} = _C_{ident}()" for ident in sorted(self.defaults)]
+        funcs = self._live(self.funcs, "\n".join(tables))
+        code = "\n".join(funcs)
+        aliases += [
+            f"_D_{ident} = _C_{ident}()"
+            for ident in sorted(self.defaults)
+            if re.search(rf"\b_D_{ident}\b", code)
+        ]
         consts = []
         for fmt in sorted(self.structs):
             ident = "".join(_FMT_IDENT[c] for c in fmt)
-            consts.append(f'_U_{ident} = struct.Struct(">{fmt}").unpack_from')
-            consts.append(f'_P_{ident} = struct.Struct(">{fmt}").pack')
+            for kind, attr in (("U", "unpack_from"), ("P", "pack")):
+                if re.search(rf"\b_{kind}_{ident}\b", code):
+                    consts.append(f'_{kind}_{ident} = struct.Struct(">{fmt}").{attr}')
         parts = [
             HEADER.format(specs=specs),
             "\n".join(consts),
@@ -577,11 +883,25 @@ class ModuleEmitter:
             class_src,
             "\n".join(aliases),
             "\n\n",
-            "\n\n".join(self.funcs),
+            "\n\n".join(funcs),
             "\n\n",
             "\n".join(tables),
         ]
         return "\n".join(parts)
+
+    @staticmethod
+    def _live(funcs: list[str], roots: str) -> list[str]:
+        """The functions reachable from ``roots`` (an inlining attempt that was
+        dropped for size may have generated functions nothing calls)."""
+        by_name = {f[4 : f.index("(")]: f for f in funcs}
+        live: set[str] = set()
+        todo = [roots]
+        while todo:
+            for name in re.findall(r"\b_[rw]_\w+", todo.pop()):
+                if name in by_name and name not in live:
+                    live.add(name)
+                    todo.append(by_name[name])
+        return [f for f in funcs if f[4 : f.index("(")] in live]
 
     _msg: Message
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from typing import Any
+from typing import Any, NoReturn
 
 from kafka_protocol.exceptions import DecodeError
 
@@ -43,17 +43,26 @@ _pack_b = struct.Struct(">b").pack
 
 def read_uvarint(buf: memoryview, pos: int) -> tuple[int, int]:
     """Unsigned varint of at most 5 bytes (an int32 on the wire)."""
+    # unrolled for the 1-3 byte lengths that sizes and counts actually use
     b = buf[pos]
     if b < 0x80:
         return b, pos + 1
     result = b & 0x7F
-    shift = 7
-    for i in range(1, 5):
-        b = buf[pos + i]
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos + i + 1
-        shift += 7
+    b = buf[pos + 1]
+    if b < 0x80:
+        return result | (b << 7), pos + 2
+    result |= (b & 0x7F) << 7
+    b = buf[pos + 2]
+    if b < 0x80:
+        return result | (b << 14), pos + 3
+    result |= (b & 0x7F) << 14
+    b = buf[pos + 3]
+    if b < 0x80:
+        return result | (b << 21), pos + 4
+    result |= (b & 0x7F) << 21
+    b = buf[pos + 4]
+    if b < 0x80:
+        return result | (b << 28), pos + 5
     raise DecodeError("unsigned varint longer than 5 bytes")
 
 
@@ -86,9 +95,15 @@ _UVARINT_SMALL = [bytes([i]) for i in range(128)]
 
 
 def uvarint(n: int) -> bytes:
-    if 0 <= n < 128:
-        return _UVARINT_SMALL[n]
-    if n < 0 or n > 0xFFFFFFFF:
+    if n < 0x80:
+        if n >= 0:
+            return _UVARINT_SMALL[n]
+        raise ValueError(f"unsigned varint out of range: {n}")
+    if n < 0x4000:
+        return bytes((n & 0x7F | 0x80, n >> 7))
+    if n < 0x200000:
+        return bytes((n & 0x7F | 0x80, (n >> 7) & 0x7F | 0x80, n >> 14))
+    if n > 0xFFFFFFFF:
         raise ValueError(f"unsigned varint out of range: {n}")
     out = bytearray()
     while n >= 0x80:
@@ -130,12 +145,23 @@ def read_compact_array_len(buf: memoryview, pos: int, nullable: bool) -> tuple[i
     return n, pos
 
 
+def _too_long(buf: memoryview, pos: int, n: int) -> DecodeError:
+    return DecodeError(f"length {n} exceeds the {len(buf) - pos} bytes left")
+
+
+def raise_too_long(buf: memoryview, pos: int, n: int) -> NoReturn:
+    """For generated code: a length of ``n`` at ``pos`` overruns ``buf``."""
+    raise _too_long(buf, pos, n)
+
+
 def _len_check(buf: memoryview, pos: int, n: int) -> None:
     if n > len(buf) - pos:
-        raise DecodeError(f"length {n} exceeds the {len(buf) - pos} bytes left")
+        raise _too_long(buf, pos, n)
 
 
 # ---------------------------------------------------------------- strings
+# The readers below are the generated code's hot path, so each is written out
+# in full (no helper calls): length, bounds check against the bytes left, slice.
 
 
 def read_string(buf: memoryview, pos: int) -> tuple[str, int]:
@@ -143,8 +169,9 @@ def read_string(buf: memoryview, pos: int) -> tuple[str, int]:
     pos += 2
     if n < 0:
         raise DecodeError(f"invalid string length {n}")
-    _len_check(buf, pos, n)
     end = pos + n
+    if end > len(buf):
+        raise _too_long(buf, pos, n)
     return str(buf[pos:end], "utf-8"), end
 
 
@@ -155,28 +182,37 @@ def read_nullable_string(buf: memoryview, pos: int) -> tuple[str | None, int]:
         if n == -1:
             return None, pos
         raise DecodeError(f"invalid string length {n}")
-    _len_check(buf, pos, n)
     end = pos + n
+    if end > len(buf):
+        raise _too_long(buf, pos, n)
     return str(buf[pos:end], "utf-8"), end
 
 
 def read_compact_string(buf: memoryview, pos: int) -> tuple[str, int]:
-    n, pos = read_uvarint(buf, pos)
-    n -= 1
-    if n < 0:
+    n = buf[pos]
+    if n < 0x80:
+        pos += 1
+    else:
+        n, pos = read_uvarint(buf, pos)
+    if n == 0:
         raise DecodeError("null compact string in a non-nullable field")
-    _len_check(buf, pos, n)
-    end = pos + n
+    end = pos + n - 1
+    if end > len(buf):
+        raise _too_long(buf, pos, n - 1)
     return str(buf[pos:end], "utf-8"), end
 
 
 def read_compact_nullable_string(buf: memoryview, pos: int) -> tuple[str | None, int]:
-    n, pos = read_uvarint(buf, pos)
-    n -= 1
-    if n < 0:
+    n = buf[pos]
+    if n < 0x80:
+        pos += 1
+    else:
+        n, pos = read_uvarint(buf, pos)
+    if n == 0:
         return None, pos
-    _len_check(buf, pos, n)
-    end = pos + n
+    end = pos + n - 1
+    if end > len(buf):
+        raise _too_long(buf, pos, n - 1)
     return str(buf[pos:end], "utf-8"), end
 
 
@@ -195,7 +231,8 @@ def write_nullable_string(s: str | None) -> bytes:
 
 def write_compact_string(s: str) -> bytes:
     b = s.encode("utf-8")
-    return uvarint(len(b) + 1) + b
+    n = len(b) + 1
+    return (_UVARINT_SMALL[n] if n < 0x80 else uvarint(n)) + b
 
 
 def write_compact_nullable_string(s: str | None) -> bytes:
@@ -212,8 +249,9 @@ def read_bytes(buf: memoryview, pos: int) -> tuple[memoryview, int]:
     pos += 4
     if n < 0:
         raise DecodeError(f"invalid bytes length {n}")
-    _len_check(buf, pos, n)
     end = pos + n
+    if end > len(buf):
+        raise _too_long(buf, pos, n)
     return buf[pos:end], end
 
 
@@ -224,34 +262,60 @@ def read_nullable_bytes(buf: memoryview, pos: int) -> tuple[memoryview | None, i
         if n == -1:
             return None, pos
         raise DecodeError(f"invalid bytes length {n}")
-    _len_check(buf, pos, n)
     end = pos + n
+    if end > len(buf):
+        raise _too_long(buf, pos, n)
     return buf[pos:end], end
 
 
 def read_compact_bytes(buf: memoryview, pos: int) -> tuple[memoryview, int]:
-    n, pos = read_uvarint(buf, pos)
-    n -= 1
-    if n < 0:
+    n = buf[pos]
+    if n < 0x80:
+        pos += 1
+    elif (b := buf[pos + 1]) < 0x80:  # 2- and 3-byte lengths unrolled: records sizes
+        n = n & 0x7F | b << 7
+        pos += 2
+    elif (c := buf[pos + 2]) < 0x80:
+        n = n & 0x7F | (b & 0x7F) << 7 | c << 14
+        pos += 3
+    else:
+        n, pos = read_uvarint(buf, pos)
+    if n == 0:
         raise DecodeError("null compact bytes in a non-nullable field")
-    _len_check(buf, pos, n)
-    end = pos + n
+    end = pos + n - 1
+    if end > len(buf):
+        raise _too_long(buf, pos, n - 1)
     return buf[pos:end], end
 
 
 def read_compact_nullable_bytes(buf: memoryview, pos: int) -> tuple[memoryview | None, int]:
-    n, pos = read_uvarint(buf, pos)
-    n -= 1
-    if n < 0:
+    n = buf[pos]
+    if n < 0x80:
+        pos += 1
+    elif (b := buf[pos + 1]) < 0x80:  # 2- and 3-byte lengths unrolled: records sizes
+        n = n & 0x7F | b << 7
+        pos += 2
+    elif (c := buf[pos + 2]) < 0x80:
+        n = n & 0x7F | (b & 0x7F) << 7 | c << 14
+        pos += 3
+    else:
+        n, pos = read_uvarint(buf, pos)
+    if n == 0:
         return None, pos
-    _len_check(buf, pos, n)
-    end = pos + n
+    end = pos + n - 1
+    if end > len(buf):
+        raise _too_long(buf, pos, n - 1)
     return buf[pos:end], end
 
 
-def _put(buf: bytearray, out: list[Any], v: bytes | memoryview) -> None:
-    if len(v) >= ZERO_COPY_THRESHOLD:
-        # flush the small stuff, then pass the big value through uncopied
+# The writers pass values of ZERO_COPY_THRESHOLD bytes or more through as their
+# own part: flush the small stuff in ``buf`` to ``out``, then the value, uncopied.
+
+
+def write_bytes(buf: bytearray, out: list[Any], v: bytes | memoryview) -> None:
+    n = len(v)
+    buf += _pack_i(n)
+    if n >= ZERO_COPY_THRESHOLD:
         out.append(bytes(buf))
         buf.clear()
         out.append(v)
@@ -259,22 +323,40 @@ def _put(buf: bytearray, out: list[Any], v: bytes | memoryview) -> None:
         buf += v
 
 
-def write_bytes(buf: bytearray, out: list[Any], v: bytes | memoryview) -> None:
-    buf += _pack_i(len(v))
-    _put(buf, out, v)
-
-
 def write_nullable_bytes(buf: bytearray, out: list[Any], v: bytes | memoryview | None) -> None:
     if v is None:
         buf += b"\xff\xff\xff\xff"
         return
-    buf += _pack_i(len(v))
-    _put(buf, out, v)
+    n = len(v)
+    buf += _pack_i(n)
+    if n >= ZERO_COPY_THRESHOLD:
+        out.append(bytes(buf))
+        buf.clear()
+        out.append(v)
+    else:
+        buf += v
 
 
 def write_compact_bytes(buf: bytearray, out: list[Any], v: bytes | memoryview) -> None:
-    buf += uvarint(len(v) + 1)
-    _put(buf, out, v)
+    n = len(v)
+    m = n + 1
+    if m < 0x80:
+        buf.append(m)
+    elif m < 0x200000:  # 2- and 3-byte lengths unrolled: records sizes
+        buf.append(m & 0x7F | 0x80)
+        if m < 0x4000:
+            buf.append(m >> 7)
+        else:
+            buf.append(m >> 7 & 0x7F | 0x80)
+            buf.append(m >> 14)
+    else:
+        buf += uvarint(m)
+    if n >= ZERO_COPY_THRESHOLD:
+        out.append(bytes(buf))
+        buf.clear()
+        out.append(v)
+    else:
+        buf += v
 
 
 def write_compact_nullable_bytes(
@@ -283,8 +365,25 @@ def write_compact_nullable_bytes(
     if v is None:
         buf.append(0)
         return
-    buf += uvarint(len(v) + 1)
-    _put(buf, out, v)
+    n = len(v)
+    m = n + 1
+    if m < 0x80:
+        buf.append(m)
+    elif m < 0x200000:  # 2- and 3-byte lengths unrolled: records sizes
+        buf.append(m & 0x7F | 0x80)
+        if m < 0x4000:
+            buf.append(m >> 7)
+        else:
+            buf.append(m >> 7 & 0x7F | 0x80)
+            buf.append(m >> 14)
+    else:
+        buf += uvarint(m)
+    if n >= ZERO_COPY_THRESHOLD:
+        out.append(bytes(buf))
+        buf.clear()
+        out.append(v)
+    else:
+        buf += v
 
 
 # ---------------------------------------------------------------- uuid, tags

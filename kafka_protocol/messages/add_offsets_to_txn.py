@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,11 +45,14 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
 _U_ih = struct.Struct(">ih").unpack_from
 _P_ih = struct.Struct(">ih").pack
+_U_ihB = struct.Struct(">ihB").unpack_from
 _U_qh = struct.Struct(">qh").unpack_from
 _P_qh = struct.Struct(">qh").pack
+_U_qhB = struct.Struct(">qhB").unpack_from
 
 
 @dataclass(slots=True)
@@ -184,30 +188,32 @@ _C_AddOffsetsToTxnResponse = AddOffsetsToTxnResponse
 
 
 def _r_AddOffsetsToTxnRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_transactional_id, pos = read_string(buf, pos)
-    (f_producer_id, f_producer_epoch) = _U_qh(buf, pos)
+    obj = _new(_C_AddOffsetsToTxnRequest)
+    obj.transactional_id, pos = read_string(buf, pos)
+    (obj.producer_id, obj.producer_epoch) = _U_qh(buf, pos)
     pos += 10
-    f_group_id, pos = read_string(buf, pos)
-    obj = _C_AddOffsetsToTxnRequest(
-        transactional_id=f_transactional_id,
-        producer_id=f_producer_id,
-        producer_epoch=f_producer_epoch,
-        group_id=f_group_id,
-    )
+    obj.group_id, pos = read_string(buf, pos)
     return obj, pos
 
 
 def _r_AddOffsetsToTxnRequest_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_transactional_id, pos = read_compact_string(buf, pos)
-    (f_producer_id, f_producer_epoch) = _U_qh(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_AddOffsetsToTxnRequest)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.transactional_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.transactional_id, pos = read_compact_string(buf, pos)
+    (obj.producer_id, obj.producer_epoch, n) = _U_qhB(buf, pos)
     pos += 10
-    f_group_id, pos = read_compact_string(buf, pos)
-    obj = _C_AddOffsetsToTxnRequest(
-        transactional_id=f_transactional_id,
-        producer_id=f_producer_id,
-        producer_epoch=f_producer_epoch,
-        group_id=f_group_id,
-    )
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.group_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.group_id, pos = read_compact_string(buf, pos)
     if buf[pos] == 0:
         pos += 1
     else:
@@ -229,17 +235,17 @@ def _w_AddOffsetsToTxnRequest_v3(o: Any, buf: bytearray, out: list[Any]) -> None
 
 
 def _r_AddOffsetsToTxnResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code) = _U_ih(buf, pos)
+    obj = _new(_C_AddOffsetsToTxnResponse)
+    (obj.throttle_time_ms, obj.error_code) = _U_ih(buf, pos)
     pos += 6
-    obj = _C_AddOffsetsToTxnResponse(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code)
     return obj, pos
 
 
 def _r_AddOffsetsToTxnResponse_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code) = _U_ih(buf, pos)
+    obj = _new(_C_AddOffsetsToTxnResponse)
+    (obj.throttle_time_ms, obj.error_code, n) = _U_ihB(buf, pos)
     pos += 6
-    obj = _C_AddOffsetsToTxnResponse(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code)
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)

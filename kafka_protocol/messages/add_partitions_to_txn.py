@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,15 +45,19 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
 _U_i = struct.Struct(">i").unpack_from
 _P_i = struct.Struct(">i").pack
+_U_iB = struct.Struct(">iB").unpack_from
 _U_ih = struct.Struct(">ih").unpack_from
 _P_ih = struct.Struct(">ih").pack
+_U_ihB = struct.Struct(">ihB").unpack_from
 _U_qh = struct.Struct(">qh").unpack_from
 _P_qh = struct.Struct(">qh").pack
-_U_qho = struct.Struct(">qh?").unpack_from
 _P_qho = struct.Struct(">qh?").pack
+_U_qhoB = struct.Struct(">qh?B").unpack_from
+_U_qhB = struct.Struct(">qhB").unpack_from
 
 
 @dataclass(slots=True)
@@ -273,99 +278,69 @@ _C_AddPartitionsToTxnResponse_AddPartitionsToTxnResult = (
 )
 
 
-def _r_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partitions = list(_unpack_from(">%di" % n, buf, pos))
-    pos += n * 4
-    obj = _C_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic(name=f_name, partitions=f_partitions)
-    return obj, pos
-
-
 def _r_AddPartitionsToTxnRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_v3_and_below_transactional_id, pos = read_string(buf, pos)
-    (f_v3_and_below_producer_id, f_v3_and_below_producer_epoch) = _U_qh(buf, pos)
+    obj = _new(_C_AddPartitionsToTxnRequest)
+    obj.transactions = []
+    obj.v3_and_below_transactional_id, pos = read_string(buf, pos)
+    (obj.v3_and_below_producer_id, obj.v3_and_below_producer_epoch) = _U_qh(buf, pos)
     pos += 10
-    f_v3_and_below_topics: Any
     n, pos = read_array_len(buf, pos, False)
-    f_v3_and_below_topics = []
+    e_v3_and_below_topics: Any
+    a_v3_and_below_topics: list[Any] = []
     for _ in range(n):
-        e_v3_and_below_topics, pos = _r_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v0(
-            buf, pos
-        )
-        f_v3_and_below_topics.append(e_v3_and_below_topics)
-    obj = _C_AddPartitionsToTxnRequest(
-        v3_and_below_transactional_id=f_v3_and_below_transactional_id,
-        v3_and_below_producer_id=f_v3_and_below_producer_id,
-        v3_and_below_producer_epoch=f_v3_and_below_producer_epoch,
-        v3_and_below_topics=f_v3_and_below_topics,
-    )
-    return obj, pos
-
-
-def _r_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v3(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partitions = list(_unpack_from(">%di" % n, buf, pos))
-    pos += n * 4
-    obj = _C_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic(name=f_name, partitions=f_partitions)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+        e_v3_and_below_topics = _new(_C_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic)
+        e_v3_and_below_topics.name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e_v3_and_below_topics.partitions = list(_unpack_from(">%di" % n1, buf, pos))
+        pos += n1 * 4
+        a_v3_and_below_topics.append(e_v3_and_below_topics)
+    obj.v3_and_below_topics = a_v3_and_below_topics
     return obj, pos
 
 
 def _r_AddPartitionsToTxnRequest_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_v3_and_below_transactional_id, pos = read_compact_string(buf, pos)
-    (f_v3_and_below_producer_id, f_v3_and_below_producer_epoch) = _U_qh(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_AddPartitionsToTxnRequest)
+    obj.transactions = []
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.v3_and_below_transactional_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.v3_and_below_transactional_id, pos = read_compact_string(buf, pos)
+    (obj.v3_and_below_producer_id, obj.v3_and_below_producer_epoch, n) = _U_qhB(buf, pos)
     pos += 10
-    f_v3_and_below_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_v3_and_below_topics = []
-    for _ in range(n):
-        e_v3_and_below_topics, pos = _r_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v3(
-            buf, pos
-        )
-        f_v3_and_below_topics.append(e_v3_and_below_topics)
-    obj = _C_AddPartitionsToTxnRequest(
-        v3_and_below_transactional_id=f_v3_and_below_transactional_id,
-        v3_and_below_producer_id=f_v3_and_below_producer_id,
-        v3_and_below_producer_epoch=f_v3_and_below_producer_epoch,
-        v3_and_below_topics=f_v3_and_below_topics,
-    )
-    if buf[pos] == 0:
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
         pos += 1
     else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction_v4(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_transactional_id, pos = read_compact_string(buf, pos)
-    (f_producer_id, f_producer_epoch, f_verify_only) = _U_qho(buf, pos)
-    pos += 11
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_v3_and_below_topics: Any
+    a_v3_and_below_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v3(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction(
-        transactional_id=f_transactional_id,
-        producer_id=f_producer_id,
-        producer_epoch=f_producer_epoch,
-        verify_only=f_verify_only,
-        topics=f_topics,
-    )
+        e_v3_and_below_topics = _new(_C_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_v3_and_below_topics.name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_v3_and_below_topics.name, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e_v3_and_below_topics.partitions = list(_unpack_from(">%di" % n1, buf, pos))
+        pos += n1 * 4
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_v3_and_below_topics.append(e_v3_and_below_topics)
+    obj.v3_and_below_topics = a_v3_and_below_topics
     if buf[pos] == 0:
         pos += 1
     else:
@@ -374,29 +349,77 @@ def _r_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction_v4(
 
 
 def _r_AddPartitionsToTxnRequest_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_transactions: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_transactions = []
+    buflen = len(buf)
+    obj = _new(_C_AddPartitionsToTxnRequest)
+    obj.v3_and_below_transactional_id = ""
+    obj.v3_and_below_producer_id = 0
+    obj.v3_and_below_producer_epoch = 0
+    obj.v3_and_below_topics = []
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_transactions: Any
+    a_transactions: list[Any] = []
     for _ in range(n):
-        e_transactions, pos = _r_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction_v4(
-            buf, pos
-        )
-        f_transactions.append(e_transactions)
-    obj = _C_AddPartitionsToTxnRequest(transactions=f_transactions)
+        e_transactions = _new(_C_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_transactions.transactional_id = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_transactions.transactional_id, pos = read_compact_string(buf, pos)
+        (
+            e_transactions.producer_id,
+            e_transactions.producer_epoch,
+            e_transactions.verify_only,
+            n1,
+        ) = _U_qhoB(buf, pos)
+        pos += 11
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_topics: Any
+        a1_topics: list[Any] = []
+        for _ in range(n1):
+            e1_topics = _new(_C_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic)
+            n2 = buf[pos]
+            if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                end2 = pos + n2
+                e1_topics.name = str(buf[pos + 1 : end2], "utf-8")
+                pos = end2
+            else:
+                e1_topics.name, pos = read_compact_string(buf, pos)
+            n2 = buf[pos]
+            if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                n2 -= 1
+                pos += 1
+            else:
+                n2, pos = read_compact_array_len(buf, pos, False)
+            e1_topics.partitions = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            if buf[pos] == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_topics.append(e1_topics)
+        e_transactions.topics = a1_topics
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_transactions.append(e_transactions)
+    obj.transactions = a_transactions
     if buf[pos] == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
     return obj, pos
-
-
-def _w_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.name)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    buf += _pack(">%di" % len(a_partitions), *a_partitions)
 
 
 def _w_AddPartitionsToTxnRequest_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -405,148 +428,152 @@ def _w_AddPartitionsToTxnRequest_v0(o: Any, buf: bytearray, out: list[Any]) -> N
     a_v3_and_below_topics = o.v3_and_below_topics
     buf += _P_i(len(a_v3_and_below_topics))
     for e in a_v3_and_below_topics:
-        _w_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v0(e, buf, out)
-
-
-def _w_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v3(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_compact_string(o.name)
-    a_partitions = o.partitions
-    buf += uvarint(len(a_partitions) + 1)
-    buf += _pack(">%di" % len(a_partitions), *a_partitions)
-    buf.append(0)
+        buf += write_string(e.name)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        buf += _pack(">%di" % len(a1_partitions), *a1_partitions)
 
 
 def _w_AddPartitionsToTxnRequest_v3(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += write_compact_string(o.v3_and_below_transactional_id)
     buf += _P_qh(o.v3_and_below_producer_id, o.v3_and_below_producer_epoch)
     a_v3_and_below_topics = o.v3_and_below_topics
-    buf += uvarint(len(a_v3_and_below_topics) + 1)
+    n = len(a_v3_and_below_topics) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_v3_and_below_topics:
-        _w_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v3(e, buf, out)
-    buf.append(0)
-
-
-def _w_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction_v4(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_compact_string(o.transactional_id)
-    buf += _P_qho(o.producer_id, o.producer_epoch, o.verify_only)
-    a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
-    for e in a_topics:
-        _w_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v3(e, buf, out)
+        buf += write_compact_string(e.name)
+        a1_partitions = e.partitions
+        n1 = len(a1_partitions) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        buf += _pack(">%di" % len(a1_partitions), *a1_partitions)
+        buf.append(0)
     buf.append(0)
 
 
 def _w_AddPartitionsToTxnRequest_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_transactions = o.transactions
-    buf += uvarint(len(a_transactions) + 1)
+    n = len(a_transactions) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_transactions:
-        _w_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction_v4(e, buf, out)
+        buf += write_compact_string(e.transactional_id)
+        buf += _P_qho(e.producer_id, e.producer_epoch, e.verify_only)
+        a1_topics = e.topics
+        n1 = len(a1_topics) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_topics:
+            buf += write_compact_string(e1.name)
+            a2_partitions = e1.partitions
+            n2 = len(a2_partitions) + 1
+            if n2 < 0x80:
+                buf.append(n2)
+            else:
+                buf += uvarint(n2)
+            buf += _pack(">%di" % len(a2_partitions), *a2_partitions)
+            buf.append(0)
+        buf.append(0)
     buf.append(0)
 
 
-def _r_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index, f_partition_error_code) = _U_ih(buf, pos)
-    pos += 6
-    obj = _C_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult(
-        partition_index=f_partition_index, partition_error_code=f_partition_error_code
-    )
-    return obj, pos
-
-
-def _r_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    f_results_by_partition: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_results_by_partition = []
-    for _ in range(n):
-        e_results_by_partition, pos = (
-            _r_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_v0(buf, pos)
-        )
-        f_results_by_partition.append(e_results_by_partition)
-    obj = _C_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult(
-        name=f_name, results_by_partition=f_results_by_partition
-    )
-    return obj, pos
-
-
 def _r_AddPartitionsToTxnResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    obj = _new(_C_AddPartitionsToTxnResponse)
+    obj.error_code = 0
+    obj.results_by_transaction = []
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    f_results_by_topic_v3_and_below: Any
     n, pos = read_array_len(buf, pos, False)
-    f_results_by_topic_v3_and_below = []
+    e_results_by_topic_v3_and_below: Any
+    a_results_by_topic_v3_and_below: list[Any] = []
     for _ in range(n):
-        e_results_by_topic_v3_and_below, pos = (
-            _r_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v0(buf, pos)
+        e_results_by_topic_v3_and_below = _new(
+            _C_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult
         )
-        f_results_by_topic_v3_and_below.append(e_results_by_topic_v3_and_below)
-    obj = _C_AddPartitionsToTxnResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        results_by_topic_v3_and_below=f_results_by_topic_v3_and_below,
-    )
-    return obj, pos
-
-
-def _r_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_v3(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index, f_partition_error_code) = _U_ih(buf, pos)
-    pos += 6
-    obj = _C_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult(
-        partition_index=f_partition_index, partition_error_code=f_partition_error_code
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v3(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    f_results_by_partition: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_results_by_partition = []
-    for _ in range(n):
-        e_results_by_partition, pos = (
-            _r_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_v3(buf, pos)
-        )
-        f_results_by_partition.append(e_results_by_partition)
-    obj = _C_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult(
-        name=f_name, results_by_partition=f_results_by_partition
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+        e_results_by_topic_v3_and_below.name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_results_by_partition: Any
+        a1_results_by_partition: list[Any] = []
+        for _ in range(n1):
+            e1_results_by_partition = _new(
+                _C_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult
+            )
+            (
+                e1_results_by_partition.partition_index,
+                e1_results_by_partition.partition_error_code,
+            ) = _U_ih(buf, pos)
+            pos += 6
+            a1_results_by_partition.append(e1_results_by_partition)
+        e_results_by_topic_v3_and_below.results_by_partition = a1_results_by_partition
+        a_results_by_topic_v3_and_below.append(e_results_by_topic_v3_and_below)
+    obj.results_by_topic_v3_and_below = a_results_by_topic_v3_and_below
     return obj, pos
 
 
 def _r_AddPartitionsToTxnResponse_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_AddPartitionsToTxnResponse)
+    obj.error_code = 0
+    obj.results_by_transaction = []
+    (obj.throttle_time_ms, n) = _U_iB(buf, pos)
     pos += 4
-    f_results_by_topic_v3_and_below: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_results_by_topic_v3_and_below = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_results_by_topic_v3_and_below: Any
+    a_results_by_topic_v3_and_below: list[Any] = []
     for _ in range(n):
-        e_results_by_topic_v3_and_below, pos = (
-            _r_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v3(buf, pos)
+        e_results_by_topic_v3_and_below = _new(
+            _C_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult
         )
-        f_results_by_topic_v3_and_below.append(e_results_by_topic_v3_and_below)
-    obj = _C_AddPartitionsToTxnResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        results_by_topic_v3_and_below=f_results_by_topic_v3_and_below,
-    )
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_results_by_topic_v3_and_below.name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_results_by_topic_v3_and_below.name, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_results_by_partition: Any
+        a1_results_by_partition: list[Any] = []
+        for _ in range(n1):
+            e1_results_by_partition = _new(
+                _C_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult
+            )
+            (
+                e1_results_by_partition.partition_index,
+                e1_results_by_partition.partition_error_code,
+                n2,
+            ) = _U_ihB(buf, pos)
+            pos += 6
+            if n2 == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_results_by_partition.append(e1_results_by_partition)
+        e_results_by_topic_v3_and_below.results_by_partition = a1_results_by_partition
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_results_by_topic_v3_and_below.append(e_results_by_topic_v3_and_below)
+    obj.results_by_topic_v3_and_below = a_results_by_topic_v3_and_below
     if buf[pos] == 0:
         pos += 1
     else:
@@ -557,18 +584,62 @@ def _r_AddPartitionsToTxnResponse_v3(buf: memoryview, pos: int) -> tuple[Any, in
 def _r_AddPartitionsToTxnResponse_AddPartitionsToTxnResult_v4(
     buf: memoryview, pos: int
 ) -> tuple[Any, int]:
-    f_transactional_id, pos = read_compact_string(buf, pos)
-    f_topic_results: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topic_results = []
+    buflen = len(buf)
+    obj = _new(_C_AddPartitionsToTxnResponse_AddPartitionsToTxnResult)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.transactional_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.transactional_id, pos = read_compact_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topic_results: Any
+    a_topic_results: list[Any] = []
     for _ in range(n):
-        e_topic_results, pos = _r_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v3(
-            buf, pos
-        )
-        f_topic_results.append(e_topic_results)
-    obj = _C_AddPartitionsToTxnResponse_AddPartitionsToTxnResult(
-        transactional_id=f_transactional_id, topic_results=f_topic_results
-    )
+        e_topic_results = _new(_C_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_topic_results.name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_topic_results.name, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_results_by_partition: Any
+        a1_results_by_partition: list[Any] = []
+        for _ in range(n1):
+            e1_results_by_partition = _new(
+                _C_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult
+            )
+            (
+                e1_results_by_partition.partition_index,
+                e1_results_by_partition.partition_error_code,
+                n2,
+            ) = _U_ihB(buf, pos)
+            pos += 6
+            if n2 == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_results_by_partition.append(e1_results_by_partition)
+        e_topic_results.results_by_partition = a1_results_by_partition
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_topic_results.append(e_topic_results)
+    obj.topic_results = a_topic_results
     if buf[pos] == 0:
         pos += 1
     else:
@@ -577,21 +648,24 @@ def _r_AddPartitionsToTxnResponse_AddPartitionsToTxnResult_v4(
 
 
 def _r_AddPartitionsToTxnResponse_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code) = _U_ih(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_AddPartitionsToTxnResponse)
+    obj.results_by_topic_v3_and_below = []
+    (obj.throttle_time_ms, obj.error_code, n) = _U_ihB(buf, pos)
     pos += 6
-    f_results_by_transaction: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_results_by_transaction = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_results_by_transaction: Any
+    a_results_by_transaction: list[Any] = []
     for _ in range(n):
         e_results_by_transaction, pos = _r_AddPartitionsToTxnResponse_AddPartitionsToTxnResult_v4(
             buf, pos
         )
-        f_results_by_transaction.append(e_results_by_transaction)
-    obj = _C_AddPartitionsToTxnResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        error_code=f_error_code,
-        results_by_transaction=f_results_by_transaction,
-    )
+        a_results_by_transaction.append(e_results_by_transaction)
+    obj.results_by_transaction = a_results_by_transaction
     if buf[pos] == 0:
         pos += 1
     else:
@@ -599,54 +673,38 @@ def _r_AddPartitionsToTxnResponse_v4(buf: memoryview, pos: int) -> tuple[Any, in
     return obj, pos
 
 
-def _w_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_ih(o.partition_index, o.partition_error_code)
-
-
-def _w_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.name)
-    a_results_by_partition = o.results_by_partition
-    buf += _P_i(len(a_results_by_partition))
-    for e in a_results_by_partition:
-        _w_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_v0(e, buf, out)
-
-
 def _w_AddPartitionsToTxnResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
     a_results_by_topic_v3_and_below = o.results_by_topic_v3_and_below
     buf += _P_i(len(a_results_by_topic_v3_and_below))
     for e in a_results_by_topic_v3_and_below:
-        _w_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v0(e, buf, out)
-
-
-def _w_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_v3(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_ih(o.partition_index, o.partition_error_code)
-    buf.append(0)
-
-
-def _w_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v3(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_compact_string(o.name)
-    a_results_by_partition = o.results_by_partition
-    buf += uvarint(len(a_results_by_partition) + 1)
-    for e in a_results_by_partition:
-        _w_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_v3(e, buf, out)
-    buf.append(0)
+        buf += write_string(e.name)
+        a1_results_by_partition = e.results_by_partition
+        buf += _P_i(len(a1_results_by_partition))
+        for e1 in a1_results_by_partition:
+            buf += _P_ih(e1.partition_index, e1.partition_error_code)
 
 
 def _w_AddPartitionsToTxnResponse_v3(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
     a_results_by_topic_v3_and_below = o.results_by_topic_v3_and_below
-    buf += uvarint(len(a_results_by_topic_v3_and_below) + 1)
+    n = len(a_results_by_topic_v3_and_below) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_results_by_topic_v3_and_below:
-        _w_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v3(e, buf, out)
+        buf += write_compact_string(e.name)
+        a1_results_by_partition = e.results_by_partition
+        n1 = len(a1_results_by_partition) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_results_by_partition:
+            buf += _P_ih(e1.partition_index, e1.partition_error_code)
+            buf.append(0)
+        buf.append(0)
     buf.append(0)
 
 
@@ -655,16 +713,34 @@ def _w_AddPartitionsToTxnResponse_AddPartitionsToTxnResult_v4(
 ) -> None:
     buf += write_compact_string(o.transactional_id)
     a_topic_results = o.topic_results
-    buf += uvarint(len(a_topic_results) + 1)
+    n = len(a_topic_results) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topic_results:
-        _w_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v3(e, buf, out)
+        buf += write_compact_string(e.name)
+        a1_results_by_partition = e.results_by_partition
+        n1 = len(a1_results_by_partition) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_results_by_partition:
+            buf += _P_ih(e1.partition_index, e1.partition_error_code)
+            buf.append(0)
+        buf.append(0)
     buf.append(0)
 
 
 def _w_AddPartitionsToTxnResponse_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_ih(o.throttle_time_ms, o.error_code)
     a_results_by_transaction = o.results_by_transaction
-    buf += uvarint(len(a_results_by_transaction) + 1)
+    n = len(a_results_by_transaction) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_results_by_transaction:
         _w_AddPartitionsToTxnResponse_AddPartitionsToTxnResult_v4(e, buf, out)
     buf.append(0)

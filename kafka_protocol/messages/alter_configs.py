@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,15 +45,20 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
 _U_o = struct.Struct(">?").unpack_from
 _P_o = struct.Struct(">?").pack
+_U_oB = struct.Struct(">?B").unpack_from
 _U_b = struct.Struct(">b").unpack_from
 _P_b = struct.Struct(">b").pack
+_U_bB = struct.Struct(">bB").unpack_from
 _U_h = struct.Struct(">h").unpack_from
 _P_h = struct.Struct(">h").pack
+_U_hB = struct.Struct(">hB").unpack_from
 _U_i = struct.Struct(">i").unpack_from
 _P_i = struct.Struct(">i").pack
+_U_iB = struct.Struct(">iB").unpack_from
 
 
 @dataclass(slots=True)
@@ -225,226 +231,198 @@ _C_AlterConfigsResponse_AlterConfigsResourceResponse = (
 )
 
 
-def _r_AlterConfigsRequest_AlterConfigsResource_AlterableConfig_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    f_value: Any
-    f_value, pos = read_nullable_string(buf, pos)
-    obj = _C_AlterConfigsRequest_AlterConfigsResource_AlterableConfig(name=f_name, value=f_value)
-    return obj, pos
-
-
-def _r_AlterConfigsRequest_AlterConfigsResource_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_resource_type,) = _U_b(buf, pos)
-    pos += 1
-    f_resource_name, pos = read_string(buf, pos)
-    f_configs: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_configs = []
-    for _ in range(n):
-        e_configs, pos = _r_AlterConfigsRequest_AlterConfigsResource_AlterableConfig_v0(buf, pos)
-        f_configs.append(e_configs)
-    obj = _C_AlterConfigsRequest_AlterConfigsResource(
-        resource_type=f_resource_type, resource_name=f_resource_name, configs=f_configs
-    )
-    return obj, pos
-
-
 def _r_AlterConfigsRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_resources: Any
+    obj = _new(_C_AlterConfigsRequest)
     n, pos = read_array_len(buf, pos, False)
-    f_resources = []
+    e_resources: Any
+    a_resources: list[Any] = []
     for _ in range(n):
-        e_resources, pos = _r_AlterConfigsRequest_AlterConfigsResource_v0(buf, pos)
-        f_resources.append(e_resources)
-    (f_validate_only,) = _U_o(buf, pos)
-    pos += 1
-    obj = _C_AlterConfigsRequest(resources=f_resources, validate_only=f_validate_only)
-    return obj, pos
-
-
-def _r_AlterConfigsRequest_AlterConfigsResource_AlterableConfig_v2(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    f_value: Any
-    f_value, pos = read_compact_nullable_string(buf, pos)
-    obj = _C_AlterConfigsRequest_AlterConfigsResource_AlterableConfig(name=f_name, value=f_value)
-    if buf[pos] == 0:
+        e_resources = _new(_C_AlterConfigsRequest_AlterConfigsResource)
+        (e_resources.resource_type,) = _U_b(buf, pos)
         pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_AlterConfigsRequest_AlterConfigsResource_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_resource_type,) = _U_b(buf, pos)
+        e_resources.resource_name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_configs: Any
+        a1_configs: list[Any] = []
+        for _ in range(n1):
+            e1_configs = _new(_C_AlterConfigsRequest_AlterConfigsResource_AlterableConfig)
+            e1_configs.name, pos = read_string(buf, pos)
+            e1_configs.value, pos = read_nullable_string(buf, pos)
+            a1_configs.append(e1_configs)
+        e_resources.configs = a1_configs
+        a_resources.append(e_resources)
+    obj.resources = a_resources
+    (obj.validate_only,) = _U_o(buf, pos)
     pos += 1
-    f_resource_name, pos = read_compact_string(buf, pos)
-    f_configs: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_configs = []
-    for _ in range(n):
-        e_configs, pos = _r_AlterConfigsRequest_AlterConfigsResource_AlterableConfig_v2(buf, pos)
-        f_configs.append(e_configs)
-    obj = _C_AlterConfigsRequest_AlterConfigsResource(
-        resource_type=f_resource_type, resource_name=f_resource_name, configs=f_configs
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
     return obj, pos
 
 
 def _r_AlterConfigsRequest_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_resources: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_resources = []
+    buflen = len(buf)
+    obj = _new(_C_AlterConfigsRequest)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_resources: Any
+    a_resources: list[Any] = []
     for _ in range(n):
-        e_resources, pos = _r_AlterConfigsRequest_AlterConfigsResource_v2(buf, pos)
-        f_resources.append(e_resources)
-    (f_validate_only,) = _U_o(buf, pos)
+        e_resources = _new(_C_AlterConfigsRequest_AlterConfigsResource)
+        (e_resources.resource_type, n1) = _U_bB(buf, pos)
+        pos += 1
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_resources.resource_name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_resources.resource_name, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_configs: Any
+        a1_configs: list[Any] = []
+        for _ in range(n1):
+            e1_configs = _new(_C_AlterConfigsRequest_AlterConfigsResource_AlterableConfig)
+            n2 = buf[pos]
+            if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                end2 = pos + n2
+                e1_configs.name = str(buf[pos + 1 : end2], "utf-8")
+                pos = end2
+            else:
+                e1_configs.name, pos = read_compact_string(buf, pos)
+            n2 = buf[pos]
+            if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                end2 = pos + n2
+                e1_configs.value = str(buf[pos + 1 : end2], "utf-8")
+                pos = end2
+            else:
+                e1_configs.value, pos = read_compact_nullable_string(buf, pos)
+            if buf[pos] == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_configs.append(e1_configs)
+        e_resources.configs = a1_configs
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_resources.append(e_resources)
+    obj.resources = a_resources
+    (obj.validate_only, n) = _U_oB(buf, pos)
     pos += 1
-    obj = _C_AlterConfigsRequest(resources=f_resources, validate_only=f_validate_only)
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
     return obj, pos
-
-
-def _w_AlterConfigsRequest_AlterConfigsResource_AlterableConfig_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.name)
-    buf += write_nullable_string(o.value)
-
-
-def _w_AlterConfigsRequest_AlterConfigsResource_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_b(o.resource_type)
-    buf += write_string(o.resource_name)
-    a_configs = o.configs
-    buf += _P_i(len(a_configs))
-    for e in a_configs:
-        _w_AlterConfigsRequest_AlterConfigsResource_AlterableConfig_v0(e, buf, out)
 
 
 def _w_AlterConfigsRequest_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_resources = o.resources
     buf += _P_i(len(a_resources))
     for e in a_resources:
-        _w_AlterConfigsRequest_AlterConfigsResource_v0(e, buf, out)
+        buf += _P_b(e.resource_type)
+        buf += write_string(e.resource_name)
+        a1_configs = e.configs
+        buf += _P_i(len(a1_configs))
+        for e1 in a1_configs:
+            buf += write_string(e1.name)
+            buf += write_nullable_string(e1.value)
     buf += _P_o(o.validate_only)
-
-
-def _w_AlterConfigsRequest_AlterConfigsResource_AlterableConfig_v2(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_compact_string(o.name)
-    buf += write_compact_nullable_string(o.value)
-    buf.append(0)
-
-
-def _w_AlterConfigsRequest_AlterConfigsResource_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_b(o.resource_type)
-    buf += write_compact_string(o.resource_name)
-    a_configs = o.configs
-    buf += uvarint(len(a_configs) + 1)
-    for e in a_configs:
-        _w_AlterConfigsRequest_AlterConfigsResource_AlterableConfig_v2(e, buf, out)
-    buf.append(0)
 
 
 def _w_AlterConfigsRequest_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_resources = o.resources
-    buf += uvarint(len(a_resources) + 1)
+    n = len(a_resources) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_resources:
-        _w_AlterConfigsRequest_AlterConfigsResource_v2(e, buf, out)
+        buf += _P_b(e.resource_type)
+        buf += write_compact_string(e.resource_name)
+        a1_configs = e.configs
+        n1 = len(a1_configs) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_configs:
+            buf += write_compact_string(e1.name)
+            buf += write_compact_nullable_string(e1.value)
+            buf.append(0)
+        buf.append(0)
     buf += _P_o(o.validate_only)
     buf.append(0)
 
 
-def _r_AlterConfigsResponse_AlterConfigsResourceResponse_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    f_error_message: Any
-    f_error_message, pos = read_nullable_string(buf, pos)
-    (f_resource_type,) = _U_b(buf, pos)
-    pos += 1
-    f_resource_name, pos = read_string(buf, pos)
-    obj = _C_AlterConfigsResponse_AlterConfigsResourceResponse(
-        error_code=f_error_code,
-        error_message=f_error_message,
-        resource_type=f_resource_type,
-        resource_name=f_resource_name,
-    )
-    return obj, pos
-
-
 def _r_AlterConfigsResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    obj = _new(_C_AlterConfigsResponse)
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    f_responses: Any
     n, pos = read_array_len(buf, pos, False)
-    f_responses = []
+    e_responses: Any
+    a_responses: list[Any] = []
     for _ in range(n):
-        e_responses, pos = _r_AlterConfigsResponse_AlterConfigsResourceResponse_v0(buf, pos)
-        f_responses.append(e_responses)
-    obj = _C_AlterConfigsResponse(throttle_time_ms=f_throttle_time_ms, responses=f_responses)
-    return obj, pos
-
-
-def _r_AlterConfigsResponse_AlterConfigsResourceResponse_v2(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    f_error_message: Any
-    f_error_message, pos = read_compact_nullable_string(buf, pos)
-    (f_resource_type,) = _U_b(buf, pos)
-    pos += 1
-    f_resource_name, pos = read_compact_string(buf, pos)
-    obj = _C_AlterConfigsResponse_AlterConfigsResourceResponse(
-        error_code=f_error_code,
-        error_message=f_error_message,
-        resource_type=f_resource_type,
-        resource_name=f_resource_name,
-    )
-    if buf[pos] == 0:
+        e_responses = _new(_C_AlterConfigsResponse_AlterConfigsResourceResponse)
+        (e_responses.error_code,) = _U_h(buf, pos)
+        pos += 2
+        e_responses.error_message, pos = read_nullable_string(buf, pos)
+        (e_responses.resource_type,) = _U_b(buf, pos)
         pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+        e_responses.resource_name, pos = read_string(buf, pos)
+        a_responses.append(e_responses)
+    obj.responses = a_responses
     return obj, pos
 
 
 def _r_AlterConfigsResponse_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_AlterConfigsResponse)
+    (obj.throttle_time_ms, n) = _U_iB(buf, pos)
     pos += 4
-    f_responses: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_responses = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_responses: Any
+    a_responses: list[Any] = []
     for _ in range(n):
-        e_responses, pos = _r_AlterConfigsResponse_AlterConfigsResourceResponse_v2(buf, pos)
-        f_responses.append(e_responses)
-    obj = _C_AlterConfigsResponse(throttle_time_ms=f_throttle_time_ms, responses=f_responses)
+        e_responses = _new(_C_AlterConfigsResponse_AlterConfigsResourceResponse)
+        (e_responses.error_code, n1) = _U_hB(buf, pos)
+        pos += 2
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_responses.error_message = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_responses.error_message, pos = read_compact_nullable_string(buf, pos)
+        (e_responses.resource_type, n1) = _U_bB(buf, pos)
+        pos += 1
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_responses.resource_name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_responses.resource_name, pos = read_compact_string(buf, pos)
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_responses.append(e_responses)
+    obj.responses = a_responses
     if buf[pos] == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
     return obj, pos
-
-
-def _w_AlterConfigsResponse_AlterConfigsResourceResponse_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_h(o.error_code)
-    buf += write_nullable_string(o.error_message)
-    buf += _P_b(o.resource_type)
-    buf += write_string(o.resource_name)
 
 
 def _w_AlterConfigsResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -452,25 +430,26 @@ def _w_AlterConfigsResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_responses = o.responses
     buf += _P_i(len(a_responses))
     for e in a_responses:
-        _w_AlterConfigsResponse_AlterConfigsResourceResponse_v0(e, buf, out)
-
-
-def _w_AlterConfigsResponse_AlterConfigsResourceResponse_v2(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_h(o.error_code)
-    buf += write_compact_nullable_string(o.error_message)
-    buf += _P_b(o.resource_type)
-    buf += write_compact_string(o.resource_name)
-    buf.append(0)
+        buf += _P_h(e.error_code)
+        buf += write_nullable_string(e.error_message)
+        buf += _P_b(e.resource_type)
+        buf += write_string(e.resource_name)
 
 
 def _w_AlterConfigsResponse_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
     a_responses = o.responses
-    buf += uvarint(len(a_responses) + 1)
+    n = len(a_responses) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_responses:
-        _w_AlterConfigsResponse_AlterConfigsResourceResponse_v2(e, buf, out)
+        buf += _P_h(e.error_code)
+        buf += write_compact_nullable_string(e.error_message)
+        buf += _P_b(e.resource_type)
+        buf += write_compact_string(e.resource_name)
+        buf.append(0)
     buf.append(0)
 
 

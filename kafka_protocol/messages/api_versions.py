@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,17 +45,21 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
 _U_o = struct.Struct(">?").unpack_from
 _P_o = struct.Struct(">?").pack
 _U_h = struct.Struct(">h").unpack_from
 _P_h = struct.Struct(">h").pack
-_U_hh = struct.Struct(">hh").unpack_from
+_U_hB = struct.Struct(">hB").unpack_from
 _P_hh = struct.Struct(">hh").pack
+_U_hhB = struct.Struct(">hhB").unpack_from
 _U_hhh = struct.Struct(">hhh").unpack_from
 _P_hhh = struct.Struct(">hhh").pack
+_U_hhhB = struct.Struct(">hhhB").unpack_from
 _U_i = struct.Struct(">i").unpack_from
 _P_i = struct.Struct(">i").pack
+_U_iB = struct.Struct(">iB").unpack_from
 _U_q = struct.Struct(">q").unpack_from
 _P_q = struct.Struct(">q").pack
 
@@ -234,17 +239,29 @@ _C_ApiVersionsResponse_FinalizedFeatureKey = ApiVersionsResponse.FinalizedFeatur
 
 
 def _r_ApiVersionsRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    obj = _C_ApiVersionsRequest()
+    obj = _new(_C_ApiVersionsRequest)
+    obj.client_software_name = ""
+    obj.client_software_version = ""
     return obj, pos
 
 
 def _r_ApiVersionsRequest_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_client_software_name, pos = read_compact_string(buf, pos)
-    f_client_software_version, pos = read_compact_string(buf, pos)
-    obj = _C_ApiVersionsRequest(
-        client_software_name=f_client_software_name,
-        client_software_version=f_client_software_version,
-    )
+    buflen = len(buf)
+    obj = _new(_C_ApiVersionsRequest)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.client_software_name = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.client_software_name, pos = read_compact_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.client_software_version = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.client_software_version, pos = read_compact_string(buf, pos)
     if buf[pos] == 0:
         pos += 1
     else:
@@ -262,66 +279,62 @@ def _w_ApiVersionsRequest_v3(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf.append(0)
 
 
-def _r_ApiVersionsResponse_ApiVersion_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_api_key, f_min_version, f_max_version) = _U_hhh(buf, pos)
-    pos += 6
-    obj = _C_ApiVersionsResponse_ApiVersion(
-        api_key=f_api_key, min_version=f_min_version, max_version=f_max_version
-    )
-    return obj, pos
-
-
 def _r_ApiVersionsResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
+    obj = _new(_C_ApiVersionsResponse)
+    obj.throttle_time_ms = 0
+    obj.supported_features = []
+    obj.finalized_features_epoch = -1
+    obj.finalized_features = []
+    obj.zk_migration_ready = False
+    (obj.error_code,) = _U_h(buf, pos)
     pos += 2
-    f_api_keys: Any
     n, pos = read_array_len(buf, pos, False)
-    f_api_keys = []
+    e_api_keys: Any
+    a_api_keys: list[Any] = []
     for _ in range(n):
-        e_api_keys, pos = _r_ApiVersionsResponse_ApiVersion_v0(buf, pos)
-        f_api_keys.append(e_api_keys)
-    obj = _C_ApiVersionsResponse(error_code=f_error_code, api_keys=f_api_keys)
+        e_api_keys = _new(_C_ApiVersionsResponse_ApiVersion)
+        (e_api_keys.api_key, e_api_keys.min_version, e_api_keys.max_version) = _U_hhh(buf, pos)
+        pos += 6
+        a_api_keys.append(e_api_keys)
+    obj.api_keys = a_api_keys
     return obj, pos
 
 
 def _r_ApiVersionsResponse_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
+    obj = _new(_C_ApiVersionsResponse)
+    obj.supported_features = []
+    obj.finalized_features_epoch = -1
+    obj.finalized_features = []
+    obj.zk_migration_ready = False
+    (obj.error_code,) = _U_h(buf, pos)
     pos += 2
-    f_api_keys: Any
     n, pos = read_array_len(buf, pos, False)
-    f_api_keys = []
+    e_api_keys: Any
+    a_api_keys: list[Any] = []
     for _ in range(n):
-        e_api_keys, pos = _r_ApiVersionsResponse_ApiVersion_v0(buf, pos)
-        f_api_keys.append(e_api_keys)
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+        e_api_keys = _new(_C_ApiVersionsResponse_ApiVersion)
+        (e_api_keys.api_key, e_api_keys.min_version, e_api_keys.max_version) = _U_hhh(buf, pos)
+        pos += 6
+        a_api_keys.append(e_api_keys)
+    obj.api_keys = a_api_keys
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    obj = _C_ApiVersionsResponse(
-        error_code=f_error_code, api_keys=f_api_keys, throttle_time_ms=f_throttle_time_ms
-    )
-    return obj, pos
-
-
-def _r_ApiVersionsResponse_ApiVersion_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_api_key, f_min_version, f_max_version) = _U_hhh(buf, pos)
-    pos += 6
-    obj = _C_ApiVersionsResponse_ApiVersion(
-        api_key=f_api_key, min_version=f_min_version, max_version=f_max_version
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
     return obj, pos
 
 
 def _r_ApiVersionsResponse_SupportedFeatureKey_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    (f_min_version, f_max_version) = _U_hh(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_ApiVersionsResponse_SupportedFeatureKey)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.name = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.name, pos = read_compact_string(buf, pos)
+    (obj.min_version, obj.max_version, n) = _U_hhB(buf, pos)
     pos += 4
-    obj = _C_ApiVersionsResponse_SupportedFeatureKey(
-        name=f_name, min_version=f_min_version, max_version=f_max_version
-    )
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -329,13 +342,18 @@ def _r_ApiVersionsResponse_SupportedFeatureKey_v3(buf: memoryview, pos: int) -> 
 
 
 def _r_ApiVersionsResponse_FinalizedFeatureKey_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    (f_max_version_level, f_min_version_level) = _U_hh(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_ApiVersionsResponse_FinalizedFeatureKey)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.name = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.name, pos = read_compact_string(buf, pos)
+    (obj.max_version_level, obj.min_version_level, n) = _U_hhB(buf, pos)
     pos += 4
-    obj = _C_ApiVersionsResponse_FinalizedFeatureKey(
-        name=f_name, max_version_level=f_max_version_level, min_version_level=f_min_version_level
-    )
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -343,63 +361,87 @@ def _r_ApiVersionsResponse_FinalizedFeatureKey_v3(buf: memoryview, pos: int) -> 
 
 
 def _r_ApiVersionsResponse_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_ApiVersionsResponse)
+    obj.supported_features = []
+    obj.finalized_features_epoch = -1
+    obj.finalized_features = []
+    obj.zk_migration_ready = False
+    (obj.error_code, n) = _U_hB(buf, pos)
     pos += 2
-    f_api_keys: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_api_keys = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_api_keys: Any
+    a_api_keys: list[Any] = []
     for _ in range(n):
-        e_api_keys, pos = _r_ApiVersionsResponse_ApiVersion_v3(buf, pos)
-        f_api_keys.append(e_api_keys)
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+        e_api_keys = _new(_C_ApiVersionsResponse_ApiVersion)
+        (e_api_keys.api_key, e_api_keys.min_version, e_api_keys.max_version, n1) = _U_hhhB(buf, pos)
+        pos += 6
+        if n1 == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_api_keys.append(e_api_keys)
+    obj.api_keys = a_api_keys
+    (obj.throttle_time_ms, n) = _U_iB(buf, pos)
     pos += 4
-    obj = _C_ApiVersionsResponse(
-        error_code=f_error_code, api_keys=f_api_keys, throttle_time_ms=f_throttle_time_ms
-    )
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         nt, pos = read_tag_count(buf, pos)
         for _ in range(nt):
-            tag, end, pos = read_tag_header(buf, pos)
+            tag, tag_end, pos = read_tag_header(buf, pos)
             if tag == 0:
-                t0: Any
-                n, pos = read_compact_array_len(buf, pos, False)
-                t0 = []
+                t_0: Any
+                n = buf[pos]
+                if 0 < n < 0x80 and n <= buflen - pos:
+                    n -= 1
+                    pos += 1
+                else:
+                    n, pos = read_compact_array_len(buf, pos, False)
+                e_supported_features: Any
+                a_supported_features: list[Any] = []
                 for _ in range(n):
                     e_supported_features, pos = _r_ApiVersionsResponse_SupportedFeatureKey_v3(
                         buf, pos
                     )
-                    t0.append(e_supported_features)
-                obj.supported_features = t0
+                    a_supported_features.append(e_supported_features)
+                t_0 = a_supported_features
+                obj.supported_features = t_0
             elif tag == 1:
-                t1: Any
-                (t1,) = _U_q(buf, pos)
+                t_1: Any
+                (t_1,) = _U_q(buf, pos)
                 pos += 8
-                obj.finalized_features_epoch = t1
+                obj.finalized_features_epoch = t_1
             elif tag == 2:
-                t2: Any
-                n, pos = read_compact_array_len(buf, pos, False)
-                t2 = []
+                t_2: Any
+                n = buf[pos]
+                if 0 < n < 0x80 and n <= buflen - pos:
+                    n -= 1
+                    pos += 1
+                else:
+                    n, pos = read_compact_array_len(buf, pos, False)
+                e_finalized_features: Any
+                a_finalized_features: list[Any] = []
                 for _ in range(n):
                     e_finalized_features, pos = _r_ApiVersionsResponse_FinalizedFeatureKey_v3(
                         buf, pos
                     )
-                    t2.append(e_finalized_features)
-                obj.finalized_features = t2
+                    a_finalized_features.append(e_finalized_features)
+                t_2 = a_finalized_features
+                obj.finalized_features = t_2
             elif tag == 3:
-                t3: Any
-                (t3,) = _U_o(buf, pos)
+                t_3: Any
+                (t_3,) = _U_o(buf, pos)
                 pos += 1
-                obj.zk_migration_ready = t3
-            if pos > end:
+                obj.zk_migration_ready = t_3
+            if pos > tag_end:
                 raise DecodeError("tagged field overruns its size")
-            pos = end
+            pos = tag_end
     return obj, pos
-
-
-def _w_ApiVersionsResponse_ApiVersion_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_hhh(o.api_key, o.min_version, o.max_version)
 
 
 def _w_ApiVersionsResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -407,7 +449,7 @@ def _w_ApiVersionsResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_api_keys = o.api_keys
     buf += _P_i(len(a_api_keys))
     for e in a_api_keys:
-        _w_ApiVersionsResponse_ApiVersion_v0(e, buf, out)
+        buf += _P_hhh(e.api_key, e.min_version, e.max_version)
 
 
 def _w_ApiVersionsResponse_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -415,13 +457,8 @@ def _w_ApiVersionsResponse_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_api_keys = o.api_keys
     buf += _P_i(len(a_api_keys))
     for e in a_api_keys:
-        _w_ApiVersionsResponse_ApiVersion_v0(e, buf, out)
+        buf += _P_hhh(e.api_key, e.min_version, e.max_version)
     buf += _P_i(o.throttle_time_ms)
-
-
-def _w_ApiVersionsResponse_ApiVersion_v3(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_hhh(o.api_key, o.min_version, o.max_version)
-    buf.append(0)
 
 
 def _w_ApiVersionsResponse_SupportedFeatureKey_v3(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -439,38 +476,58 @@ def _w_ApiVersionsResponse_FinalizedFeatureKey_v3(o: Any, buf: bytearray, out: l
 def _w_ApiVersionsResponse_v3(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_h(o.error_code)
     a_api_keys = o.api_keys
-    buf += uvarint(len(a_api_keys) + 1)
+    n = len(a_api_keys) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_api_keys:
-        _w_ApiVersionsResponse_ApiVersion_v3(e, buf, out)
+        buf += _P_hhh(e.api_key, e.min_version, e.max_version)
+        buf.append(0)
     buf += _P_i(o.throttle_time_ms)
-    tags: list[tuple[int, bytes]] = []
-    if o.supported_features != []:
-        tb0 = bytearray()
-        to0: list[Any] = []
-        a_supported_features = o.supported_features
-        tb0 += uvarint(len(a_supported_features) + 1)
-        for e in a_supported_features:
-            _w_ApiVersionsResponse_SupportedFeatureKey_v3(e, tb0, to0)
-        tags.append((0, join(tb0, to0)))
-    if o.finalized_features_epoch != -1:
-        tb1 = bytearray()
-        to1: list[Any] = []
-        tb1 += _P_q(o.finalized_features_epoch)
-        tags.append((1, join(tb1, to1)))
-    if o.finalized_features != []:
-        tb2 = bytearray()
-        to2: list[Any] = []
-        a_finalized_features = o.finalized_features
-        tb2 += uvarint(len(a_finalized_features) + 1)
-        for e in a_finalized_features:
-            _w_ApiVersionsResponse_FinalizedFeatureKey_v3(e, tb2, to2)
-        tags.append((2, join(tb2, to2)))
-    if o.zk_migration_ready != False:
-        tb3 = bytearray()
-        to3: list[Any] = []
-        tb3 += _P_o(o.zk_migration_ready)
-        tags.append((3, join(tb3, to3)))
-    write_tagged(buf, tags)
+    t_0 = o.supported_features
+    t_1 = o.finalized_features_epoch
+    t_2 = o.finalized_features
+    t_3 = o.zk_migration_ready
+    if t_0 != [] or t_1 != -1 or t_2 != [] or t_3 != False:
+        tags: list[tuple[int, bytes]] = []
+        if t_0 != []:
+            tb_0 = bytearray()
+            to_0: list[Any] = []
+            a_supported_features = t_0
+            n = len(a_supported_features) + 1
+            if n < 0x80:
+                tb_0.append(n)
+            else:
+                tb_0 += uvarint(n)
+            for e in a_supported_features:
+                _w_ApiVersionsResponse_SupportedFeatureKey_v3(e, tb_0, to_0)
+            tags.append((0, join(tb_0, to_0)))
+        if t_1 != -1:
+            tb_1 = bytearray()
+            to_1: list[Any] = []
+            tb_1 += _P_q(t_1)
+            tags.append((1, join(tb_1, to_1)))
+        if t_2 != []:
+            tb_2 = bytearray()
+            to_2: list[Any] = []
+            a_finalized_features = t_2
+            n = len(a_finalized_features) + 1
+            if n < 0x80:
+                tb_2.append(n)
+            else:
+                tb_2 += uvarint(n)
+            for e in a_finalized_features:
+                _w_ApiVersionsResponse_FinalizedFeatureKey_v3(e, tb_2, to_2)
+            tags.append((2, join(tb_2, to_2)))
+        if t_3 != False:
+            tb_3 = bytearray()
+            to_3: list[Any] = []
+            tb_3 += _P_o(t_3)
+            tags.append((3, join(tb_3, to_3)))
+        write_tagged(buf, tags)
+    else:
+        buf.append(0)
 
 
 _ApiVersionsRequest_READERS: dict[int, Callable[[memoryview, int], tuple[Any, int]]] = {

@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,6 +45,7 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
 _U_i = struct.Struct(">i").unpack_from
 _P_i = struct.Struct(">i").pack
@@ -198,101 +200,98 @@ _C_ConsumerProtocolAssignment_TopicPartition = ConsumerProtocolAssignment.TopicP
 
 
 def _r_ConsumerProtocolSubscription_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topics: Any
+    obj = _new(_C_ConsumerProtocolSubscription)
+    obj.owned_partitions = []
+    obj.generation_id = -1
+    obj.rack_id = None
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
         e_topics, pos = read_string(buf, pos)
-        f_topics.append(e_topics)
-    f_user_data: Any
-    f_user_data, pos = read_nullable_bytes(buf, pos)
-    obj = _C_ConsumerProtocolSubscription(topics=f_topics, user_data=f_user_data)
-    return obj, pos
-
-
-def _r_ConsumerProtocolSubscription_TopicPartition_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topic, pos = read_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partitions = list(_unpack_from(">%di" % n, buf, pos))
-    pos += n * 4
-    obj = _C_ConsumerProtocolSubscription_TopicPartition(topic=f_topic, partitions=f_partitions)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
+    obj.user_data, pos = read_nullable_bytes(buf, pos)
     return obj, pos
 
 
 def _r_ConsumerProtocolSubscription_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topics: Any
+    obj = _new(_C_ConsumerProtocolSubscription)
+    obj.generation_id = -1
+    obj.rack_id = None
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
         e_topics, pos = read_string(buf, pos)
-        f_topics.append(e_topics)
-    f_user_data: Any
-    f_user_data, pos = read_nullable_bytes(buf, pos)
-    f_owned_partitions: Any
+        a_topics.append(e_topics)
+    obj.topics = a_topics
+    obj.user_data, pos = read_nullable_bytes(buf, pos)
     n, pos = read_array_len(buf, pos, False)
-    f_owned_partitions = []
+    e_owned_partitions: Any
+    a_owned_partitions: list[Any] = []
     for _ in range(n):
-        e_owned_partitions, pos = _r_ConsumerProtocolSubscription_TopicPartition_v1(buf, pos)
-        f_owned_partitions.append(e_owned_partitions)
-    obj = _C_ConsumerProtocolSubscription(
-        topics=f_topics, user_data=f_user_data, owned_partitions=f_owned_partitions
-    )
+        e_owned_partitions = _new(_C_ConsumerProtocolSubscription_TopicPartition)
+        e_owned_partitions.topic, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e_owned_partitions.partitions = list(_unpack_from(">%di" % n1, buf, pos))
+        pos += n1 * 4
+        a_owned_partitions.append(e_owned_partitions)
+    obj.owned_partitions = a_owned_partitions
     return obj, pos
 
 
 def _r_ConsumerProtocolSubscription_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topics: Any
+    obj = _new(_C_ConsumerProtocolSubscription)
+    obj.rack_id = None
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
         e_topics, pos = read_string(buf, pos)
-        f_topics.append(e_topics)
-    f_user_data: Any
-    f_user_data, pos = read_nullable_bytes(buf, pos)
-    f_owned_partitions: Any
+        a_topics.append(e_topics)
+    obj.topics = a_topics
+    obj.user_data, pos = read_nullable_bytes(buf, pos)
     n, pos = read_array_len(buf, pos, False)
-    f_owned_partitions = []
+    e_owned_partitions: Any
+    a_owned_partitions: list[Any] = []
     for _ in range(n):
-        e_owned_partitions, pos = _r_ConsumerProtocolSubscription_TopicPartition_v1(buf, pos)
-        f_owned_partitions.append(e_owned_partitions)
-    (f_generation_id,) = _U_i(buf, pos)
+        e_owned_partitions = _new(_C_ConsumerProtocolSubscription_TopicPartition)
+        e_owned_partitions.topic, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e_owned_partitions.partitions = list(_unpack_from(">%di" % n1, buf, pos))
+        pos += n1 * 4
+        a_owned_partitions.append(e_owned_partitions)
+    obj.owned_partitions = a_owned_partitions
+    (obj.generation_id,) = _U_i(buf, pos)
     pos += 4
-    obj = _C_ConsumerProtocolSubscription(
-        topics=f_topics,
-        user_data=f_user_data,
-        owned_partitions=f_owned_partitions,
-        generation_id=f_generation_id,
-    )
     return obj, pos
 
 
 def _r_ConsumerProtocolSubscription_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topics: Any
+    obj = _new(_C_ConsumerProtocolSubscription)
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
         e_topics, pos = read_string(buf, pos)
-        f_topics.append(e_topics)
-    f_user_data: Any
-    f_user_data, pos = read_nullable_bytes(buf, pos)
-    f_owned_partitions: Any
+        a_topics.append(e_topics)
+    obj.topics = a_topics
+    obj.user_data, pos = read_nullable_bytes(buf, pos)
     n, pos = read_array_len(buf, pos, False)
-    f_owned_partitions = []
+    e_owned_partitions: Any
+    a_owned_partitions: list[Any] = []
     for _ in range(n):
-        e_owned_partitions, pos = _r_ConsumerProtocolSubscription_TopicPartition_v1(buf, pos)
-        f_owned_partitions.append(e_owned_partitions)
-    (f_generation_id,) = _U_i(buf, pos)
+        e_owned_partitions = _new(_C_ConsumerProtocolSubscription_TopicPartition)
+        e_owned_partitions.topic, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e_owned_partitions.partitions = list(_unpack_from(">%di" % n1, buf, pos))
+        pos += n1 * 4
+        a_owned_partitions.append(e_owned_partitions)
+    obj.owned_partitions = a_owned_partitions
+    (obj.generation_id,) = _U_i(buf, pos)
     pos += 4
-    f_rack_id: Any
-    f_rack_id, pos = read_nullable_string(buf, pos)
-    obj = _C_ConsumerProtocolSubscription(
-        topics=f_topics,
-        user_data=f_user_data,
-        owned_partitions=f_owned_partitions,
-        generation_id=f_generation_id,
-        rack_id=f_rack_id,
-    )
+    obj.rack_id, pos = read_nullable_string(buf, pos)
     return obj, pos
 
 
@@ -304,15 +303,6 @@ def _w_ConsumerProtocolSubscription_v0(o: Any, buf: bytearray, out: list[Any]) -
     write_nullable_bytes(buf, out, o.user_data)
 
 
-def _w_ConsumerProtocolSubscription_TopicPartition_v1(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.topic)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    buf += _pack(">%di" % len(a_partitions), *a_partitions)
-
-
 def _w_ConsumerProtocolSubscription_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
@@ -322,7 +312,10 @@ def _w_ConsumerProtocolSubscription_v1(o: Any, buf: bytearray, out: list[Any]) -
     a_owned_partitions = o.owned_partitions
     buf += _P_i(len(a_owned_partitions))
     for e in a_owned_partitions:
-        _w_ConsumerProtocolSubscription_TopicPartition_v1(e, buf, out)
+        buf += write_string(e.topic)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        buf += _pack(">%di" % len(a1_partitions), *a1_partitions)
 
 
 def _w_ConsumerProtocolSubscription_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -334,7 +327,10 @@ def _w_ConsumerProtocolSubscription_v2(o: Any, buf: bytearray, out: list[Any]) -
     a_owned_partitions = o.owned_partitions
     buf += _P_i(len(a_owned_partitions))
     for e in a_owned_partitions:
-        _w_ConsumerProtocolSubscription_TopicPartition_v1(e, buf, out)
+        buf += write_string(e.topic)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        buf += _pack(">%di" % len(a1_partitions), *a1_partitions)
     buf += _P_i(o.generation_id)
 
 
@@ -347,48 +343,39 @@ def _w_ConsumerProtocolSubscription_v3(o: Any, buf: bytearray, out: list[Any]) -
     a_owned_partitions = o.owned_partitions
     buf += _P_i(len(a_owned_partitions))
     for e in a_owned_partitions:
-        _w_ConsumerProtocolSubscription_TopicPartition_v1(e, buf, out)
+        buf += write_string(e.topic)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        buf += _pack(">%di" % len(a1_partitions), *a1_partitions)
     buf += _P_i(o.generation_id)
     buf += write_nullable_string(o.rack_id)
 
 
-def _r_ConsumerProtocolAssignment_TopicPartition_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topic, pos = read_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partitions = list(_unpack_from(">%di" % n, buf, pos))
-    pos += n * 4
-    obj = _C_ConsumerProtocolAssignment_TopicPartition(topic=f_topic, partitions=f_partitions)
-    return obj, pos
-
-
 def _r_ConsumerProtocolAssignment_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_assigned_partitions: Any
+    obj = _new(_C_ConsumerProtocolAssignment)
     n, pos = read_array_len(buf, pos, False)
-    f_assigned_partitions = []
+    e_assigned_partitions: Any
+    a_assigned_partitions: list[Any] = []
     for _ in range(n):
-        e_assigned_partitions, pos = _r_ConsumerProtocolAssignment_TopicPartition_v0(buf, pos)
-        f_assigned_partitions.append(e_assigned_partitions)
-    f_user_data: Any
-    f_user_data, pos = read_nullable_bytes(buf, pos)
-    obj = _C_ConsumerProtocolAssignment(
-        assigned_partitions=f_assigned_partitions, user_data=f_user_data
-    )
+        e_assigned_partitions = _new(_C_ConsumerProtocolAssignment_TopicPartition)
+        e_assigned_partitions.topic, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e_assigned_partitions.partitions = list(_unpack_from(">%di" % n1, buf, pos))
+        pos += n1 * 4
+        a_assigned_partitions.append(e_assigned_partitions)
+    obj.assigned_partitions = a_assigned_partitions
+    obj.user_data, pos = read_nullable_bytes(buf, pos)
     return obj, pos
-
-
-def _w_ConsumerProtocolAssignment_TopicPartition_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_string(o.topic)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    buf += _pack(">%di" % len(a_partitions), *a_partitions)
 
 
 def _w_ConsumerProtocolAssignment_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_assigned_partitions = o.assigned_partitions
     buf += _P_i(len(a_assigned_partitions))
     for e in a_assigned_partitions:
-        _w_ConsumerProtocolAssignment_TopicPartition_v0(e, buf, out)
+        buf += write_string(e.topic)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        buf += _pack(">%di" % len(a1_partitions), *a1_partitions)
     write_nullable_bytes(buf, out, o.user_data)
 
 

@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,15 +45,20 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
 _U_b = struct.Struct(">b").unpack_from
 _P_b = struct.Struct(">b").pack
+_U_bB = struct.Struct(">bB").unpack_from
 _U_bb = struct.Struct(">bb").unpack_from
 _P_bb = struct.Struct(">bb").pack
+_U_bbB = struct.Struct(">bbB").unpack_from
 _U_h = struct.Struct(">h").unpack_from
 _P_h = struct.Struct(">h").pack
+_U_hB = struct.Struct(">hB").unpack_from
 _U_i = struct.Struct(">i").unpack_from
 _P_i = struct.Struct(">i").pack
+_U_iB = struct.Struct(">iB").unpack_from
 
 
 @dataclass(slots=True)
@@ -211,218 +217,189 @@ _C_CreateAclsResponse = CreateAclsResponse
 _C_CreateAclsResponse_AclCreationResult = CreateAclsResponse.AclCreationResult
 
 
-def _r_CreateAclsRequest_AclCreation_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_resource_type,) = _U_b(buf, pos)
-    pos += 1
-    f_resource_name, pos = read_string(buf, pos)
-    f_principal, pos = read_string(buf, pos)
-    f_host, pos = read_string(buf, pos)
-    (f_operation, f_permission_type) = _U_bb(buf, pos)
-    pos += 2
-    obj = _C_CreateAclsRequest_AclCreation(
-        resource_type=f_resource_type,
-        resource_name=f_resource_name,
-        principal=f_principal,
-        host=f_host,
-        operation=f_operation,
-        permission_type=f_permission_type,
-    )
-    return obj, pos
-
-
 def _r_CreateAclsRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_creations: Any
+    obj = _new(_C_CreateAclsRequest)
     n, pos = read_array_len(buf, pos, False)
-    f_creations = []
+    e_creations: Any
+    a_creations: list[Any] = []
     for _ in range(n):
-        e_creations, pos = _r_CreateAclsRequest_AclCreation_v0(buf, pos)
-        f_creations.append(e_creations)
-    obj = _C_CreateAclsRequest(creations=f_creations)
-    return obj, pos
-
-
-def _r_CreateAclsRequest_AclCreation_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_resource_type,) = _U_b(buf, pos)
-    pos += 1
-    f_resource_name, pos = read_string(buf, pos)
-    (f_resource_pattern_type,) = _U_b(buf, pos)
-    pos += 1
-    f_principal, pos = read_string(buf, pos)
-    f_host, pos = read_string(buf, pos)
-    (f_operation, f_permission_type) = _U_bb(buf, pos)
-    pos += 2
-    obj = _C_CreateAclsRequest_AclCreation(
-        resource_type=f_resource_type,
-        resource_name=f_resource_name,
-        resource_pattern_type=f_resource_pattern_type,
-        principal=f_principal,
-        host=f_host,
-        operation=f_operation,
-        permission_type=f_permission_type,
-    )
+        e_creations = _new(_C_CreateAclsRequest_AclCreation)
+        e_creations.resource_pattern_type = 3
+        (e_creations.resource_type,) = _U_b(buf, pos)
+        pos += 1
+        e_creations.resource_name, pos = read_string(buf, pos)
+        e_creations.principal, pos = read_string(buf, pos)
+        e_creations.host, pos = read_string(buf, pos)
+        (e_creations.operation, e_creations.permission_type) = _U_bb(buf, pos)
+        pos += 2
+        a_creations.append(e_creations)
+    obj.creations = a_creations
     return obj, pos
 
 
 def _r_CreateAclsRequest_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_creations: Any
+    obj = _new(_C_CreateAclsRequest)
     n, pos = read_array_len(buf, pos, False)
-    f_creations = []
+    e_creations: Any
+    a_creations: list[Any] = []
     for _ in range(n):
-        e_creations, pos = _r_CreateAclsRequest_AclCreation_v1(buf, pos)
-        f_creations.append(e_creations)
-    obj = _C_CreateAclsRequest(creations=f_creations)
-    return obj, pos
-
-
-def _r_CreateAclsRequest_AclCreation_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_resource_type,) = _U_b(buf, pos)
-    pos += 1
-    f_resource_name, pos = read_compact_string(buf, pos)
-    (f_resource_pattern_type,) = _U_b(buf, pos)
-    pos += 1
-    f_principal, pos = read_compact_string(buf, pos)
-    f_host, pos = read_compact_string(buf, pos)
-    (f_operation, f_permission_type) = _U_bb(buf, pos)
-    pos += 2
-    obj = _C_CreateAclsRequest_AclCreation(
-        resource_type=f_resource_type,
-        resource_name=f_resource_name,
-        resource_pattern_type=f_resource_pattern_type,
-        principal=f_principal,
-        host=f_host,
-        operation=f_operation,
-        permission_type=f_permission_type,
-    )
-    if buf[pos] == 0:
+        e_creations = _new(_C_CreateAclsRequest_AclCreation)
+        (e_creations.resource_type,) = _U_b(buf, pos)
         pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+        e_creations.resource_name, pos = read_string(buf, pos)
+        (e_creations.resource_pattern_type,) = _U_b(buf, pos)
+        pos += 1
+        e_creations.principal, pos = read_string(buf, pos)
+        e_creations.host, pos = read_string(buf, pos)
+        (e_creations.operation, e_creations.permission_type) = _U_bb(buf, pos)
+        pos += 2
+        a_creations.append(e_creations)
+    obj.creations = a_creations
     return obj, pos
 
 
 def _r_CreateAclsRequest_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_creations: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_creations = []
+    buflen = len(buf)
+    obj = _new(_C_CreateAclsRequest)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_creations: Any
+    a_creations: list[Any] = []
     for _ in range(n):
-        e_creations, pos = _r_CreateAclsRequest_AclCreation_v2(buf, pos)
-        f_creations.append(e_creations)
-    obj = _C_CreateAclsRequest(creations=f_creations)
+        e_creations = _new(_C_CreateAclsRequest_AclCreation)
+        (e_creations.resource_type, n1) = _U_bB(buf, pos)
+        pos += 1
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_creations.resource_name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_creations.resource_name, pos = read_compact_string(buf, pos)
+        (e_creations.resource_pattern_type, n1) = _U_bB(buf, pos)
+        pos += 1
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_creations.principal = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_creations.principal, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_creations.host = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_creations.host, pos = read_compact_string(buf, pos)
+        (e_creations.operation, e_creations.permission_type, n1) = _U_bbB(buf, pos)
+        pos += 2
+        if n1 == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_creations.append(e_creations)
+    obj.creations = a_creations
     if buf[pos] == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
     return obj, pos
-
-
-def _w_CreateAclsRequest_AclCreation_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_b(o.resource_type)
-    buf += write_string(o.resource_name)
-    buf += write_string(o.principal)
-    buf += write_string(o.host)
-    buf += _P_bb(o.operation, o.permission_type)
 
 
 def _w_CreateAclsRequest_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_creations = o.creations
     buf += _P_i(len(a_creations))
     for e in a_creations:
-        _w_CreateAclsRequest_AclCreation_v0(e, buf, out)
-
-
-def _w_CreateAclsRequest_AclCreation_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_b(o.resource_type)
-    buf += write_string(o.resource_name)
-    buf += _P_b(o.resource_pattern_type)
-    buf += write_string(o.principal)
-    buf += write_string(o.host)
-    buf += _P_bb(o.operation, o.permission_type)
+        buf += _P_b(e.resource_type)
+        buf += write_string(e.resource_name)
+        buf += write_string(e.principal)
+        buf += write_string(e.host)
+        buf += _P_bb(e.operation, e.permission_type)
 
 
 def _w_CreateAclsRequest_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_creations = o.creations
     buf += _P_i(len(a_creations))
     for e in a_creations:
-        _w_CreateAclsRequest_AclCreation_v1(e, buf, out)
-
-
-def _w_CreateAclsRequest_AclCreation_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_b(o.resource_type)
-    buf += write_compact_string(o.resource_name)
-    buf += _P_b(o.resource_pattern_type)
-    buf += write_compact_string(o.principal)
-    buf += write_compact_string(o.host)
-    buf += _P_bb(o.operation, o.permission_type)
-    buf.append(0)
+        buf += _P_b(e.resource_type)
+        buf += write_string(e.resource_name)
+        buf += _P_b(e.resource_pattern_type)
+        buf += write_string(e.principal)
+        buf += write_string(e.host)
+        buf += _P_bb(e.operation, e.permission_type)
 
 
 def _w_CreateAclsRequest_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_creations = o.creations
-    buf += uvarint(len(a_creations) + 1)
+    n = len(a_creations) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_creations:
-        _w_CreateAclsRequest_AclCreation_v2(e, buf, out)
+        buf += _P_b(e.resource_type)
+        buf += write_compact_string(e.resource_name)
+        buf += _P_b(e.resource_pattern_type)
+        buf += write_compact_string(e.principal)
+        buf += write_compact_string(e.host)
+        buf += _P_bb(e.operation, e.permission_type)
+        buf.append(0)
     buf.append(0)
 
 
-def _r_CreateAclsResponse_AclCreationResult_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    f_error_message: Any
-    f_error_message, pos = read_nullable_string(buf, pos)
-    obj = _C_CreateAclsResponse_AclCreationResult(
-        error_code=f_error_code, error_message=f_error_message
-    )
-    return obj, pos
-
-
 def _r_CreateAclsResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    obj = _new(_C_CreateAclsResponse)
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    f_results: Any
     n, pos = read_array_len(buf, pos, False)
-    f_results = []
+    e_results: Any
+    a_results: list[Any] = []
     for _ in range(n):
-        e_results, pos = _r_CreateAclsResponse_AclCreationResult_v0(buf, pos)
-        f_results.append(e_results)
-    obj = _C_CreateAclsResponse(throttle_time_ms=f_throttle_time_ms, results=f_results)
-    return obj, pos
-
-
-def _r_CreateAclsResponse_AclCreationResult_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    f_error_message: Any
-    f_error_message, pos = read_compact_nullable_string(buf, pos)
-    obj = _C_CreateAclsResponse_AclCreationResult(
-        error_code=f_error_code, error_message=f_error_message
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+        e_results = _new(_C_CreateAclsResponse_AclCreationResult)
+        (e_results.error_code,) = _U_h(buf, pos)
+        pos += 2
+        e_results.error_message, pos = read_nullable_string(buf, pos)
+        a_results.append(e_results)
+    obj.results = a_results
     return obj, pos
 
 
 def _r_CreateAclsResponse_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_CreateAclsResponse)
+    (obj.throttle_time_ms, n) = _U_iB(buf, pos)
     pos += 4
-    f_results: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_results = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_results: Any
+    a_results: list[Any] = []
     for _ in range(n):
-        e_results, pos = _r_CreateAclsResponse_AclCreationResult_v2(buf, pos)
-        f_results.append(e_results)
-    obj = _C_CreateAclsResponse(throttle_time_ms=f_throttle_time_ms, results=f_results)
+        e_results = _new(_C_CreateAclsResponse_AclCreationResult)
+        (e_results.error_code, n1) = _U_hB(buf, pos)
+        pos += 2
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_results.error_message = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_results.error_message, pos = read_compact_nullable_string(buf, pos)
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_results.append(e_results)
+    obj.results = a_results
     if buf[pos] == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
     return obj, pos
-
-
-def _w_CreateAclsResponse_AclCreationResult_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_h(o.error_code)
-    buf += write_nullable_string(o.error_message)
 
 
 def _w_CreateAclsResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -430,21 +407,22 @@ def _w_CreateAclsResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_results = o.results
     buf += _P_i(len(a_results))
     for e in a_results:
-        _w_CreateAclsResponse_AclCreationResult_v0(e, buf, out)
-
-
-def _w_CreateAclsResponse_AclCreationResult_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_h(o.error_code)
-    buf += write_compact_nullable_string(o.error_message)
-    buf.append(0)
+        buf += _P_h(e.error_code)
+        buf += write_nullable_string(e.error_message)
 
 
 def _w_CreateAclsResponse_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
     a_results = o.results
-    buf += uvarint(len(a_results) + 1)
+    n = len(a_results) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_results:
-        _w_CreateAclsResponse_AclCreationResult_v2(e, buf, out)
+        buf += _P_h(e.error_code)
+        buf += write_compact_nullable_string(e.error_message)
+        buf.append(0)
     buf.append(0)
 
 

@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,13 +45,17 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
 _U_h = struct.Struct(">h").unpack_from
 _P_h = struct.Struct(">h").pack
+_U_hB = struct.Struct(">hB").unpack_from
 _U_i = struct.Struct(">i").unpack_from
 _P_i = struct.Struct(">i").pack
 _U_io = struct.Struct(">i?").unpack_from
 _P_io = struct.Struct(">i?").pack
+_U_ioB = struct.Struct(">i?B").unpack_from
+_U_iB = struct.Struct(">iB").unpack_from
 
 
 @dataclass(slots=True)
@@ -223,259 +228,212 @@ _C_CreatePartitionsResponse_CreatePartitionsTopicResult = (
 )
 
 
-def _r_CreatePartitionsRequest_CreatePartitionsTopic_CreatePartitionsAssignment_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_broker_ids: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_broker_ids = list(_unpack_from(">%di" % n, buf, pos))
-    pos += n * 4
-    obj = _C_CreatePartitionsRequest_CreatePartitionsTopic_CreatePartitionsAssignment(
-        broker_ids=f_broker_ids
-    )
-    return obj, pos
-
-
-def _r_CreatePartitionsRequest_CreatePartitionsTopic_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    (f_count,) = _U_i(buf, pos)
-    pos += 4
-    f_assignments: Any
-    n, pos = read_array_len(buf, pos, True)
-    if n < 0:
-        f_assignments = None
-    else:
-        f_assignments = []
-        for _ in range(n):
-            e_assignments, pos = (
-                _r_CreatePartitionsRequest_CreatePartitionsTopic_CreatePartitionsAssignment_v0(
-                    buf, pos
-                )
-            )
-            f_assignments.append(e_assignments)
-    obj = _C_CreatePartitionsRequest_CreatePartitionsTopic(
-        name=f_name, count=f_count, assignments=f_assignments
-    )
-    return obj, pos
-
-
 def _r_CreatePartitionsRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topics: Any
+    obj = _new(_C_CreatePartitionsRequest)
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_CreatePartitionsRequest_CreatePartitionsTopic_v0(buf, pos)
-        f_topics.append(e_topics)
-    (f_timeout_ms, f_validate_only) = _U_io(buf, pos)
-    pos += 5
-    obj = _C_CreatePartitionsRequest(
-        topics=f_topics, timeout_ms=f_timeout_ms, validate_only=f_validate_only
-    )
-    return obj, pos
-
-
-def _r_CreatePartitionsRequest_CreatePartitionsTopic_CreatePartitionsAssignment_v2(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_broker_ids: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_broker_ids = list(_unpack_from(">%di" % n, buf, pos))
-    pos += n * 4
-    obj = _C_CreatePartitionsRequest_CreatePartitionsTopic_CreatePartitionsAssignment(
-        broker_ids=f_broker_ids
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_CreatePartitionsRequest_CreatePartitionsTopic_v2(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    (f_count,) = _U_i(buf, pos)
-    pos += 4
-    f_assignments: Any
-    n, pos = read_compact_array_len(buf, pos, True)
-    if n < 0:
-        f_assignments = None
-    else:
-        f_assignments = []
-        for _ in range(n):
-            e_assignments, pos = (
-                _r_CreatePartitionsRequest_CreatePartitionsTopic_CreatePartitionsAssignment_v2(
-                    buf, pos
+        e_topics = _new(_C_CreatePartitionsRequest_CreatePartitionsTopic)
+        e_topics.name, pos = read_string(buf, pos)
+        (e_topics.count,) = _U_i(buf, pos)
+        pos += 4
+        n1, pos = read_array_len(buf, pos, True)
+        if n1 < 0:
+            e_topics.assignments = None
+        else:
+            e1_assignments: Any
+            a1_assignments: list[Any] = []
+            for _ in range(n1):
+                e1_assignments = _new(
+                    _C_CreatePartitionsRequest_CreatePartitionsTopic_CreatePartitionsAssignment
                 )
-            )
-            f_assignments.append(e_assignments)
-    obj = _C_CreatePartitionsRequest_CreatePartitionsTopic(
-        name=f_name, count=f_count, assignments=f_assignments
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+                n2, pos = read_array_len(buf, pos, False)
+                e1_assignments.broker_ids = list(_unpack_from(">%di" % n2, buf, pos))
+                pos += n2 * 4
+                a1_assignments.append(e1_assignments)
+            e_topics.assignments = a1_assignments
+        a_topics.append(e_topics)
+    obj.topics = a_topics
+    (obj.timeout_ms, obj.validate_only) = _U_io(buf, pos)
+    pos += 5
     return obj, pos
 
 
 def _r_CreatePartitionsRequest_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
+    buflen = len(buf)
+    obj = _new(_C_CreatePartitionsRequest)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_CreatePartitionsRequest_CreatePartitionsTopic_v2(buf, pos)
-        f_topics.append(e_topics)
-    (f_timeout_ms, f_validate_only) = _U_io(buf, pos)
+        e_topics = _new(_C_CreatePartitionsRequest_CreatePartitionsTopic)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_topics.name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_topics.name, pos = read_compact_string(buf, pos)
+        (e_topics.count, n1) = _U_iB(buf, pos)
+        pos += 4
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, True)
+        if n1 < 0:
+            e_topics.assignments = None
+        else:
+            e1_assignments: Any
+            a1_assignments: list[Any] = []
+            for _ in range(n1):
+                e1_assignments = _new(
+                    _C_CreatePartitionsRequest_CreatePartitionsTopic_CreatePartitionsAssignment
+                )
+                n2 = buf[pos]
+                if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                    n2 -= 1
+                    pos += 1
+                else:
+                    n2, pos = read_compact_array_len(buf, pos, False)
+                e1_assignments.broker_ids = list(_unpack_from(">%di" % n2, buf, pos))
+                pos += n2 * 4
+                if buf[pos] == 0:
+                    pos += 1
+                else:
+                    pos = skip_tagged_fields(buf, pos)
+                a1_assignments.append(e1_assignments)
+            e_topics.assignments = a1_assignments
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
+    (obj.timeout_ms, obj.validate_only, n) = _U_ioB(buf, pos)
     pos += 5
-    obj = _C_CreatePartitionsRequest(
-        topics=f_topics, timeout_ms=f_timeout_ms, validate_only=f_validate_only
-    )
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
     return obj, pos
-
-
-def _w_CreatePartitionsRequest_CreatePartitionsTopic_CreatePartitionsAssignment_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    a_broker_ids = o.broker_ids
-    buf += _P_i(len(a_broker_ids))
-    buf += _pack(">%di" % len(a_broker_ids), *a_broker_ids)
-
-
-def _w_CreatePartitionsRequest_CreatePartitionsTopic_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.name)
-    buf += _P_i(o.count)
-    a_assignments = o.assignments
-    if a_assignments is None:
-        buf += b"\xff\xff\xff\xff"
-    else:
-        buf += _P_i(len(a_assignments))
-        for e in a_assignments:
-            _w_CreatePartitionsRequest_CreatePartitionsTopic_CreatePartitionsAssignment_v0(
-                e, buf, out
-            )
 
 
 def _w_CreatePartitionsRequest_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_CreatePartitionsRequest_CreatePartitionsTopic_v0(e, buf, out)
+        buf += write_string(e.name)
+        buf += _P_i(e.count)
+        a1_assignments = e.assignments
+        if a1_assignments is None:
+            buf += b"\xff\xff\xff\xff"
+        else:
+            buf += _P_i(len(a1_assignments))
+            for e1 in a1_assignments:
+                a2_broker_ids = e1.broker_ids
+                buf += _P_i(len(a2_broker_ids))
+                buf += _pack(">%di" % len(a2_broker_ids), *a2_broker_ids)
     buf += _P_io(o.timeout_ms, o.validate_only)
-
-
-def _w_CreatePartitionsRequest_CreatePartitionsTopic_CreatePartitionsAssignment_v2(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    a_broker_ids = o.broker_ids
-    buf += uvarint(len(a_broker_ids) + 1)
-    buf += _pack(">%di" % len(a_broker_ids), *a_broker_ids)
-    buf.append(0)
-
-
-def _w_CreatePartitionsRequest_CreatePartitionsTopic_v2(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_compact_string(o.name)
-    buf += _P_i(o.count)
-    a_assignments = o.assignments
-    if a_assignments is None:
-        buf += b"\x00"
-    else:
-        buf += uvarint(len(a_assignments) + 1)
-        for e in a_assignments:
-            _w_CreatePartitionsRequest_CreatePartitionsTopic_CreatePartitionsAssignment_v2(
-                e, buf, out
-            )
-    buf.append(0)
 
 
 def _w_CreatePartitionsRequest_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
+    n = len(a_topics) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topics:
-        _w_CreatePartitionsRequest_CreatePartitionsTopic_v2(e, buf, out)
+        buf += write_compact_string(e.name)
+        buf += _P_i(e.count)
+        a1_assignments = e.assignments
+        if a1_assignments is None:
+            buf.append(0)
+        else:
+            n1 = len(a1_assignments) + 1
+            if n1 < 0x80:
+                buf.append(n1)
+            else:
+                buf += uvarint(n1)
+            for e1 in a1_assignments:
+                a2_broker_ids = e1.broker_ids
+                n2 = len(a2_broker_ids) + 1
+                if n2 < 0x80:
+                    buf.append(n2)
+                else:
+                    buf += uvarint(n2)
+                buf += _pack(">%di" % len(a2_broker_ids), *a2_broker_ids)
+                buf.append(0)
+        buf.append(0)
     buf += _P_io(o.timeout_ms, o.validate_only)
     buf.append(0)
 
 
-def _r_CreatePartitionsResponse_CreatePartitionsTopicResult_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    f_error_message: Any
-    f_error_message, pos = read_nullable_string(buf, pos)
-    obj = _C_CreatePartitionsResponse_CreatePartitionsTopicResult(
-        name=f_name, error_code=f_error_code, error_message=f_error_message
-    )
-    return obj, pos
-
-
 def _r_CreatePartitionsResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    obj = _new(_C_CreatePartitionsResponse)
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    f_results: Any
     n, pos = read_array_len(buf, pos, False)
-    f_results = []
+    e_results: Any
+    a_results: list[Any] = []
     for _ in range(n):
-        e_results, pos = _r_CreatePartitionsResponse_CreatePartitionsTopicResult_v0(buf, pos)
-        f_results.append(e_results)
-    obj = _C_CreatePartitionsResponse(throttle_time_ms=f_throttle_time_ms, results=f_results)
-    return obj, pos
-
-
-def _r_CreatePartitionsResponse_CreatePartitionsTopicResult_v2(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    f_error_message: Any
-    f_error_message, pos = read_compact_nullable_string(buf, pos)
-    obj = _C_CreatePartitionsResponse_CreatePartitionsTopicResult(
-        name=f_name, error_code=f_error_code, error_message=f_error_message
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+        e_results = _new(_C_CreatePartitionsResponse_CreatePartitionsTopicResult)
+        e_results.name, pos = read_string(buf, pos)
+        (e_results.error_code,) = _U_h(buf, pos)
+        pos += 2
+        e_results.error_message, pos = read_nullable_string(buf, pos)
+        a_results.append(e_results)
+    obj.results = a_results
     return obj, pos
 
 
 def _r_CreatePartitionsResponse_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_CreatePartitionsResponse)
+    (obj.throttle_time_ms, n) = _U_iB(buf, pos)
     pos += 4
-    f_results: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_results = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_results: Any
+    a_results: list[Any] = []
     for _ in range(n):
-        e_results, pos = _r_CreatePartitionsResponse_CreatePartitionsTopicResult_v2(buf, pos)
-        f_results.append(e_results)
-    obj = _C_CreatePartitionsResponse(throttle_time_ms=f_throttle_time_ms, results=f_results)
+        e_results = _new(_C_CreatePartitionsResponse_CreatePartitionsTopicResult)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_results.name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_results.name, pos = read_compact_string(buf, pos)
+        (e_results.error_code, n1) = _U_hB(buf, pos)
+        pos += 2
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_results.error_message = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_results.error_message, pos = read_compact_nullable_string(buf, pos)
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_results.append(e_results)
+    obj.results = a_results
     if buf[pos] == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
     return obj, pos
-
-
-def _w_CreatePartitionsResponse_CreatePartitionsTopicResult_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.name)
-    buf += _P_h(o.error_code)
-    buf += write_nullable_string(o.error_message)
 
 
 def _w_CreatePartitionsResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -483,24 +441,24 @@ def _w_CreatePartitionsResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> No
     a_results = o.results
     buf += _P_i(len(a_results))
     for e in a_results:
-        _w_CreatePartitionsResponse_CreatePartitionsTopicResult_v0(e, buf, out)
-
-
-def _w_CreatePartitionsResponse_CreatePartitionsTopicResult_v2(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_compact_string(o.name)
-    buf += _P_h(o.error_code)
-    buf += write_compact_nullable_string(o.error_message)
-    buf.append(0)
+        buf += write_string(e.name)
+        buf += _P_h(e.error_code)
+        buf += write_nullable_string(e.error_message)
 
 
 def _w_CreatePartitionsResponse_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
     a_results = o.results
-    buf += uvarint(len(a_results) + 1)
+    n = len(a_results) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_results:
-        _w_CreatePartitionsResponse_CreatePartitionsTopicResult_v2(e, buf, out)
+        buf += write_compact_string(e.name)
+        buf += _P_h(e.error_code)
+        buf += write_compact_nullable_string(e.error_message)
+        buf.append(0)
     buf.append(0)
 
 

@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,17 +45,22 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
-_U_obo = struct.Struct(">?b?").unpack_from
 _P_obo = struct.Struct(">?b?").pack
+_U_oboB = struct.Struct(">?b?B").unpack_from
 _U_h = struct.Struct(">h").unpack_from
 _P_h = struct.Struct(">h").pack
+_U_hB = struct.Struct(">hB").unpack_from
 _U_i = struct.Struct(">i").unpack_from
 _P_i = struct.Struct(">i").pack
 _U_io = struct.Struct(">i?").unpack_from
 _P_io = struct.Struct(">i?").pack
+_U_ioB = struct.Struct(">i?B").unpack_from
+_U_iB = struct.Struct(">iB").unpack_from
 _U_ih = struct.Struct(">ih").unpack_from
 _P_ih = struct.Struct(">ih").pack
+_U_ihB = struct.Struct(">ihB").unpack_from
 
 
 @dataclass(slots=True)
@@ -273,145 +279,149 @@ _C_CreateTopicsResponse_CreatableTopicResult_CreatableTopicConfigs = (
 )
 
 
-def _r_CreateTopicsRequest_CreatableTopic_CreatableReplicaAssignment_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index,) = _U_i(buf, pos)
-    pos += 4
-    f_broker_ids: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_broker_ids = list(_unpack_from(">%di" % n, buf, pos))
-    pos += n * 4
-    obj = _C_CreateTopicsRequest_CreatableTopic_CreatableReplicaAssignment(
-        partition_index=f_partition_index, broker_ids=f_broker_ids
-    )
-    return obj, pos
-
-
-def _r_CreateTopicsRequest_CreatableTopic_CreatableTopicConfig_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    f_value: Any
-    f_value, pos = read_nullable_string(buf, pos)
-    obj = _C_CreateTopicsRequest_CreatableTopic_CreatableTopicConfig(name=f_name, value=f_value)
-    return obj, pos
-
-
-def _r_CreateTopicsRequest_CreatableTopic_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    (f_num_partitions, f_replication_factor) = _U_ih(buf, pos)
-    pos += 6
-    f_assignments: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_assignments = []
-    for _ in range(n):
-        e_assignments, pos = _r_CreateTopicsRequest_CreatableTopic_CreatableReplicaAssignment_v0(
-            buf, pos
-        )
-        f_assignments.append(e_assignments)
-    f_configs: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_configs = []
-    for _ in range(n):
-        e_configs, pos = _r_CreateTopicsRequest_CreatableTopic_CreatableTopicConfig_v0(buf, pos)
-        f_configs.append(e_configs)
-    obj = _C_CreateTopicsRequest_CreatableTopic(
-        name=f_name,
-        num_partitions=f_num_partitions,
-        replication_factor=f_replication_factor,
-        assignments=f_assignments,
-        configs=f_configs,
-    )
-    return obj, pos
-
-
 def _r_CreateTopicsRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topics: Any
+    obj = _new(_C_CreateTopicsRequest)
+    obj.validate_only = False
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_CreateTopicsRequest_CreatableTopic_v0(buf, pos)
-        f_topics.append(e_topics)
-    (f_timeout_ms,) = _U_i(buf, pos)
+        e_topics = _new(_C_CreateTopicsRequest_CreatableTopic)
+        e_topics.name, pos = read_string(buf, pos)
+        (e_topics.num_partitions, e_topics.replication_factor) = _U_ih(buf, pos)
+        pos += 6
+        n1, pos = read_array_len(buf, pos, False)
+        e1_assignments: Any
+        a1_assignments: list[Any] = []
+        for _ in range(n1):
+            e1_assignments = _new(_C_CreateTopicsRequest_CreatableTopic_CreatableReplicaAssignment)
+            (e1_assignments.partition_index,) = _U_i(buf, pos)
+            pos += 4
+            n2, pos = read_array_len(buf, pos, False)
+            e1_assignments.broker_ids = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            a1_assignments.append(e1_assignments)
+        e_topics.assignments = a1_assignments
+        n1, pos = read_array_len(buf, pos, False)
+        e1_configs: Any
+        a1_configs: list[Any] = []
+        for _ in range(n1):
+            e1_configs = _new(_C_CreateTopicsRequest_CreatableTopic_CreatableTopicConfig)
+            e1_configs.name, pos = read_string(buf, pos)
+            e1_configs.value, pos = read_nullable_string(buf, pos)
+            a1_configs.append(e1_configs)
+        e_topics.configs = a1_configs
+        a_topics.append(e_topics)
+    obj.topics = a_topics
+    (obj.timeout_ms,) = _U_i(buf, pos)
     pos += 4
-    obj = _C_CreateTopicsRequest(topics=f_topics, timeout_ms=f_timeout_ms)
     return obj, pos
 
 
 def _r_CreateTopicsRequest_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topics: Any
+    obj = _new(_C_CreateTopicsRequest)
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_CreateTopicsRequest_CreatableTopic_v0(buf, pos)
-        f_topics.append(e_topics)
-    (f_timeout_ms, f_validate_only) = _U_io(buf, pos)
+        e_topics = _new(_C_CreateTopicsRequest_CreatableTopic)
+        e_topics.name, pos = read_string(buf, pos)
+        (e_topics.num_partitions, e_topics.replication_factor) = _U_ih(buf, pos)
+        pos += 6
+        n1, pos = read_array_len(buf, pos, False)
+        e1_assignments: Any
+        a1_assignments: list[Any] = []
+        for _ in range(n1):
+            e1_assignments = _new(_C_CreateTopicsRequest_CreatableTopic_CreatableReplicaAssignment)
+            (e1_assignments.partition_index,) = _U_i(buf, pos)
+            pos += 4
+            n2, pos = read_array_len(buf, pos, False)
+            e1_assignments.broker_ids = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            a1_assignments.append(e1_assignments)
+        e_topics.assignments = a1_assignments
+        n1, pos = read_array_len(buf, pos, False)
+        e1_configs: Any
+        a1_configs: list[Any] = []
+        for _ in range(n1):
+            e1_configs = _new(_C_CreateTopicsRequest_CreatableTopic_CreatableTopicConfig)
+            e1_configs.name, pos = read_string(buf, pos)
+            e1_configs.value, pos = read_nullable_string(buf, pos)
+            a1_configs.append(e1_configs)
+        e_topics.configs = a1_configs
+        a_topics.append(e_topics)
+    obj.topics = a_topics
+    (obj.timeout_ms, obj.validate_only) = _U_io(buf, pos)
     pos += 5
-    obj = _C_CreateTopicsRequest(
-        topics=f_topics, timeout_ms=f_timeout_ms, validate_only=f_validate_only
-    )
-    return obj, pos
-
-
-def _r_CreateTopicsRequest_CreatableTopic_CreatableReplicaAssignment_v5(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index,) = _U_i(buf, pos)
-    pos += 4
-    f_broker_ids: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_broker_ids = list(_unpack_from(">%di" % n, buf, pos))
-    pos += n * 4
-    obj = _C_CreateTopicsRequest_CreatableTopic_CreatableReplicaAssignment(
-        partition_index=f_partition_index, broker_ids=f_broker_ids
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_CreateTopicsRequest_CreatableTopic_CreatableTopicConfig_v5(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    f_value: Any
-    f_value, pos = read_compact_nullable_string(buf, pos)
-    obj = _C_CreateTopicsRequest_CreatableTopic_CreatableTopicConfig(name=f_name, value=f_value)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
     return obj, pos
 
 
 def _r_CreateTopicsRequest_CreatableTopic_v5(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    (f_num_partitions, f_replication_factor) = _U_ih(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_CreateTopicsRequest_CreatableTopic)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.name = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.name, pos = read_compact_string(buf, pos)
+    (obj.num_partitions, obj.replication_factor, n) = _U_ihB(buf, pos)
     pos += 6
-    f_assignments: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_assignments = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_assignments: Any
+    a_assignments: list[Any] = []
     for _ in range(n):
-        e_assignments, pos = _r_CreateTopicsRequest_CreatableTopic_CreatableReplicaAssignment_v5(
-            buf, pos
-        )
-        f_assignments.append(e_assignments)
-    f_configs: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_configs = []
+        e_assignments = _new(_C_CreateTopicsRequest_CreatableTopic_CreatableReplicaAssignment)
+        (e_assignments.partition_index, n1) = _U_iB(buf, pos)
+        pos += 4
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e_assignments.broker_ids = list(_unpack_from(">%di" % n1, buf, pos))
+        pos += n1 * 4
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_assignments.append(e_assignments)
+    obj.assignments = a_assignments
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_configs: Any
+    a_configs: list[Any] = []
     for _ in range(n):
-        e_configs, pos = _r_CreateTopicsRequest_CreatableTopic_CreatableTopicConfig_v5(buf, pos)
-        f_configs.append(e_configs)
-    obj = _C_CreateTopicsRequest_CreatableTopic(
-        name=f_name,
-        num_partitions=f_num_partitions,
-        replication_factor=f_replication_factor,
-        assignments=f_assignments,
-        configs=f_configs,
-    )
+        e_configs = _new(_C_CreateTopicsRequest_CreatableTopic_CreatableTopicConfig)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_configs.name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_configs.name, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_configs.value = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_configs.value, pos = read_compact_nullable_string(buf, pos)
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_configs.append(e_configs)
+    obj.configs = a_configs
     if buf[pos] == 0:
         pos += 1
     else:
@@ -420,58 +430,47 @@ def _r_CreateTopicsRequest_CreatableTopic_v5(buf: memoryview, pos: int) -> tuple
 
 
 def _r_CreateTopicsRequest_v5(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
+    buflen = len(buf)
+    obj = _new(_C_CreateTopicsRequest)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
         e_topics, pos = _r_CreateTopicsRequest_CreatableTopic_v5(buf, pos)
-        f_topics.append(e_topics)
-    (f_timeout_ms, f_validate_only) = _U_io(buf, pos)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
+    (obj.timeout_ms, obj.validate_only, n) = _U_ioB(buf, pos)
     pos += 5
-    obj = _C_CreateTopicsRequest(
-        topics=f_topics, timeout_ms=f_timeout_ms, validate_only=f_validate_only
-    )
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
     return obj, pos
 
 
-def _w_CreateTopicsRequest_CreatableTopic_CreatableReplicaAssignment_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_i(o.partition_index)
-    a_broker_ids = o.broker_ids
-    buf += _P_i(len(a_broker_ids))
-    buf += _pack(">%di" % len(a_broker_ids), *a_broker_ids)
-
-
-def _w_CreateTopicsRequest_CreatableTopic_CreatableTopicConfig_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.name)
-    buf += write_nullable_string(o.value)
-
-
-def _w_CreateTopicsRequest_CreatableTopic_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_string(o.name)
-    buf += _P_ih(o.num_partitions, o.replication_factor)
-    a_assignments = o.assignments
-    buf += _P_i(len(a_assignments))
-    for e in a_assignments:
-        _w_CreateTopicsRequest_CreatableTopic_CreatableReplicaAssignment_v0(e, buf, out)
-    a_configs = o.configs
-    buf += _P_i(len(a_configs))
-    for e in a_configs:
-        _w_CreateTopicsRequest_CreatableTopic_CreatableTopicConfig_v0(e, buf, out)
-
-
 def _w_CreateTopicsRequest_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_CreateTopicsRequest_CreatableTopic_v0(e, buf, out)
+        buf += write_string(e.name)
+        buf += _P_ih(e.num_partitions, e.replication_factor)
+        a1_assignments = e.assignments
+        buf += _P_i(len(a1_assignments))
+        for e1 in a1_assignments:
+            buf += _P_i(e1.partition_index)
+            a2_broker_ids = e1.broker_ids
+            buf += _P_i(len(a2_broker_ids))
+            buf += _pack(">%di" % len(a2_broker_ids), *a2_broker_ids)
+        a1_configs = e.configs
+        buf += _P_i(len(a1_configs))
+        for e1 in a1_configs:
+            buf += write_string(e1.name)
+            buf += write_nullable_string(e1.value)
     buf += _P_i(o.timeout_ms)
 
 
@@ -479,182 +478,222 @@ def _w_CreateTopicsRequest_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_CreateTopicsRequest_CreatableTopic_v0(e, buf, out)
+        buf += write_string(e.name)
+        buf += _P_ih(e.num_partitions, e.replication_factor)
+        a1_assignments = e.assignments
+        buf += _P_i(len(a1_assignments))
+        for e1 in a1_assignments:
+            buf += _P_i(e1.partition_index)
+            a2_broker_ids = e1.broker_ids
+            buf += _P_i(len(a2_broker_ids))
+            buf += _pack(">%di" % len(a2_broker_ids), *a2_broker_ids)
+        a1_configs = e.configs
+        buf += _P_i(len(a1_configs))
+        for e1 in a1_configs:
+            buf += write_string(e1.name)
+            buf += write_nullable_string(e1.value)
     buf += _P_io(o.timeout_ms, o.validate_only)
-
-
-def _w_CreateTopicsRequest_CreatableTopic_CreatableReplicaAssignment_v5(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_i(o.partition_index)
-    a_broker_ids = o.broker_ids
-    buf += uvarint(len(a_broker_ids) + 1)
-    buf += _pack(">%di" % len(a_broker_ids), *a_broker_ids)
-    buf.append(0)
-
-
-def _w_CreateTopicsRequest_CreatableTopic_CreatableTopicConfig_v5(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_compact_string(o.name)
-    buf += write_compact_nullable_string(o.value)
-    buf.append(0)
-
-
-def _w_CreateTopicsRequest_CreatableTopic_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_compact_string(o.name)
-    buf += _P_ih(o.num_partitions, o.replication_factor)
-    a_assignments = o.assignments
-    buf += uvarint(len(a_assignments) + 1)
-    for e in a_assignments:
-        _w_CreateTopicsRequest_CreatableTopic_CreatableReplicaAssignment_v5(e, buf, out)
-    a_configs = o.configs
-    buf += uvarint(len(a_configs) + 1)
-    for e in a_configs:
-        _w_CreateTopicsRequest_CreatableTopic_CreatableTopicConfig_v5(e, buf, out)
-    buf.append(0)
 
 
 def _w_CreateTopicsRequest_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
+    n = len(a_topics) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topics:
-        _w_CreateTopicsRequest_CreatableTopic_v5(e, buf, out)
+        buf += write_compact_string(e.name)
+        buf += _P_ih(e.num_partitions, e.replication_factor)
+        a1_assignments = e.assignments
+        n1 = len(a1_assignments) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_assignments:
+            buf += _P_i(e1.partition_index)
+            a2_broker_ids = e1.broker_ids
+            n2 = len(a2_broker_ids) + 1
+            if n2 < 0x80:
+                buf.append(n2)
+            else:
+                buf += uvarint(n2)
+            buf += _pack(">%di" % len(a2_broker_ids), *a2_broker_ids)
+            buf.append(0)
+        a1_configs = e.configs
+        n1 = len(a1_configs) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_configs:
+            buf += write_compact_string(e1.name)
+            buf += write_compact_nullable_string(e1.value)
+            buf.append(0)
+        buf.append(0)
     buf += _P_io(o.timeout_ms, o.validate_only)
     buf.append(0)
 
 
-def _r_CreateTopicsResponse_CreatableTopicResult_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    obj = _C_CreateTopicsResponse_CreatableTopicResult(name=f_name, error_code=f_error_code)
-    return obj, pos
-
-
 def _r_CreateTopicsResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topics: Any
+    obj = _new(_C_CreateTopicsResponse)
+    obj.throttle_time_ms = 0
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_CreateTopicsResponse_CreatableTopicResult_v0(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_CreateTopicsResponse(topics=f_topics)
-    return obj, pos
-
-
-def _r_CreateTopicsResponse_CreatableTopicResult_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    f_error_message: Any
-    f_error_message, pos = read_nullable_string(buf, pos)
-    obj = _C_CreateTopicsResponse_CreatableTopicResult(
-        name=f_name, error_code=f_error_code, error_message=f_error_message
-    )
+        e_topics = _new(_C_CreateTopicsResponse_CreatableTopicResult)
+        e_topics.topic_id = ZERO_UUID
+        e_topics.error_message = ""
+        e_topics.topic_config_error_code = 0
+        e_topics.num_partitions = -1
+        e_topics.replication_factor = -1
+        e_topics.configs = []
+        e_topics.name, pos = read_string(buf, pos)
+        (e_topics.error_code,) = _U_h(buf, pos)
+        pos += 2
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_CreateTopicsResponse_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topics: Any
+    obj = _new(_C_CreateTopicsResponse)
+    obj.throttle_time_ms = 0
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_CreateTopicsResponse_CreatableTopicResult_v1(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_CreateTopicsResponse(topics=f_topics)
+        e_topics = _new(_C_CreateTopicsResponse_CreatableTopicResult)
+        e_topics.topic_id = ZERO_UUID
+        e_topics.topic_config_error_code = 0
+        e_topics.num_partitions = -1
+        e_topics.replication_factor = -1
+        e_topics.configs = []
+        e_topics.name, pos = read_string(buf, pos)
+        (e_topics.error_code,) = _U_h(buf, pos)
+        pos += 2
+        e_topics.error_message, pos = read_nullable_string(buf, pos)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_CreateTopicsResponse_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    obj = _new(_C_CreateTopicsResponse)
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    f_topics: Any
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_CreateTopicsResponse_CreatableTopicResult_v1(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_CreateTopicsResponse(throttle_time_ms=f_throttle_time_ms, topics=f_topics)
-    return obj, pos
-
-
-def _r_CreateTopicsResponse_CreatableTopicResult_CreatableTopicConfigs_v5(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    f_value: Any
-    f_value, pos = read_compact_nullable_string(buf, pos)
-    (f_read_only, f_config_source, f_is_sensitive) = _U_obo(buf, pos)
-    pos += 3
-    obj = _C_CreateTopicsResponse_CreatableTopicResult_CreatableTopicConfigs(
-        name=f_name,
-        value=f_value,
-        read_only=f_read_only,
-        config_source=f_config_source,
-        is_sensitive=f_is_sensitive,
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+        e_topics = _new(_C_CreateTopicsResponse_CreatableTopicResult)
+        e_topics.topic_id = ZERO_UUID
+        e_topics.topic_config_error_code = 0
+        e_topics.num_partitions = -1
+        e_topics.replication_factor = -1
+        e_topics.configs = []
+        e_topics.name, pos = read_string(buf, pos)
+        (e_topics.error_code,) = _U_h(buf, pos)
+        pos += 2
+        e_topics.error_message, pos = read_nullable_string(buf, pos)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_CreateTopicsResponse_CreatableTopicResult_v5(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    f_error_message: Any
-    f_error_message, pos = read_compact_nullable_string(buf, pos)
-    (f_num_partitions, f_replication_factor) = _U_ih(buf, pos)
-    pos += 6
-    f_configs: Any
-    n, pos = read_compact_array_len(buf, pos, True)
-    if n < 0:
-        f_configs = None
+    buflen = len(buf)
+    obj = _new(_C_CreateTopicsResponse_CreatableTopicResult)
+    obj.topic_id = ZERO_UUID
+    obj.topic_config_error_code = 0
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.name = str(buf[pos + 1 : end], "utf-8")
+        pos = end
     else:
-        f_configs = []
+        obj.name, pos = read_compact_string(buf, pos)
+    (obj.error_code, n) = _U_hB(buf, pos)
+    pos += 2
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.error_message = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.error_message, pos = read_compact_nullable_string(buf, pos)
+    (obj.num_partitions, obj.replication_factor, n) = _U_ihB(buf, pos)
+    pos += 6
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, True)
+    if n < 0:
+        obj.configs = None
+    else:
+        e_configs: Any
+        a_configs: list[Any] = []
         for _ in range(n):
-            e_configs, pos = _r_CreateTopicsResponse_CreatableTopicResult_CreatableTopicConfigs_v5(
+            e_configs = _new(_C_CreateTopicsResponse_CreatableTopicResult_CreatableTopicConfigs)
+            n1 = buf[pos]
+            if 0 < n1 < 0x80 and n1 <= buflen - pos:
+                end1 = pos + n1
+                e_configs.name = str(buf[pos + 1 : end1], "utf-8")
+                pos = end1
+            else:
+                e_configs.name, pos = read_compact_string(buf, pos)
+            n1 = buf[pos]
+            if 0 < n1 < 0x80 and n1 <= buflen - pos:
+                end1 = pos + n1
+                e_configs.value = str(buf[pos + 1 : end1], "utf-8")
+                pos = end1
+            else:
+                e_configs.value, pos = read_compact_nullable_string(buf, pos)
+            (e_configs.read_only, e_configs.config_source, e_configs.is_sensitive, n1) = _U_oboB(
                 buf, pos
             )
-            f_configs.append(e_configs)
-    obj = _C_CreateTopicsResponse_CreatableTopicResult(
-        name=f_name,
-        error_code=f_error_code,
-        error_message=f_error_message,
-        num_partitions=f_num_partitions,
-        replication_factor=f_replication_factor,
-        configs=f_configs,
-    )
+            pos += 3
+            if n1 == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a_configs.append(e_configs)
+        obj.configs = a_configs
     if buf[pos] == 0:
         pos += 1
     else:
         nt, pos = read_tag_count(buf, pos)
         for _ in range(nt):
-            tag, end, pos = read_tag_header(buf, pos)
+            tag, tag_end, pos = read_tag_header(buf, pos)
             if tag == 0:
-                t0: Any
-                (t0,) = _U_h(buf, pos)
+                t_0: Any
+                (t_0,) = _U_h(buf, pos)
                 pos += 2
-                obj.topic_config_error_code = t0
-            if pos > end:
+                obj.topic_config_error_code = t_0
+            if pos > tag_end:
                 raise DecodeError("tagged field overruns its size")
-            pos = end
+            pos = tag_end
     return obj, pos
 
 
 def _r_CreateTopicsResponse_v5(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_CreateTopicsResponse)
+    (obj.throttle_time_ms, n) = _U_iB(buf, pos)
     pos += 4
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
         e_topics, pos = _r_CreateTopicsResponse_CreatableTopicResult_v5(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_CreateTopicsResponse(throttle_time_ms=f_throttle_time_ms, topics=f_topics)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     if buf[pos] == 0:
         pos += 1
     else:
@@ -663,61 +702,96 @@ def _r_CreateTopicsResponse_v5(buf: memoryview, pos: int) -> tuple[Any, int]:
 
 
 def _r_CreateTopicsResponse_CreatableTopicResult_v7(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    f_topic_id, pos = read_uuid(buf, pos)
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    f_error_message: Any
-    f_error_message, pos = read_compact_nullable_string(buf, pos)
-    (f_num_partitions, f_replication_factor) = _U_ih(buf, pos)
-    pos += 6
-    f_configs: Any
-    n, pos = read_compact_array_len(buf, pos, True)
-    if n < 0:
-        f_configs = None
+    buflen = len(buf)
+    obj = _new(_C_CreateTopicsResponse_CreatableTopicResult)
+    obj.topic_config_error_code = 0
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.name = str(buf[pos + 1 : end], "utf-8")
+        pos = end
     else:
-        f_configs = []
+        obj.name, pos = read_compact_string(buf, pos)
+    obj.topic_id, pos = read_uuid(buf, pos)
+    (obj.error_code, n) = _U_hB(buf, pos)
+    pos += 2
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.error_message = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.error_message, pos = read_compact_nullable_string(buf, pos)
+    (obj.num_partitions, obj.replication_factor, n) = _U_ihB(buf, pos)
+    pos += 6
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, True)
+    if n < 0:
+        obj.configs = None
+    else:
+        e_configs: Any
+        a_configs: list[Any] = []
         for _ in range(n):
-            e_configs, pos = _r_CreateTopicsResponse_CreatableTopicResult_CreatableTopicConfigs_v5(
+            e_configs = _new(_C_CreateTopicsResponse_CreatableTopicResult_CreatableTopicConfigs)
+            n1 = buf[pos]
+            if 0 < n1 < 0x80 and n1 <= buflen - pos:
+                end1 = pos + n1
+                e_configs.name = str(buf[pos + 1 : end1], "utf-8")
+                pos = end1
+            else:
+                e_configs.name, pos = read_compact_string(buf, pos)
+            n1 = buf[pos]
+            if 0 < n1 < 0x80 and n1 <= buflen - pos:
+                end1 = pos + n1
+                e_configs.value = str(buf[pos + 1 : end1], "utf-8")
+                pos = end1
+            else:
+                e_configs.value, pos = read_compact_nullable_string(buf, pos)
+            (e_configs.read_only, e_configs.config_source, e_configs.is_sensitive, n1) = _U_oboB(
                 buf, pos
             )
-            f_configs.append(e_configs)
-    obj = _C_CreateTopicsResponse_CreatableTopicResult(
-        name=f_name,
-        topic_id=f_topic_id,
-        error_code=f_error_code,
-        error_message=f_error_message,
-        num_partitions=f_num_partitions,
-        replication_factor=f_replication_factor,
-        configs=f_configs,
-    )
+            pos += 3
+            if n1 == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a_configs.append(e_configs)
+        obj.configs = a_configs
     if buf[pos] == 0:
         pos += 1
     else:
         nt, pos = read_tag_count(buf, pos)
         for _ in range(nt):
-            tag, end, pos = read_tag_header(buf, pos)
+            tag, tag_end, pos = read_tag_header(buf, pos)
             if tag == 0:
-                t0: Any
-                (t0,) = _U_h(buf, pos)
+                t_0: Any
+                (t_0,) = _U_h(buf, pos)
                 pos += 2
-                obj.topic_config_error_code = t0
-            if pos > end:
+                obj.topic_config_error_code = t_0
+            if pos > tag_end:
                 raise DecodeError("tagged field overruns its size")
-            pos = end
+            pos = tag_end
     return obj, pos
 
 
 def _r_CreateTopicsResponse_v7(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_CreateTopicsResponse)
+    (obj.throttle_time_ms, n) = _U_iB(buf, pos)
     pos += 4
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
         e_topics, pos = _r_CreateTopicsResponse_CreatableTopicResult_v7(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_CreateTopicsResponse(throttle_time_ms=f_throttle_time_ms, topics=f_topics)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     if buf[pos] == 0:
         pos += 1
     else:
@@ -725,29 +799,21 @@ def _r_CreateTopicsResponse_v7(buf: memoryview, pos: int) -> tuple[Any, int]:
     return obj, pos
 
 
-def _w_CreateTopicsResponse_CreatableTopicResult_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_string(o.name)
-    buf += _P_h(o.error_code)
-
-
 def _w_CreateTopicsResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_CreateTopicsResponse_CreatableTopicResult_v0(e, buf, out)
-
-
-def _w_CreateTopicsResponse_CreatableTopicResult_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_string(o.name)
-    buf += _P_h(o.error_code)
-    buf += write_nullable_string(o.error_message)
+        buf += write_string(e.name)
+        buf += _P_h(e.error_code)
 
 
 def _w_CreateTopicsResponse_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_CreateTopicsResponse_CreatableTopicResult_v1(e, buf, out)
+        buf += write_string(e.name)
+        buf += _P_h(e.error_code)
+        buf += write_nullable_string(e.error_message)
 
 
 def _w_CreateTopicsResponse_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -755,76 +821,89 @@ def _w_CreateTopicsResponse_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_CreateTopicsResponse_CreatableTopicResult_v1(e, buf, out)
-
-
-def _w_CreateTopicsResponse_CreatableTopicResult_CreatableTopicConfigs_v5(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_compact_string(o.name)
-    buf += write_compact_nullable_string(o.value)
-    buf += _P_obo(o.read_only, o.config_source, o.is_sensitive)
-    buf.append(0)
-
-
-def _w_CreateTopicsResponse_CreatableTopicResult_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_compact_string(o.name)
-    buf += _P_h(o.error_code)
-    buf += write_compact_nullable_string(o.error_message)
-    buf += _P_ih(o.num_partitions, o.replication_factor)
-    a_configs = o.configs
-    if a_configs is None:
-        buf += b"\x00"
-    else:
-        buf += uvarint(len(a_configs) + 1)
-        for e in a_configs:
-            _w_CreateTopicsResponse_CreatableTopicResult_CreatableTopicConfigs_v5(e, buf, out)
-    tags: list[tuple[int, bytes]] = []
-    if o.topic_config_error_code != 0:
-        tb0 = bytearray()
-        to0: list[Any] = []
-        tb0 += _P_h(o.topic_config_error_code)
-        tags.append((0, join(tb0, to0)))
-    write_tagged(buf, tags)
+        buf += write_string(e.name)
+        buf += _P_h(e.error_code)
+        buf += write_nullable_string(e.error_message)
 
 
 def _w_CreateTopicsResponse_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
     a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
-    for e in a_topics:
-        _w_CreateTopicsResponse_CreatableTopicResult_v5(e, buf, out)
-    buf.append(0)
-
-
-def _w_CreateTopicsResponse_CreatableTopicResult_v7(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_compact_string(o.name)
-    buf += o.topic_id.bytes
-    buf += _P_h(o.error_code)
-    buf += write_compact_nullable_string(o.error_message)
-    buf += _P_ih(o.num_partitions, o.replication_factor)
-    a_configs = o.configs
-    if a_configs is None:
-        buf += b"\x00"
+    n = len(a_topics) + 1
+    if n < 0x80:
+        buf.append(n)
     else:
-        buf += uvarint(len(a_configs) + 1)
-        for e in a_configs:
-            _w_CreateTopicsResponse_CreatableTopicResult_CreatableTopicConfigs_v5(e, buf, out)
-    tags: list[tuple[int, bytes]] = []
-    if o.topic_config_error_code != 0:
-        tb0 = bytearray()
-        to0: list[Any] = []
-        tb0 += _P_h(o.topic_config_error_code)
-        tags.append((0, join(tb0, to0)))
-    write_tagged(buf, tags)
+        buf += uvarint(n)
+    for e in a_topics:
+        buf += write_compact_string(e.name)
+        buf += _P_h(e.error_code)
+        buf += write_compact_nullable_string(e.error_message)
+        buf += _P_ih(e.num_partitions, e.replication_factor)
+        a1_configs = e.configs
+        if a1_configs is None:
+            buf.append(0)
+        else:
+            n1 = len(a1_configs) + 1
+            if n1 < 0x80:
+                buf.append(n1)
+            else:
+                buf += uvarint(n1)
+            for e1 in a1_configs:
+                buf += write_compact_string(e1.name)
+                buf += write_compact_nullable_string(e1.value)
+                buf += _P_obo(e1.read_only, e1.config_source, e1.is_sensitive)
+                buf.append(0)
+        t1_0 = e.topic_config_error_code
+        if t1_0 != 0:
+            tags1: list[tuple[int, bytes]] = []
+            tb1_0 = bytearray()
+            to1_0: list[Any] = []
+            tb1_0 += _P_h(t1_0)
+            tags1.append((0, join(tb1_0, to1_0)))
+            write_tagged(buf, tags1)
+        else:
+            buf.append(0)
+    buf.append(0)
 
 
 def _w_CreateTopicsResponse_v7(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
     a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
+    n = len(a_topics) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topics:
-        _w_CreateTopicsResponse_CreatableTopicResult_v7(e, buf, out)
+        buf += write_compact_string(e.name)
+        buf += e.topic_id.bytes
+        buf += _P_h(e.error_code)
+        buf += write_compact_nullable_string(e.error_message)
+        buf += _P_ih(e.num_partitions, e.replication_factor)
+        a1_configs = e.configs
+        if a1_configs is None:
+            buf.append(0)
+        else:
+            n1 = len(a1_configs) + 1
+            if n1 < 0x80:
+                buf.append(n1)
+            else:
+                buf += uvarint(n1)
+            for e1 in a1_configs:
+                buf += write_compact_string(e1.name)
+                buf += write_compact_nullable_string(e1.value)
+                buf += _P_obo(e1.read_only, e1.config_source, e1.is_sensitive)
+                buf.append(0)
+        t1_0 = e.topic_config_error_code
+        if t1_0 != 0:
+            tags1: list[tuple[int, bytes]] = []
+            tb1_0 = bytearray()
+            to1_0: list[Any] = []
+            tb1_0 += _P_h(t1_0)
+            tags1.append((0, join(tb1_0, to1_0)))
+            write_tagged(buf, tags1)
+        else:
+            buf.append(0)
     buf.append(0)
 
 

@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,15 +45,20 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
 _U_b = struct.Struct(">b").unpack_from
 _P_b = struct.Struct(">b").pack
+_U_bB = struct.Struct(">bB").unpack_from
 _U_bb = struct.Struct(">bb").unpack_from
 _P_bb = struct.Struct(">bb").pack
+_U_bbB = struct.Struct(">bbB").unpack_from
 _U_h = struct.Struct(">h").unpack_from
 _P_h = struct.Struct(">h").pack
+_U_hB = struct.Struct(">hB").unpack_from
 _U_i = struct.Struct(">i").unpack_from
 _P_i = struct.Struct(">i").pack
+_U_iB = struct.Struct(">iB").unpack_from
 
 
 @dataclass(slots=True)
@@ -241,343 +247,274 @@ _C_DeleteAclsResponse_DeleteAclsFilterResult_DeleteAclsMatchingAcl = (
 )
 
 
-def _r_DeleteAclsRequest_DeleteAclsFilter_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_resource_type_filter,) = _U_b(buf, pos)
-    pos += 1
-    f_resource_name_filter: Any
-    f_resource_name_filter, pos = read_nullable_string(buf, pos)
-    f_principal_filter: Any
-    f_principal_filter, pos = read_nullable_string(buf, pos)
-    f_host_filter: Any
-    f_host_filter, pos = read_nullable_string(buf, pos)
-    (f_operation, f_permission_type) = _U_bb(buf, pos)
-    pos += 2
-    obj = _C_DeleteAclsRequest_DeleteAclsFilter(
-        resource_type_filter=f_resource_type_filter,
-        resource_name_filter=f_resource_name_filter,
-        principal_filter=f_principal_filter,
-        host_filter=f_host_filter,
-        operation=f_operation,
-        permission_type=f_permission_type,
-    )
-    return obj, pos
-
-
 def _r_DeleteAclsRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_filters: Any
+    obj = _new(_C_DeleteAclsRequest)
     n, pos = read_array_len(buf, pos, False)
-    f_filters = []
+    e_filters: Any
+    a_filters: list[Any] = []
     for _ in range(n):
-        e_filters, pos = _r_DeleteAclsRequest_DeleteAclsFilter_v0(buf, pos)
-        f_filters.append(e_filters)
-    obj = _C_DeleteAclsRequest(filters=f_filters)
-    return obj, pos
-
-
-def _r_DeleteAclsRequest_DeleteAclsFilter_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_resource_type_filter,) = _U_b(buf, pos)
-    pos += 1
-    f_resource_name_filter: Any
-    f_resource_name_filter, pos = read_nullable_string(buf, pos)
-    (f_pattern_type_filter,) = _U_b(buf, pos)
-    pos += 1
-    f_principal_filter: Any
-    f_principal_filter, pos = read_nullable_string(buf, pos)
-    f_host_filter: Any
-    f_host_filter, pos = read_nullable_string(buf, pos)
-    (f_operation, f_permission_type) = _U_bb(buf, pos)
-    pos += 2
-    obj = _C_DeleteAclsRequest_DeleteAclsFilter(
-        resource_type_filter=f_resource_type_filter,
-        resource_name_filter=f_resource_name_filter,
-        pattern_type_filter=f_pattern_type_filter,
-        principal_filter=f_principal_filter,
-        host_filter=f_host_filter,
-        operation=f_operation,
-        permission_type=f_permission_type,
-    )
+        e_filters = _new(_C_DeleteAclsRequest_DeleteAclsFilter)
+        e_filters.pattern_type_filter = 3
+        (e_filters.resource_type_filter,) = _U_b(buf, pos)
+        pos += 1
+        e_filters.resource_name_filter, pos = read_nullable_string(buf, pos)
+        e_filters.principal_filter, pos = read_nullable_string(buf, pos)
+        e_filters.host_filter, pos = read_nullable_string(buf, pos)
+        (e_filters.operation, e_filters.permission_type) = _U_bb(buf, pos)
+        pos += 2
+        a_filters.append(e_filters)
+    obj.filters = a_filters
     return obj, pos
 
 
 def _r_DeleteAclsRequest_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_filters: Any
+    obj = _new(_C_DeleteAclsRequest)
     n, pos = read_array_len(buf, pos, False)
-    f_filters = []
+    e_filters: Any
+    a_filters: list[Any] = []
     for _ in range(n):
-        e_filters, pos = _r_DeleteAclsRequest_DeleteAclsFilter_v1(buf, pos)
-        f_filters.append(e_filters)
-    obj = _C_DeleteAclsRequest(filters=f_filters)
-    return obj, pos
-
-
-def _r_DeleteAclsRequest_DeleteAclsFilter_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_resource_type_filter,) = _U_b(buf, pos)
-    pos += 1
-    f_resource_name_filter: Any
-    f_resource_name_filter, pos = read_compact_nullable_string(buf, pos)
-    (f_pattern_type_filter,) = _U_b(buf, pos)
-    pos += 1
-    f_principal_filter: Any
-    f_principal_filter, pos = read_compact_nullable_string(buf, pos)
-    f_host_filter: Any
-    f_host_filter, pos = read_compact_nullable_string(buf, pos)
-    (f_operation, f_permission_type) = _U_bb(buf, pos)
-    pos += 2
-    obj = _C_DeleteAclsRequest_DeleteAclsFilter(
-        resource_type_filter=f_resource_type_filter,
-        resource_name_filter=f_resource_name_filter,
-        pattern_type_filter=f_pattern_type_filter,
-        principal_filter=f_principal_filter,
-        host_filter=f_host_filter,
-        operation=f_operation,
-        permission_type=f_permission_type,
-    )
-    if buf[pos] == 0:
+        e_filters = _new(_C_DeleteAclsRequest_DeleteAclsFilter)
+        (e_filters.resource_type_filter,) = _U_b(buf, pos)
         pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+        e_filters.resource_name_filter, pos = read_nullable_string(buf, pos)
+        (e_filters.pattern_type_filter,) = _U_b(buf, pos)
+        pos += 1
+        e_filters.principal_filter, pos = read_nullable_string(buf, pos)
+        e_filters.host_filter, pos = read_nullable_string(buf, pos)
+        (e_filters.operation, e_filters.permission_type) = _U_bb(buf, pos)
+        pos += 2
+        a_filters.append(e_filters)
+    obj.filters = a_filters
     return obj, pos
 
 
 def _r_DeleteAclsRequest_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_filters: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_filters = []
+    buflen = len(buf)
+    obj = _new(_C_DeleteAclsRequest)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_filters: Any
+    a_filters: list[Any] = []
     for _ in range(n):
-        e_filters, pos = _r_DeleteAclsRequest_DeleteAclsFilter_v2(buf, pos)
-        f_filters.append(e_filters)
-    obj = _C_DeleteAclsRequest(filters=f_filters)
+        e_filters = _new(_C_DeleteAclsRequest_DeleteAclsFilter)
+        (e_filters.resource_type_filter, n1) = _U_bB(buf, pos)
+        pos += 1
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_filters.resource_name_filter = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_filters.resource_name_filter, pos = read_compact_nullable_string(buf, pos)
+        (e_filters.pattern_type_filter, n1) = _U_bB(buf, pos)
+        pos += 1
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_filters.principal_filter = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_filters.principal_filter, pos = read_compact_nullable_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_filters.host_filter = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_filters.host_filter, pos = read_compact_nullable_string(buf, pos)
+        (e_filters.operation, e_filters.permission_type, n1) = _U_bbB(buf, pos)
+        pos += 2
+        if n1 == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_filters.append(e_filters)
+    obj.filters = a_filters
     if buf[pos] == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
     return obj, pos
-
-
-def _w_DeleteAclsRequest_DeleteAclsFilter_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_b(o.resource_type_filter)
-    buf += write_nullable_string(o.resource_name_filter)
-    buf += write_nullable_string(o.principal_filter)
-    buf += write_nullable_string(o.host_filter)
-    buf += _P_bb(o.operation, o.permission_type)
 
 
 def _w_DeleteAclsRequest_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_filters = o.filters
     buf += _P_i(len(a_filters))
     for e in a_filters:
-        _w_DeleteAclsRequest_DeleteAclsFilter_v0(e, buf, out)
-
-
-def _w_DeleteAclsRequest_DeleteAclsFilter_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_b(o.resource_type_filter)
-    buf += write_nullable_string(o.resource_name_filter)
-    buf += _P_b(o.pattern_type_filter)
-    buf += write_nullable_string(o.principal_filter)
-    buf += write_nullable_string(o.host_filter)
-    buf += _P_bb(o.operation, o.permission_type)
+        buf += _P_b(e.resource_type_filter)
+        buf += write_nullable_string(e.resource_name_filter)
+        buf += write_nullable_string(e.principal_filter)
+        buf += write_nullable_string(e.host_filter)
+        buf += _P_bb(e.operation, e.permission_type)
 
 
 def _w_DeleteAclsRequest_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_filters = o.filters
     buf += _P_i(len(a_filters))
     for e in a_filters:
-        _w_DeleteAclsRequest_DeleteAclsFilter_v1(e, buf, out)
-
-
-def _w_DeleteAclsRequest_DeleteAclsFilter_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_b(o.resource_type_filter)
-    buf += write_compact_nullable_string(o.resource_name_filter)
-    buf += _P_b(o.pattern_type_filter)
-    buf += write_compact_nullable_string(o.principal_filter)
-    buf += write_compact_nullable_string(o.host_filter)
-    buf += _P_bb(o.operation, o.permission_type)
-    buf.append(0)
+        buf += _P_b(e.resource_type_filter)
+        buf += write_nullable_string(e.resource_name_filter)
+        buf += _P_b(e.pattern_type_filter)
+        buf += write_nullable_string(e.principal_filter)
+        buf += write_nullable_string(e.host_filter)
+        buf += _P_bb(e.operation, e.permission_type)
 
 
 def _w_DeleteAclsRequest_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_filters = o.filters
-    buf += uvarint(len(a_filters) + 1)
+    n = len(a_filters) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_filters:
-        _w_DeleteAclsRequest_DeleteAclsFilter_v2(e, buf, out)
+        buf += _P_b(e.resource_type_filter)
+        buf += write_compact_nullable_string(e.resource_name_filter)
+        buf += _P_b(e.pattern_type_filter)
+        buf += write_compact_nullable_string(e.principal_filter)
+        buf += write_compact_nullable_string(e.host_filter)
+        buf += _P_bb(e.operation, e.permission_type)
+        buf.append(0)
     buf.append(0)
 
 
-def _r_DeleteAclsResponse_DeleteAclsFilterResult_DeleteAclsMatchingAcl_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    f_error_message: Any
-    f_error_message, pos = read_nullable_string(buf, pos)
-    (f_resource_type,) = _U_b(buf, pos)
-    pos += 1
-    f_resource_name, pos = read_string(buf, pos)
-    f_principal, pos = read_string(buf, pos)
-    f_host, pos = read_string(buf, pos)
-    (f_operation, f_permission_type) = _U_bb(buf, pos)
-    pos += 2
-    obj = _C_DeleteAclsResponse_DeleteAclsFilterResult_DeleteAclsMatchingAcl(
-        error_code=f_error_code,
-        error_message=f_error_message,
-        resource_type=f_resource_type,
-        resource_name=f_resource_name,
-        principal=f_principal,
-        host=f_host,
-        operation=f_operation,
-        permission_type=f_permission_type,
-    )
-    return obj, pos
-
-
-def _r_DeleteAclsResponse_DeleteAclsFilterResult_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    f_error_message: Any
-    f_error_message, pos = read_nullable_string(buf, pos)
-    f_matching_acls: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_matching_acls = []
-    for _ in range(n):
-        e_matching_acls, pos = (
-            _r_DeleteAclsResponse_DeleteAclsFilterResult_DeleteAclsMatchingAcl_v0(buf, pos)
-        )
-        f_matching_acls.append(e_matching_acls)
-    obj = _C_DeleteAclsResponse_DeleteAclsFilterResult(
-        error_code=f_error_code, error_message=f_error_message, matching_acls=f_matching_acls
-    )
-    return obj, pos
-
-
 def _r_DeleteAclsResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    obj = _new(_C_DeleteAclsResponse)
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    f_filter_results: Any
     n, pos = read_array_len(buf, pos, False)
-    f_filter_results = []
+    e_filter_results: Any
+    a_filter_results: list[Any] = []
     for _ in range(n):
-        e_filter_results, pos = _r_DeleteAclsResponse_DeleteAclsFilterResult_v0(buf, pos)
-        f_filter_results.append(e_filter_results)
-    obj = _C_DeleteAclsResponse(
-        throttle_time_ms=f_throttle_time_ms, filter_results=f_filter_results
-    )
-    return obj, pos
-
-
-def _r_DeleteAclsResponse_DeleteAclsFilterResult_DeleteAclsMatchingAcl_v1(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    f_error_message: Any
-    f_error_message, pos = read_nullable_string(buf, pos)
-    (f_resource_type,) = _U_b(buf, pos)
-    pos += 1
-    f_resource_name, pos = read_string(buf, pos)
-    (f_pattern_type,) = _U_b(buf, pos)
-    pos += 1
-    f_principal, pos = read_string(buf, pos)
-    f_host, pos = read_string(buf, pos)
-    (f_operation, f_permission_type) = _U_bb(buf, pos)
-    pos += 2
-    obj = _C_DeleteAclsResponse_DeleteAclsFilterResult_DeleteAclsMatchingAcl(
-        error_code=f_error_code,
-        error_message=f_error_message,
-        resource_type=f_resource_type,
-        resource_name=f_resource_name,
-        pattern_type=f_pattern_type,
-        principal=f_principal,
-        host=f_host,
-        operation=f_operation,
-        permission_type=f_permission_type,
-    )
-    return obj, pos
-
-
-def _r_DeleteAclsResponse_DeleteAclsFilterResult_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    f_error_message: Any
-    f_error_message, pos = read_nullable_string(buf, pos)
-    f_matching_acls: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_matching_acls = []
-    for _ in range(n):
-        e_matching_acls, pos = (
-            _r_DeleteAclsResponse_DeleteAclsFilterResult_DeleteAclsMatchingAcl_v1(buf, pos)
-        )
-        f_matching_acls.append(e_matching_acls)
-    obj = _C_DeleteAclsResponse_DeleteAclsFilterResult(
-        error_code=f_error_code, error_message=f_error_message, matching_acls=f_matching_acls
-    )
+        e_filter_results = _new(_C_DeleteAclsResponse_DeleteAclsFilterResult)
+        (e_filter_results.error_code,) = _U_h(buf, pos)
+        pos += 2
+        e_filter_results.error_message, pos = read_nullable_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_matching_acls: Any
+        a1_matching_acls: list[Any] = []
+        for _ in range(n1):
+            e1_matching_acls = _new(
+                _C_DeleteAclsResponse_DeleteAclsFilterResult_DeleteAclsMatchingAcl
+            )
+            e1_matching_acls.pattern_type = 3
+            (e1_matching_acls.error_code,) = _U_h(buf, pos)
+            pos += 2
+            e1_matching_acls.error_message, pos = read_nullable_string(buf, pos)
+            (e1_matching_acls.resource_type,) = _U_b(buf, pos)
+            pos += 1
+            e1_matching_acls.resource_name, pos = read_string(buf, pos)
+            e1_matching_acls.principal, pos = read_string(buf, pos)
+            e1_matching_acls.host, pos = read_string(buf, pos)
+            (e1_matching_acls.operation, e1_matching_acls.permission_type) = _U_bb(buf, pos)
+            pos += 2
+            a1_matching_acls.append(e1_matching_acls)
+        e_filter_results.matching_acls = a1_matching_acls
+        a_filter_results.append(e_filter_results)
+    obj.filter_results = a_filter_results
     return obj, pos
 
 
 def _r_DeleteAclsResponse_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    obj = _new(_C_DeleteAclsResponse)
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    f_filter_results: Any
     n, pos = read_array_len(buf, pos, False)
-    f_filter_results = []
+    e_filter_results: Any
+    a_filter_results: list[Any] = []
     for _ in range(n):
-        e_filter_results, pos = _r_DeleteAclsResponse_DeleteAclsFilterResult_v1(buf, pos)
-        f_filter_results.append(e_filter_results)
-    obj = _C_DeleteAclsResponse(
-        throttle_time_ms=f_throttle_time_ms, filter_results=f_filter_results
-    )
-    return obj, pos
-
-
-def _r_DeleteAclsResponse_DeleteAclsFilterResult_DeleteAclsMatchingAcl_v2(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    f_error_message: Any
-    f_error_message, pos = read_compact_nullable_string(buf, pos)
-    (f_resource_type,) = _U_b(buf, pos)
-    pos += 1
-    f_resource_name, pos = read_compact_string(buf, pos)
-    (f_pattern_type,) = _U_b(buf, pos)
-    pos += 1
-    f_principal, pos = read_compact_string(buf, pos)
-    f_host, pos = read_compact_string(buf, pos)
-    (f_operation, f_permission_type) = _U_bb(buf, pos)
-    pos += 2
-    obj = _C_DeleteAclsResponse_DeleteAclsFilterResult_DeleteAclsMatchingAcl(
-        error_code=f_error_code,
-        error_message=f_error_message,
-        resource_type=f_resource_type,
-        resource_name=f_resource_name,
-        pattern_type=f_pattern_type,
-        principal=f_principal,
-        host=f_host,
-        operation=f_operation,
-        permission_type=f_permission_type,
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+        e_filter_results = _new(_C_DeleteAclsResponse_DeleteAclsFilterResult)
+        (e_filter_results.error_code,) = _U_h(buf, pos)
+        pos += 2
+        e_filter_results.error_message, pos = read_nullable_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_matching_acls: Any
+        a1_matching_acls: list[Any] = []
+        for _ in range(n1):
+            e1_matching_acls = _new(
+                _C_DeleteAclsResponse_DeleteAclsFilterResult_DeleteAclsMatchingAcl
+            )
+            (e1_matching_acls.error_code,) = _U_h(buf, pos)
+            pos += 2
+            e1_matching_acls.error_message, pos = read_nullable_string(buf, pos)
+            (e1_matching_acls.resource_type,) = _U_b(buf, pos)
+            pos += 1
+            e1_matching_acls.resource_name, pos = read_string(buf, pos)
+            (e1_matching_acls.pattern_type,) = _U_b(buf, pos)
+            pos += 1
+            e1_matching_acls.principal, pos = read_string(buf, pos)
+            e1_matching_acls.host, pos = read_string(buf, pos)
+            (e1_matching_acls.operation, e1_matching_acls.permission_type) = _U_bb(buf, pos)
+            pos += 2
+            a1_matching_acls.append(e1_matching_acls)
+        e_filter_results.matching_acls = a1_matching_acls
+        a_filter_results.append(e_filter_results)
+    obj.filter_results = a_filter_results
     return obj, pos
 
 
 def _r_DeleteAclsResponse_DeleteAclsFilterResult_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_DeleteAclsResponse_DeleteAclsFilterResult)
+    (obj.error_code, n) = _U_hB(buf, pos)
     pos += 2
-    f_error_message: Any
-    f_error_message, pos = read_compact_nullable_string(buf, pos)
-    f_matching_acls: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_matching_acls = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.error_message = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.error_message, pos = read_compact_nullable_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_matching_acls: Any
+    a_matching_acls: list[Any] = []
     for _ in range(n):
-        e_matching_acls, pos = (
-            _r_DeleteAclsResponse_DeleteAclsFilterResult_DeleteAclsMatchingAcl_v2(buf, pos)
-        )
-        f_matching_acls.append(e_matching_acls)
-    obj = _C_DeleteAclsResponse_DeleteAclsFilterResult(
-        error_code=f_error_code, error_message=f_error_message, matching_acls=f_matching_acls
-    )
+        e_matching_acls = _new(_C_DeleteAclsResponse_DeleteAclsFilterResult_DeleteAclsMatchingAcl)
+        (e_matching_acls.error_code, n1) = _U_hB(buf, pos)
+        pos += 2
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_matching_acls.error_message = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_matching_acls.error_message, pos = read_compact_nullable_string(buf, pos)
+        (e_matching_acls.resource_type, n1) = _U_bB(buf, pos)
+        pos += 1
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_matching_acls.resource_name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_matching_acls.resource_name, pos = read_compact_string(buf, pos)
+        (e_matching_acls.pattern_type, n1) = _U_bB(buf, pos)
+        pos += 1
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_matching_acls.principal = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_matching_acls.principal, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_matching_acls.host = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_matching_acls.host, pos = read_compact_string(buf, pos)
+        (e_matching_acls.operation, e_matching_acls.permission_type, n1) = _U_bbB(buf, pos)
+        pos += 2
+        if n1 == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_matching_acls.append(e_matching_acls)
+    obj.matching_acls = a_matching_acls
     if buf[pos] == 0:
         pos += 1
     else:
@@ -586,17 +523,21 @@ def _r_DeleteAclsResponse_DeleteAclsFilterResult_v2(buf: memoryview, pos: int) -
 
 
 def _r_DeleteAclsResponse_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_DeleteAclsResponse)
+    (obj.throttle_time_ms, n) = _U_iB(buf, pos)
     pos += 4
-    f_filter_results: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_filter_results = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_filter_results: Any
+    a_filter_results: list[Any] = []
     for _ in range(n):
         e_filter_results, pos = _r_DeleteAclsResponse_DeleteAclsFilterResult_v2(buf, pos)
-        f_filter_results.append(e_filter_results)
-    obj = _C_DeleteAclsResponse(
-        throttle_time_ms=f_throttle_time_ms, filter_results=f_filter_results
-    )
+        a_filter_results.append(e_filter_results)
+    obj.filter_results = a_filter_results
     if buf[pos] == 0:
         pos += 1
     else:
@@ -604,55 +545,23 @@ def _r_DeleteAclsResponse_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
     return obj, pos
 
 
-def _w_DeleteAclsResponse_DeleteAclsFilterResult_DeleteAclsMatchingAcl_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_h(o.error_code)
-    buf += write_nullable_string(o.error_message)
-    buf += _P_b(o.resource_type)
-    buf += write_string(o.resource_name)
-    buf += write_string(o.principal)
-    buf += write_string(o.host)
-    buf += _P_bb(o.operation, o.permission_type)
-
-
-def _w_DeleteAclsResponse_DeleteAclsFilterResult_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_h(o.error_code)
-    buf += write_nullable_string(o.error_message)
-    a_matching_acls = o.matching_acls
-    buf += _P_i(len(a_matching_acls))
-    for e in a_matching_acls:
-        _w_DeleteAclsResponse_DeleteAclsFilterResult_DeleteAclsMatchingAcl_v0(e, buf, out)
-
-
 def _w_DeleteAclsResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
     a_filter_results = o.filter_results
     buf += _P_i(len(a_filter_results))
     for e in a_filter_results:
-        _w_DeleteAclsResponse_DeleteAclsFilterResult_v0(e, buf, out)
-
-
-def _w_DeleteAclsResponse_DeleteAclsFilterResult_DeleteAclsMatchingAcl_v1(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_h(o.error_code)
-    buf += write_nullable_string(o.error_message)
-    buf += _P_b(o.resource_type)
-    buf += write_string(o.resource_name)
-    buf += _P_b(o.pattern_type)
-    buf += write_string(o.principal)
-    buf += write_string(o.host)
-    buf += _P_bb(o.operation, o.permission_type)
-
-
-def _w_DeleteAclsResponse_DeleteAclsFilterResult_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_h(o.error_code)
-    buf += write_nullable_string(o.error_message)
-    a_matching_acls = o.matching_acls
-    buf += _P_i(len(a_matching_acls))
-    for e in a_matching_acls:
-        _w_DeleteAclsResponse_DeleteAclsFilterResult_DeleteAclsMatchingAcl_v1(e, buf, out)
+        buf += _P_h(e.error_code)
+        buf += write_nullable_string(e.error_message)
+        a1_matching_acls = e.matching_acls
+        buf += _P_i(len(a1_matching_acls))
+        for e1 in a1_matching_acls:
+            buf += _P_h(e1.error_code)
+            buf += write_nullable_string(e1.error_message)
+            buf += _P_b(e1.resource_type)
+            buf += write_string(e1.resource_name)
+            buf += write_string(e1.principal)
+            buf += write_string(e1.host)
+            buf += _P_bb(e1.operation, e1.permission_type)
 
 
 def _w_DeleteAclsResponse_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -660,39 +569,49 @@ def _w_DeleteAclsResponse_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_filter_results = o.filter_results
     buf += _P_i(len(a_filter_results))
     for e in a_filter_results:
-        _w_DeleteAclsResponse_DeleteAclsFilterResult_v1(e, buf, out)
-
-
-def _w_DeleteAclsResponse_DeleteAclsFilterResult_DeleteAclsMatchingAcl_v2(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_h(o.error_code)
-    buf += write_compact_nullable_string(o.error_message)
-    buf += _P_b(o.resource_type)
-    buf += write_compact_string(o.resource_name)
-    buf += _P_b(o.pattern_type)
-    buf += write_compact_string(o.principal)
-    buf += write_compact_string(o.host)
-    buf += _P_bb(o.operation, o.permission_type)
-    buf.append(0)
-
-
-def _w_DeleteAclsResponse_DeleteAclsFilterResult_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_h(o.error_code)
-    buf += write_compact_nullable_string(o.error_message)
-    a_matching_acls = o.matching_acls
-    buf += uvarint(len(a_matching_acls) + 1)
-    for e in a_matching_acls:
-        _w_DeleteAclsResponse_DeleteAclsFilterResult_DeleteAclsMatchingAcl_v2(e, buf, out)
-    buf.append(0)
+        buf += _P_h(e.error_code)
+        buf += write_nullable_string(e.error_message)
+        a1_matching_acls = e.matching_acls
+        buf += _P_i(len(a1_matching_acls))
+        for e1 in a1_matching_acls:
+            buf += _P_h(e1.error_code)
+            buf += write_nullable_string(e1.error_message)
+            buf += _P_b(e1.resource_type)
+            buf += write_string(e1.resource_name)
+            buf += _P_b(e1.pattern_type)
+            buf += write_string(e1.principal)
+            buf += write_string(e1.host)
+            buf += _P_bb(e1.operation, e1.permission_type)
 
 
 def _w_DeleteAclsResponse_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
     a_filter_results = o.filter_results
-    buf += uvarint(len(a_filter_results) + 1)
+    n = len(a_filter_results) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_filter_results:
-        _w_DeleteAclsResponse_DeleteAclsFilterResult_v2(e, buf, out)
+        buf += _P_h(e.error_code)
+        buf += write_compact_nullable_string(e.error_message)
+        a1_matching_acls = e.matching_acls
+        n1 = len(a1_matching_acls) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_matching_acls:
+            buf += _P_h(e1.error_code)
+            buf += write_compact_nullable_string(e1.error_message)
+            buf += _P_b(e1.resource_type)
+            buf += write_compact_string(e1.resource_name)
+            buf += _P_b(e1.pattern_type)
+            buf += write_compact_string(e1.principal)
+            buf += write_compact_string(e1.host)
+            buf += _P_bb(e1.operation, e1.permission_type)
+            buf.append(0)
+        buf.append(0)
     buf.append(0)
 
 

@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,11 +45,14 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
 _U_h = struct.Struct(">h").unpack_from
 _P_h = struct.Struct(">h").pack
+_U_hB = struct.Struct(">hB").unpack_from
 _U_i = struct.Struct(">i").unpack_from
 _P_i = struct.Struct(">i").pack
+_U_iB = struct.Struct(">iB").unpack_from
 
 
 @dataclass(slots=True)
@@ -188,24 +192,38 @@ _C_DeleteGroupsResponse_DeletableGroupResult = DeleteGroupsResponse.DeletableGro
 
 
 def _r_DeleteGroupsRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_groups_names: Any
+    obj = _new(_C_DeleteGroupsRequest)
     n, pos = read_array_len(buf, pos, False)
-    f_groups_names = []
+    e_groups_names: Any
+    a_groups_names: list[Any] = []
     for _ in range(n):
         e_groups_names, pos = read_string(buf, pos)
-        f_groups_names.append(e_groups_names)
-    obj = _C_DeleteGroupsRequest(groups_names=f_groups_names)
+        a_groups_names.append(e_groups_names)
+    obj.groups_names = a_groups_names
     return obj, pos
 
 
 def _r_DeleteGroupsRequest_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_groups_names: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_groups_names = []
+    buflen = len(buf)
+    obj = _new(_C_DeleteGroupsRequest)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_groups_names: Any
+    a_groups_names: list[Any] = []
     for _ in range(n):
-        e_groups_names, pos = read_compact_string(buf, pos)
-        f_groups_names.append(e_groups_names)
-    obj = _C_DeleteGroupsRequest(groups_names=f_groups_names)
+        n = buf[pos]
+        if 0 < n < 0x80 and n <= buflen - pos:
+            end = pos + n
+            e_groups_names = str(buf[pos + 1 : end], "utf-8")
+            pos = end
+        else:
+            e_groups_names, pos = read_compact_string(buf, pos)
+        a_groups_names.append(e_groups_names)
+    obj.groups_names = a_groups_names
     if buf[pos] == 0:
         pos += 1
     else:
@@ -222,65 +240,67 @@ def _w_DeleteGroupsRequest_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
 
 def _w_DeleteGroupsRequest_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_groups_names = o.groups_names
-    buf += uvarint(len(a_groups_names) + 1)
+    n = len(a_groups_names) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_groups_names:
         buf += write_compact_string(e)
     buf.append(0)
 
 
-def _r_DeleteGroupsResponse_DeletableGroupResult_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_string(buf, pos)
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    obj = _C_DeleteGroupsResponse_DeletableGroupResult(group_id=f_group_id, error_code=f_error_code)
-    return obj, pos
-
-
 def _r_DeleteGroupsResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    obj = _new(_C_DeleteGroupsResponse)
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    f_results: Any
     n, pos = read_array_len(buf, pos, False)
-    f_results = []
+    e_results: Any
+    a_results: list[Any] = []
     for _ in range(n):
-        e_results, pos = _r_DeleteGroupsResponse_DeletableGroupResult_v0(buf, pos)
-        f_results.append(e_results)
-    obj = _C_DeleteGroupsResponse(throttle_time_ms=f_throttle_time_ms, results=f_results)
-    return obj, pos
-
-
-def _r_DeleteGroupsResponse_DeletableGroupResult_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_compact_string(buf, pos)
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    obj = _C_DeleteGroupsResponse_DeletableGroupResult(group_id=f_group_id, error_code=f_error_code)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+        e_results = _new(_C_DeleteGroupsResponse_DeletableGroupResult)
+        e_results.group_id, pos = read_string(buf, pos)
+        (e_results.error_code,) = _U_h(buf, pos)
+        pos += 2
+        a_results.append(e_results)
+    obj.results = a_results
     return obj, pos
 
 
 def _r_DeleteGroupsResponse_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_DeleteGroupsResponse)
+    (obj.throttle_time_ms, n) = _U_iB(buf, pos)
     pos += 4
-    f_results: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_results = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_results: Any
+    a_results: list[Any] = []
     for _ in range(n):
-        e_results, pos = _r_DeleteGroupsResponse_DeletableGroupResult_v2(buf, pos)
-        f_results.append(e_results)
-    obj = _C_DeleteGroupsResponse(throttle_time_ms=f_throttle_time_ms, results=f_results)
+        e_results = _new(_C_DeleteGroupsResponse_DeletableGroupResult)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_results.group_id = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_results.group_id, pos = read_compact_string(buf, pos)
+        (e_results.error_code, n1) = _U_hB(buf, pos)
+        pos += 2
+        if n1 == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_results.append(e_results)
+    obj.results = a_results
     if buf[pos] == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
     return obj, pos
-
-
-def _w_DeleteGroupsResponse_DeletableGroupResult_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_string(o.group_id)
-    buf += _P_h(o.error_code)
 
 
 def _w_DeleteGroupsResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -288,21 +308,22 @@ def _w_DeleteGroupsResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_results = o.results
     buf += _P_i(len(a_results))
     for e in a_results:
-        _w_DeleteGroupsResponse_DeletableGroupResult_v0(e, buf, out)
-
-
-def _w_DeleteGroupsResponse_DeletableGroupResult_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_compact_string(o.group_id)
-    buf += _P_h(o.error_code)
-    buf.append(0)
+        buf += write_string(e.group_id)
+        buf += _P_h(e.error_code)
 
 
 def _w_DeleteGroupsResponse_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
     a_results = o.results
-    buf += uvarint(len(a_results) + 1)
+    n = len(a_results) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_results:
-        _w_DeleteGroupsResponse_DeletableGroupResult_v2(e, buf, out)
+        buf += write_compact_string(e.group_id)
+        buf += _P_h(e.error_code)
+        buf.append(0)
     buf.append(0)
 
 

@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,13 +45,17 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
 _U_i = struct.Struct(">i").unpack_from
 _P_i = struct.Struct(">i").pack
+_U_iB = struct.Struct(">iB").unpack_from
 _U_iq = struct.Struct(">iq").unpack_from
 _P_iq = struct.Struct(">iq").pack
+_U_iqB = struct.Struct(">iqB").unpack_from
 _U_iqh = struct.Struct(">iqh").unpack_from
 _P_iqh = struct.Struct(">iqh").pack
+_U_iqhB = struct.Struct(">iqhB").unpack_from
 
 
 @dataclass(slots=True)
@@ -231,253 +236,205 @@ _C_DeleteRecordsResponse_DeleteRecordsTopicResult_DeleteRecordsPartitionResult =
 )
 
 
-def _r_DeleteRecordsRequest_DeleteRecordsTopic_DeleteRecordsPartition_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index, f_offset) = _U_iq(buf, pos)
-    pos += 12
-    obj = _C_DeleteRecordsRequest_DeleteRecordsTopic_DeleteRecordsPartition(
-        partition_index=f_partition_index, offset=f_offset
-    )
-    return obj, pos
-
-
-def _r_DeleteRecordsRequest_DeleteRecordsTopic_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = _r_DeleteRecordsRequest_DeleteRecordsTopic_DeleteRecordsPartition_v0(
-            buf, pos
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_DeleteRecordsRequest_DeleteRecordsTopic(name=f_name, partitions=f_partitions)
-    return obj, pos
-
-
 def _r_DeleteRecordsRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topics: Any
+    obj = _new(_C_DeleteRecordsRequest)
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_DeleteRecordsRequest_DeleteRecordsTopic_v0(buf, pos)
-        f_topics.append(e_topics)
-    (f_timeout_ms,) = _U_i(buf, pos)
+        e_topics = _new(_C_DeleteRecordsRequest_DeleteRecordsTopic)
+        e_topics.name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(_C_DeleteRecordsRequest_DeleteRecordsTopic_DeleteRecordsPartition)
+            (e1_partitions.partition_index, e1_partitions.offset) = _U_iq(buf, pos)
+            pos += 12
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
+    (obj.timeout_ms,) = _U_i(buf, pos)
     pos += 4
-    obj = _C_DeleteRecordsRequest(topics=f_topics, timeout_ms=f_timeout_ms)
-    return obj, pos
-
-
-def _r_DeleteRecordsRequest_DeleteRecordsTopic_DeleteRecordsPartition_v2(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index, f_offset) = _U_iq(buf, pos)
-    pos += 12
-    obj = _C_DeleteRecordsRequest_DeleteRecordsTopic_DeleteRecordsPartition(
-        partition_index=f_partition_index, offset=f_offset
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_DeleteRecordsRequest_DeleteRecordsTopic_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = _r_DeleteRecordsRequest_DeleteRecordsTopic_DeleteRecordsPartition_v2(
-            buf, pos
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_DeleteRecordsRequest_DeleteRecordsTopic(name=f_name, partitions=f_partitions)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
     return obj, pos
 
 
 def _r_DeleteRecordsRequest_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
+    buflen = len(buf)
+    obj = _new(_C_DeleteRecordsRequest)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_DeleteRecordsRequest_DeleteRecordsTopic_v2(buf, pos)
-        f_topics.append(e_topics)
-    (f_timeout_ms,) = _U_i(buf, pos)
+        e_topics = _new(_C_DeleteRecordsRequest_DeleteRecordsTopic)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_topics.name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_topics.name, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(_C_DeleteRecordsRequest_DeleteRecordsTopic_DeleteRecordsPartition)
+            (e1_partitions.partition_index, e1_partitions.offset, n2) = _U_iqB(buf, pos)
+            pos += 12
+            if n2 == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
+    (obj.timeout_ms, n) = _U_iB(buf, pos)
     pos += 4
-    obj = _C_DeleteRecordsRequest(topics=f_topics, timeout_ms=f_timeout_ms)
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
     return obj, pos
-
-
-def _w_DeleteRecordsRequest_DeleteRecordsTopic_DeleteRecordsPartition_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_iq(o.partition_index, o.offset)
-
-
-def _w_DeleteRecordsRequest_DeleteRecordsTopic_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_string(o.name)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    for e in a_partitions:
-        _w_DeleteRecordsRequest_DeleteRecordsTopic_DeleteRecordsPartition_v0(e, buf, out)
 
 
 def _w_DeleteRecordsRequest_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_DeleteRecordsRequest_DeleteRecordsTopic_v0(e, buf, out)
+        buf += write_string(e.name)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_iq(e1.partition_index, e1.offset)
     buf += _P_i(o.timeout_ms)
-
-
-def _w_DeleteRecordsRequest_DeleteRecordsTopic_DeleteRecordsPartition_v2(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_iq(o.partition_index, o.offset)
-    buf.append(0)
-
-
-def _w_DeleteRecordsRequest_DeleteRecordsTopic_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_compact_string(o.name)
-    a_partitions = o.partitions
-    buf += uvarint(len(a_partitions) + 1)
-    for e in a_partitions:
-        _w_DeleteRecordsRequest_DeleteRecordsTopic_DeleteRecordsPartition_v2(e, buf, out)
-    buf.append(0)
 
 
 def _w_DeleteRecordsRequest_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
+    n = len(a_topics) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topics:
-        _w_DeleteRecordsRequest_DeleteRecordsTopic_v2(e, buf, out)
+        buf += write_compact_string(e.name)
+        a1_partitions = e.partitions
+        n1 = len(a1_partitions) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_partitions:
+            buf += _P_iq(e1.partition_index, e1.offset)
+            buf.append(0)
+        buf.append(0)
     buf += _P_i(o.timeout_ms)
     buf.append(0)
 
 
-def _r_DeleteRecordsResponse_DeleteRecordsTopicResult_DeleteRecordsPartitionResult_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index, f_low_watermark, f_error_code) = _U_iqh(buf, pos)
-    pos += 14
-    obj = _C_DeleteRecordsResponse_DeleteRecordsTopicResult_DeleteRecordsPartitionResult(
-        partition_index=f_partition_index, low_watermark=f_low_watermark, error_code=f_error_code
-    )
-    return obj, pos
-
-
-def _r_DeleteRecordsResponse_DeleteRecordsTopicResult_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = (
-            _r_DeleteRecordsResponse_DeleteRecordsTopicResult_DeleteRecordsPartitionResult_v0(
-                buf, pos
-            )
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_DeleteRecordsResponse_DeleteRecordsTopicResult(name=f_name, partitions=f_partitions)
-    return obj, pos
-
-
 def _r_DeleteRecordsResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    obj = _new(_C_DeleteRecordsResponse)
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    f_topics: Any
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_DeleteRecordsResponse_DeleteRecordsTopicResult_v0(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_DeleteRecordsResponse(throttle_time_ms=f_throttle_time_ms, topics=f_topics)
-    return obj, pos
-
-
-def _r_DeleteRecordsResponse_DeleteRecordsTopicResult_DeleteRecordsPartitionResult_v2(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index, f_low_watermark, f_error_code) = _U_iqh(buf, pos)
-    pos += 14
-    obj = _C_DeleteRecordsResponse_DeleteRecordsTopicResult_DeleteRecordsPartitionResult(
-        partition_index=f_partition_index, low_watermark=f_low_watermark, error_code=f_error_code
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_DeleteRecordsResponse_DeleteRecordsTopicResult_v2(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = (
-            _r_DeleteRecordsResponse_DeleteRecordsTopicResult_DeleteRecordsPartitionResult_v2(
-                buf, pos
+        e_topics = _new(_C_DeleteRecordsResponse_DeleteRecordsTopicResult)
+        e_topics.name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_DeleteRecordsResponse_DeleteRecordsTopicResult_DeleteRecordsPartitionResult
             )
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_DeleteRecordsResponse_DeleteRecordsTopicResult(name=f_name, partitions=f_partitions)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+            (
+                e1_partitions.partition_index,
+                e1_partitions.low_watermark,
+                e1_partitions.error_code,
+            ) = _U_iqh(buf, pos)
+            pos += 14
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_DeleteRecordsResponse_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_DeleteRecordsResponse)
+    (obj.throttle_time_ms, n) = _U_iB(buf, pos)
     pos += 4
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_DeleteRecordsResponse_DeleteRecordsTopicResult_v2(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_DeleteRecordsResponse(throttle_time_ms=f_throttle_time_ms, topics=f_topics)
+        e_topics = _new(_C_DeleteRecordsResponse_DeleteRecordsTopicResult)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_topics.name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_topics.name, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_DeleteRecordsResponse_DeleteRecordsTopicResult_DeleteRecordsPartitionResult
+            )
+            (
+                e1_partitions.partition_index,
+                e1_partitions.low_watermark,
+                e1_partitions.error_code,
+                n2,
+            ) = _U_iqhB(buf, pos)
+            pos += 14
+            if n2 == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     if buf[pos] == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
     return obj, pos
-
-
-def _w_DeleteRecordsResponse_DeleteRecordsTopicResult_DeleteRecordsPartitionResult_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_iqh(o.partition_index, o.low_watermark, o.error_code)
-
-
-def _w_DeleteRecordsResponse_DeleteRecordsTopicResult_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.name)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    for e in a_partitions:
-        _w_DeleteRecordsResponse_DeleteRecordsTopicResult_DeleteRecordsPartitionResult_v0(
-            e, buf, out
-        )
 
 
 def _w_DeleteRecordsResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -485,35 +442,33 @@ def _w_DeleteRecordsResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_DeleteRecordsResponse_DeleteRecordsTopicResult_v0(e, buf, out)
-
-
-def _w_DeleteRecordsResponse_DeleteRecordsTopicResult_DeleteRecordsPartitionResult_v2(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_iqh(o.partition_index, o.low_watermark, o.error_code)
-    buf.append(0)
-
-
-def _w_DeleteRecordsResponse_DeleteRecordsTopicResult_v2(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_compact_string(o.name)
-    a_partitions = o.partitions
-    buf += uvarint(len(a_partitions) + 1)
-    for e in a_partitions:
-        _w_DeleteRecordsResponse_DeleteRecordsTopicResult_DeleteRecordsPartitionResult_v2(
-            e, buf, out
-        )
-    buf.append(0)
+        buf += write_string(e.name)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_iqh(e1.partition_index, e1.low_watermark, e1.error_code)
 
 
 def _w_DeleteRecordsResponse_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
     a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
+    n = len(a_topics) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topics:
-        _w_DeleteRecordsResponse_DeleteRecordsTopicResult_v2(e, buf, out)
+        buf += write_compact_string(e.name)
+        a1_partitions = e.partitions
+        n1 = len(a1_partitions) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_partitions:
+            buf += _P_iqh(e1.partition_index, e1.low_watermark, e1.error_code)
+            buf.append(0)
+        buf.append(0)
     buf.append(0)
 
 

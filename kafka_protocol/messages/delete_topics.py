@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,11 +45,14 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
 _U_h = struct.Struct(">h").unpack_from
 _P_h = struct.Struct(">h").pack
+_U_hB = struct.Struct(">hB").unpack_from
 _U_i = struct.Struct(">i").unpack_from
 _P_i = struct.Struct(">i").pack
+_U_iB = struct.Struct(">iB").unpack_from
 
 
 @dataclass(slots=True)
@@ -206,41 +210,45 @@ _C_DeleteTopicsResponse_DeletableTopicResult = DeleteTopicsResponse.DeletableTop
 
 
 def _r_DeleteTopicsRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topic_names: Any
+    obj = _new(_C_DeleteTopicsRequest)
+    obj.topics = []
     n, pos = read_array_len(buf, pos, False)
-    f_topic_names = []
+    e_topic_names: Any
+    a_topic_names: list[Any] = []
     for _ in range(n):
         e_topic_names, pos = read_string(buf, pos)
-        f_topic_names.append(e_topic_names)
-    (f_timeout_ms,) = _U_i(buf, pos)
+        a_topic_names.append(e_topic_names)
+    obj.topic_names = a_topic_names
+    (obj.timeout_ms,) = _U_i(buf, pos)
     pos += 4
-    obj = _C_DeleteTopicsRequest(topic_names=f_topic_names, timeout_ms=f_timeout_ms)
     return obj, pos
 
 
 def _r_DeleteTopicsRequest_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topic_names: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topic_names = []
-    for _ in range(n):
-        e_topic_names, pos = read_compact_string(buf, pos)
-        f_topic_names.append(e_topic_names)
-    (f_timeout_ms,) = _U_i(buf, pos)
-    pos += 4
-    obj = _C_DeleteTopicsRequest(topic_names=f_topic_names, timeout_ms=f_timeout_ms)
-    if buf[pos] == 0:
+    buflen = len(buf)
+    obj = _new(_C_DeleteTopicsRequest)
+    obj.topics = []
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
         pos += 1
     else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_DeleteTopicsRequest_DeleteTopicState_v6(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_name: Any
-    f_name, pos = read_compact_nullable_string(buf, pos)
-    f_topic_id, pos = read_uuid(buf, pos)
-    obj = _C_DeleteTopicsRequest_DeleteTopicState(name=f_name, topic_id=f_topic_id)
-    if buf[pos] == 0:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topic_names: Any
+    a_topic_names: list[Any] = []
+    for _ in range(n):
+        n = buf[pos]
+        if 0 < n < 0x80 and n <= buflen - pos:
+            end = pos + n
+            e_topic_names = str(buf[pos + 1 : end], "utf-8")
+            pos = end
+        else:
+            e_topic_names, pos = read_compact_string(buf, pos)
+        a_topic_names.append(e_topic_names)
+    obj.topic_names = a_topic_names
+    (obj.timeout_ms, n) = _U_iB(buf, pos)
+    pos += 4
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -248,16 +256,36 @@ def _r_DeleteTopicsRequest_DeleteTopicState_v6(buf: memoryview, pos: int) -> tup
 
 
 def _r_DeleteTopicsRequest_v6(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
+    buflen = len(buf)
+    obj = _new(_C_DeleteTopicsRequest)
+    obj.topic_names = []
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_DeleteTopicsRequest_DeleteTopicState_v6(buf, pos)
-        f_topics.append(e_topics)
-    (f_timeout_ms,) = _U_i(buf, pos)
+        e_topics = _new(_C_DeleteTopicsRequest_DeleteTopicState)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_topics.name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_topics.name, pos = read_compact_nullable_string(buf, pos)
+        e_topics.topic_id, pos = read_uuid(buf, pos)
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
+    (obj.timeout_ms, n) = _U_iB(buf, pos)
     pos += 4
-    obj = _C_DeleteTopicsRequest(topics=f_topics, timeout_ms=f_timeout_ms)
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -274,98 +302,100 @@ def _w_DeleteTopicsRequest_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
 
 def _w_DeleteTopicsRequest_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topic_names = o.topic_names
-    buf += uvarint(len(a_topic_names) + 1)
+    n = len(a_topic_names) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topic_names:
         buf += write_compact_string(e)
     buf += _P_i(o.timeout_ms)
     buf.append(0)
 
 
-def _w_DeleteTopicsRequest_DeleteTopicState_v6(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_compact_nullable_string(o.name)
-    buf += o.topic_id.bytes
-    buf.append(0)
-
-
 def _w_DeleteTopicsRequest_v6(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
+    n = len(a_topics) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topics:
-        _w_DeleteTopicsRequest_DeleteTopicState_v6(e, buf, out)
+        buf += write_compact_nullable_string(e.name)
+        buf += e.topic_id.bytes
+        buf.append(0)
     buf += _P_i(o.timeout_ms)
     buf.append(0)
 
 
-def _r_DeleteTopicsResponse_DeletableTopicResult_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    obj = _C_DeleteTopicsResponse_DeletableTopicResult(name=f_name, error_code=f_error_code)
-    return obj, pos
-
-
 def _r_DeleteTopicsResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_responses: Any
+    obj = _new(_C_DeleteTopicsResponse)
+    obj.throttle_time_ms = 0
     n, pos = read_array_len(buf, pos, False)
-    f_responses = []
+    e_responses: Any
+    a_responses: list[Any] = []
     for _ in range(n):
-        e_responses, pos = _r_DeleteTopicsResponse_DeletableTopicResult_v0(buf, pos)
-        f_responses.append(e_responses)
-    obj = _C_DeleteTopicsResponse(responses=f_responses)
+        e_responses = _new(_C_DeleteTopicsResponse_DeletableTopicResult)
+        e_responses.topic_id = ZERO_UUID
+        e_responses.error_message = None
+        e_responses.name, pos = read_string(buf, pos)
+        (e_responses.error_code,) = _U_h(buf, pos)
+        pos += 2
+        a_responses.append(e_responses)
+    obj.responses = a_responses
     return obj, pos
 
 
 def _r_DeleteTopicsResponse_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    obj = _new(_C_DeleteTopicsResponse)
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    f_responses: Any
     n, pos = read_array_len(buf, pos, False)
-    f_responses = []
+    e_responses: Any
+    a_responses: list[Any] = []
     for _ in range(n):
-        e_responses, pos = _r_DeleteTopicsResponse_DeletableTopicResult_v0(buf, pos)
-        f_responses.append(e_responses)
-    obj = _C_DeleteTopicsResponse(throttle_time_ms=f_throttle_time_ms, responses=f_responses)
-    return obj, pos
-
-
-def _r_DeleteTopicsResponse_DeletableTopicResult_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    obj = _C_DeleteTopicsResponse_DeletableTopicResult(name=f_name, error_code=f_error_code)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+        e_responses = _new(_C_DeleteTopicsResponse_DeletableTopicResult)
+        e_responses.topic_id = ZERO_UUID
+        e_responses.error_message = None
+        e_responses.name, pos = read_string(buf, pos)
+        (e_responses.error_code,) = _U_h(buf, pos)
+        pos += 2
+        a_responses.append(e_responses)
+    obj.responses = a_responses
     return obj, pos
 
 
 def _r_DeleteTopicsResponse_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_DeleteTopicsResponse)
+    (obj.throttle_time_ms, n) = _U_iB(buf, pos)
     pos += 4
-    f_responses: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_responses = []
-    for _ in range(n):
-        e_responses, pos = _r_DeleteTopicsResponse_DeletableTopicResult_v4(buf, pos)
-        f_responses.append(e_responses)
-    obj = _C_DeleteTopicsResponse(throttle_time_ms=f_throttle_time_ms, responses=f_responses)
-    if buf[pos] == 0:
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
         pos += 1
     else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_DeleteTopicsResponse_DeletableTopicResult_v5(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    f_error_message: Any
-    f_error_message, pos = read_compact_nullable_string(buf, pos)
-    obj = _C_DeleteTopicsResponse_DeletableTopicResult(
-        name=f_name, error_code=f_error_code, error_message=f_error_message
-    )
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_responses: Any
+    a_responses: list[Any] = []
+    for _ in range(n):
+        e_responses = _new(_C_DeleteTopicsResponse_DeletableTopicResult)
+        e_responses.topic_id = ZERO_UUID
+        e_responses.error_message = None
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_responses.name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_responses.name, pos = read_compact_string(buf, pos)
+        (e_responses.error_code, n1) = _U_hB(buf, pos)
+        pos += 2
+        if n1 == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_responses.append(e_responses)
+    obj.responses = a_responses
     if buf[pos] == 0:
         pos += 1
     else:
@@ -374,33 +404,41 @@ def _r_DeleteTopicsResponse_DeletableTopicResult_v5(buf: memoryview, pos: int) -
 
 
 def _r_DeleteTopicsResponse_v5(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_DeleteTopicsResponse)
+    (obj.throttle_time_ms, n) = _U_iB(buf, pos)
     pos += 4
-    f_responses: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_responses = []
-    for _ in range(n):
-        e_responses, pos = _r_DeleteTopicsResponse_DeletableTopicResult_v5(buf, pos)
-        f_responses.append(e_responses)
-    obj = _C_DeleteTopicsResponse(throttle_time_ms=f_throttle_time_ms, responses=f_responses)
-    if buf[pos] == 0:
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
         pos += 1
     else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_DeleteTopicsResponse_DeletableTopicResult_v6(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_name: Any
-    f_name, pos = read_compact_nullable_string(buf, pos)
-    f_topic_id, pos = read_uuid(buf, pos)
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    f_error_message: Any
-    f_error_message, pos = read_compact_nullable_string(buf, pos)
-    obj = _C_DeleteTopicsResponse_DeletableTopicResult(
-        name=f_name, topic_id=f_topic_id, error_code=f_error_code, error_message=f_error_message
-    )
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_responses: Any
+    a_responses: list[Any] = []
+    for _ in range(n):
+        e_responses = _new(_C_DeleteTopicsResponse_DeletableTopicResult)
+        e_responses.topic_id = ZERO_UUID
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_responses.name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_responses.name, pos = read_compact_string(buf, pos)
+        (e_responses.error_code, n1) = _U_hB(buf, pos)
+        pos += 2
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_responses.error_message = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_responses.error_message, pos = read_compact_nullable_string(buf, pos)
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_responses.append(e_responses)
+    obj.responses = a_responses
     if buf[pos] == 0:
         pos += 1
     else:
@@ -409,15 +447,41 @@ def _r_DeleteTopicsResponse_DeletableTopicResult_v6(buf: memoryview, pos: int) -
 
 
 def _r_DeleteTopicsResponse_v6(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_DeleteTopicsResponse)
+    (obj.throttle_time_ms, n) = _U_iB(buf, pos)
     pos += 4
-    f_responses: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_responses = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_responses: Any
+    a_responses: list[Any] = []
     for _ in range(n):
-        e_responses, pos = _r_DeleteTopicsResponse_DeletableTopicResult_v6(buf, pos)
-        f_responses.append(e_responses)
-    obj = _C_DeleteTopicsResponse(throttle_time_ms=f_throttle_time_ms, responses=f_responses)
+        e_responses = _new(_C_DeleteTopicsResponse_DeletableTopicResult)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_responses.name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_responses.name, pos = read_compact_nullable_string(buf, pos)
+        e_responses.topic_id, pos = read_uuid(buf, pos)
+        (e_responses.error_code, n1) = _U_hB(buf, pos)
+        pos += 2
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_responses.error_message = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_responses.error_message, pos = read_compact_nullable_string(buf, pos)
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_responses.append(e_responses)
+    obj.responses = a_responses
     if buf[pos] == 0:
         pos += 1
     else:
@@ -425,16 +489,12 @@ def _r_DeleteTopicsResponse_v6(buf: memoryview, pos: int) -> tuple[Any, int]:
     return obj, pos
 
 
-def _w_DeleteTopicsResponse_DeletableTopicResult_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_string(o.name)
-    buf += _P_h(o.error_code)
-
-
 def _w_DeleteTopicsResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_responses = o.responses
     buf += _P_i(len(a_responses))
     for e in a_responses:
-        _w_DeleteTopicsResponse_DeletableTopicResult_v0(e, buf, out)
+        buf += write_string(e.name)
+        buf += _P_h(e.error_code)
 
 
 def _w_DeleteTopicsResponse_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -442,54 +502,55 @@ def _w_DeleteTopicsResponse_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_responses = o.responses
     buf += _P_i(len(a_responses))
     for e in a_responses:
-        _w_DeleteTopicsResponse_DeletableTopicResult_v0(e, buf, out)
-
-
-def _w_DeleteTopicsResponse_DeletableTopicResult_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_compact_string(o.name)
-    buf += _P_h(o.error_code)
-    buf.append(0)
+        buf += write_string(e.name)
+        buf += _P_h(e.error_code)
 
 
 def _w_DeleteTopicsResponse_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
     a_responses = o.responses
-    buf += uvarint(len(a_responses) + 1)
+    n = len(a_responses) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_responses:
-        _w_DeleteTopicsResponse_DeletableTopicResult_v4(e, buf, out)
-    buf.append(0)
-
-
-def _w_DeleteTopicsResponse_DeletableTopicResult_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_compact_string(o.name)
-    buf += _P_h(o.error_code)
-    buf += write_compact_nullable_string(o.error_message)
+        buf += write_compact_string(e.name)
+        buf += _P_h(e.error_code)
+        buf.append(0)
     buf.append(0)
 
 
 def _w_DeleteTopicsResponse_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
     a_responses = o.responses
-    buf += uvarint(len(a_responses) + 1)
+    n = len(a_responses) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_responses:
-        _w_DeleteTopicsResponse_DeletableTopicResult_v5(e, buf, out)
-    buf.append(0)
-
-
-def _w_DeleteTopicsResponse_DeletableTopicResult_v6(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_compact_nullable_string(o.name)
-    buf += o.topic_id.bytes
-    buf += _P_h(o.error_code)
-    buf += write_compact_nullable_string(o.error_message)
+        buf += write_compact_string(e.name)
+        buf += _P_h(e.error_code)
+        buf += write_compact_nullable_string(e.error_message)
+        buf.append(0)
     buf.append(0)
 
 
 def _w_DeleteTopicsResponse_v6(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
     a_responses = o.responses
-    buf += uvarint(len(a_responses) + 1)
+    n = len(a_responses) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_responses:
-        _w_DeleteTopicsResponse_DeletableTopicResult_v6(e, buf, out)
+        buf += write_compact_nullable_string(e.name)
+        buf += e.topic_id.bytes
+        buf += _P_h(e.error_code)
+        buf += write_compact_nullable_string(e.error_message)
+        buf.append(0)
     buf.append(0)
 
 

@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,15 +45,18 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
 _U_b = struct.Struct(">b").unpack_from
 _P_b = struct.Struct(">b").pack
+_U_bB = struct.Struct(">bB").unpack_from
 _U_bb = struct.Struct(">bb").unpack_from
 _P_bb = struct.Struct(">bb").pack
-_U_i = struct.Struct(">i").unpack_from
+_U_bbB = struct.Struct(">bbB").unpack_from
 _P_i = struct.Struct(">i").pack
 _U_ih = struct.Struct(">ih").unpack_from
 _P_ih = struct.Struct(">ih").pack
+_U_ihB = struct.Struct(">ihB").unpack_from
 
 
 @dataclass(slots=True)
@@ -230,75 +234,61 @@ _C_DescribeAclsResponse_DescribeAclsResource_AclDescription = (
 
 
 def _r_DescribeAclsRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_resource_type_filter,) = _U_b(buf, pos)
+    obj = _new(_C_DescribeAclsRequest)
+    obj.pattern_type_filter = 3
+    (obj.resource_type_filter,) = _U_b(buf, pos)
     pos += 1
-    f_resource_name_filter: Any
-    f_resource_name_filter, pos = read_nullable_string(buf, pos)
-    f_principal_filter: Any
-    f_principal_filter, pos = read_nullable_string(buf, pos)
-    f_host_filter: Any
-    f_host_filter, pos = read_nullable_string(buf, pos)
-    (f_operation, f_permission_type) = _U_bb(buf, pos)
+    obj.resource_name_filter, pos = read_nullable_string(buf, pos)
+    obj.principal_filter, pos = read_nullable_string(buf, pos)
+    obj.host_filter, pos = read_nullable_string(buf, pos)
+    (obj.operation, obj.permission_type) = _U_bb(buf, pos)
     pos += 2
-    obj = _C_DescribeAclsRequest(
-        resource_type_filter=f_resource_type_filter,
-        resource_name_filter=f_resource_name_filter,
-        principal_filter=f_principal_filter,
-        host_filter=f_host_filter,
-        operation=f_operation,
-        permission_type=f_permission_type,
-    )
     return obj, pos
 
 
 def _r_DescribeAclsRequest_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_resource_type_filter,) = _U_b(buf, pos)
+    obj = _new(_C_DescribeAclsRequest)
+    (obj.resource_type_filter,) = _U_b(buf, pos)
     pos += 1
-    f_resource_name_filter: Any
-    f_resource_name_filter, pos = read_nullable_string(buf, pos)
-    (f_pattern_type_filter,) = _U_b(buf, pos)
+    obj.resource_name_filter, pos = read_nullable_string(buf, pos)
+    (obj.pattern_type_filter,) = _U_b(buf, pos)
     pos += 1
-    f_principal_filter: Any
-    f_principal_filter, pos = read_nullable_string(buf, pos)
-    f_host_filter: Any
-    f_host_filter, pos = read_nullable_string(buf, pos)
-    (f_operation, f_permission_type) = _U_bb(buf, pos)
+    obj.principal_filter, pos = read_nullable_string(buf, pos)
+    obj.host_filter, pos = read_nullable_string(buf, pos)
+    (obj.operation, obj.permission_type) = _U_bb(buf, pos)
     pos += 2
-    obj = _C_DescribeAclsRequest(
-        resource_type_filter=f_resource_type_filter,
-        resource_name_filter=f_resource_name_filter,
-        pattern_type_filter=f_pattern_type_filter,
-        principal_filter=f_principal_filter,
-        host_filter=f_host_filter,
-        operation=f_operation,
-        permission_type=f_permission_type,
-    )
     return obj, pos
 
 
 def _r_DescribeAclsRequest_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_resource_type_filter,) = _U_b(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_DescribeAclsRequest)
+    (obj.resource_type_filter, n) = _U_bB(buf, pos)
     pos += 1
-    f_resource_name_filter: Any
-    f_resource_name_filter, pos = read_compact_nullable_string(buf, pos)
-    (f_pattern_type_filter,) = _U_b(buf, pos)
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.resource_name_filter = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.resource_name_filter, pos = read_compact_nullable_string(buf, pos)
+    (obj.pattern_type_filter, n) = _U_bB(buf, pos)
     pos += 1
-    f_principal_filter: Any
-    f_principal_filter, pos = read_compact_nullable_string(buf, pos)
-    f_host_filter: Any
-    f_host_filter, pos = read_compact_nullable_string(buf, pos)
-    (f_operation, f_permission_type) = _U_bb(buf, pos)
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.principal_filter = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.principal_filter, pos = read_compact_nullable_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.host_filter = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.host_filter, pos = read_compact_nullable_string(buf, pos)
+    (obj.operation, obj.permission_type, n) = _U_bbB(buf, pos)
     pos += 2
-    obj = _C_DescribeAclsRequest(
-        resource_type_filter=f_resource_type_filter,
-        resource_name_filter=f_resource_name_filter,
-        pattern_type_filter=f_pattern_type_filter,
-        principal_filter=f_principal_filter,
-        host_filter=f_host_filter,
-        operation=f_operation,
-        permission_type=f_permission_type,
-    )
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -332,177 +322,140 @@ def _w_DescribeAclsRequest_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf.append(0)
 
 
-def _r_DescribeAclsResponse_DescribeAclsResource_AclDescription_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_principal, pos = read_string(buf, pos)
-    f_host, pos = read_string(buf, pos)
-    (f_operation, f_permission_type) = _U_bb(buf, pos)
-    pos += 2
-    obj = _C_DescribeAclsResponse_DescribeAclsResource_AclDescription(
-        principal=f_principal, host=f_host, operation=f_operation, permission_type=f_permission_type
-    )
-    return obj, pos
-
-
-def _r_DescribeAclsResponse_DescribeAclsResource_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_resource_type,) = _U_b(buf, pos)
-    pos += 1
-    f_resource_name, pos = read_string(buf, pos)
-    f_acls: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_acls = []
-    for _ in range(n):
-        e_acls, pos = _r_DescribeAclsResponse_DescribeAclsResource_AclDescription_v0(buf, pos)
-        f_acls.append(e_acls)
-    obj = _C_DescribeAclsResponse_DescribeAclsResource(
-        resource_type=f_resource_type, resource_name=f_resource_name, acls=f_acls
-    )
-    return obj, pos
-
-
 def _r_DescribeAclsResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code) = _U_ih(buf, pos)
+    obj = _new(_C_DescribeAclsResponse)
+    (obj.throttle_time_ms, obj.error_code) = _U_ih(buf, pos)
     pos += 6
-    f_error_message: Any
-    f_error_message, pos = read_nullable_string(buf, pos)
-    f_resources: Any
+    obj.error_message, pos = read_nullable_string(buf, pos)
     n, pos = read_array_len(buf, pos, False)
-    f_resources = []
+    e_resources: Any
+    a_resources: list[Any] = []
     for _ in range(n):
-        e_resources, pos = _r_DescribeAclsResponse_DescribeAclsResource_v0(buf, pos)
-        f_resources.append(e_resources)
-    obj = _C_DescribeAclsResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        error_code=f_error_code,
-        error_message=f_error_message,
-        resources=f_resources,
-    )
-    return obj, pos
-
-
-def _r_DescribeAclsResponse_DescribeAclsResource_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_resource_type,) = _U_b(buf, pos)
-    pos += 1
-    f_resource_name, pos = read_string(buf, pos)
-    (f_pattern_type,) = _U_b(buf, pos)
-    pos += 1
-    f_acls: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_acls = []
-    for _ in range(n):
-        e_acls, pos = _r_DescribeAclsResponse_DescribeAclsResource_AclDescription_v0(buf, pos)
-        f_acls.append(e_acls)
-    obj = _C_DescribeAclsResponse_DescribeAclsResource(
-        resource_type=f_resource_type,
-        resource_name=f_resource_name,
-        pattern_type=f_pattern_type,
-        acls=f_acls,
-    )
+        e_resources = _new(_C_DescribeAclsResponse_DescribeAclsResource)
+        e_resources.pattern_type = 3
+        (e_resources.resource_type,) = _U_b(buf, pos)
+        pos += 1
+        e_resources.resource_name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_acls: Any
+        a1_acls: list[Any] = []
+        for _ in range(n1):
+            e1_acls = _new(_C_DescribeAclsResponse_DescribeAclsResource_AclDescription)
+            e1_acls.principal, pos = read_string(buf, pos)
+            e1_acls.host, pos = read_string(buf, pos)
+            (e1_acls.operation, e1_acls.permission_type) = _U_bb(buf, pos)
+            pos += 2
+            a1_acls.append(e1_acls)
+        e_resources.acls = a1_acls
+        a_resources.append(e_resources)
+    obj.resources = a_resources
     return obj, pos
 
 
 def _r_DescribeAclsResponse_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code) = _U_ih(buf, pos)
+    obj = _new(_C_DescribeAclsResponse)
+    (obj.throttle_time_ms, obj.error_code) = _U_ih(buf, pos)
     pos += 6
-    f_error_message: Any
-    f_error_message, pos = read_nullable_string(buf, pos)
-    f_resources: Any
+    obj.error_message, pos = read_nullable_string(buf, pos)
     n, pos = read_array_len(buf, pos, False)
-    f_resources = []
+    e_resources: Any
+    a_resources: list[Any] = []
     for _ in range(n):
-        e_resources, pos = _r_DescribeAclsResponse_DescribeAclsResource_v1(buf, pos)
-        f_resources.append(e_resources)
-    obj = _C_DescribeAclsResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        error_code=f_error_code,
-        error_message=f_error_message,
-        resources=f_resources,
-    )
-    return obj, pos
-
-
-def _r_DescribeAclsResponse_DescribeAclsResource_AclDescription_v2(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_principal, pos = read_compact_string(buf, pos)
-    f_host, pos = read_compact_string(buf, pos)
-    (f_operation, f_permission_type) = _U_bb(buf, pos)
-    pos += 2
-    obj = _C_DescribeAclsResponse_DescribeAclsResource_AclDescription(
-        principal=f_principal, host=f_host, operation=f_operation, permission_type=f_permission_type
-    )
-    if buf[pos] == 0:
+        e_resources = _new(_C_DescribeAclsResponse_DescribeAclsResource)
+        (e_resources.resource_type,) = _U_b(buf, pos)
         pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_DescribeAclsResponse_DescribeAclsResource_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_resource_type,) = _U_b(buf, pos)
-    pos += 1
-    f_resource_name, pos = read_compact_string(buf, pos)
-    (f_pattern_type,) = _U_b(buf, pos)
-    pos += 1
-    f_acls: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_acls = []
-    for _ in range(n):
-        e_acls, pos = _r_DescribeAclsResponse_DescribeAclsResource_AclDescription_v2(buf, pos)
-        f_acls.append(e_acls)
-    obj = _C_DescribeAclsResponse_DescribeAclsResource(
-        resource_type=f_resource_type,
-        resource_name=f_resource_name,
-        pattern_type=f_pattern_type,
-        acls=f_acls,
-    )
-    if buf[pos] == 0:
+        e_resources.resource_name, pos = read_string(buf, pos)
+        (e_resources.pattern_type,) = _U_b(buf, pos)
         pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_acls: Any
+        a1_acls: list[Any] = []
+        for _ in range(n1):
+            e1_acls = _new(_C_DescribeAclsResponse_DescribeAclsResource_AclDescription)
+            e1_acls.principal, pos = read_string(buf, pos)
+            e1_acls.host, pos = read_string(buf, pos)
+            (e1_acls.operation, e1_acls.permission_type) = _U_bb(buf, pos)
+            pos += 2
+            a1_acls.append(e1_acls)
+        e_resources.acls = a1_acls
+        a_resources.append(e_resources)
+    obj.resources = a_resources
     return obj, pos
 
 
 def _r_DescribeAclsResponse_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code) = _U_ih(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_DescribeAclsResponse)
+    (obj.throttle_time_ms, obj.error_code, n) = _U_ihB(buf, pos)
     pos += 6
-    f_error_message: Any
-    f_error_message, pos = read_compact_nullable_string(buf, pos)
-    f_resources: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_resources = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.error_message = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.error_message, pos = read_compact_nullable_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_resources: Any
+    a_resources: list[Any] = []
     for _ in range(n):
-        e_resources, pos = _r_DescribeAclsResponse_DescribeAclsResource_v2(buf, pos)
-        f_resources.append(e_resources)
-    obj = _C_DescribeAclsResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        error_code=f_error_code,
-        error_message=f_error_message,
-        resources=f_resources,
-    )
+        e_resources = _new(_C_DescribeAclsResponse_DescribeAclsResource)
+        (e_resources.resource_type, n1) = _U_bB(buf, pos)
+        pos += 1
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_resources.resource_name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_resources.resource_name, pos = read_compact_string(buf, pos)
+        (e_resources.pattern_type, n1) = _U_bB(buf, pos)
+        pos += 1
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_acls: Any
+        a1_acls: list[Any] = []
+        for _ in range(n1):
+            e1_acls = _new(_C_DescribeAclsResponse_DescribeAclsResource_AclDescription)
+            n2 = buf[pos]
+            if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                end2 = pos + n2
+                e1_acls.principal = str(buf[pos + 1 : end2], "utf-8")
+                pos = end2
+            else:
+                e1_acls.principal, pos = read_compact_string(buf, pos)
+            n2 = buf[pos]
+            if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                end2 = pos + n2
+                e1_acls.host = str(buf[pos + 1 : end2], "utf-8")
+                pos = end2
+            else:
+                e1_acls.host, pos = read_compact_string(buf, pos)
+            (e1_acls.operation, e1_acls.permission_type, n2) = _U_bbB(buf, pos)
+            pos += 2
+            if n2 == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_acls.append(e1_acls)
+        e_resources.acls = a1_acls
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_resources.append(e_resources)
+    obj.resources = a_resources
     if buf[pos] == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
     return obj, pos
-
-
-def _w_DescribeAclsResponse_DescribeAclsResource_AclDescription_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.principal)
-    buf += write_string(o.host)
-    buf += _P_bb(o.operation, o.permission_type)
-
-
-def _w_DescribeAclsResponse_DescribeAclsResource_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_b(o.resource_type)
-    buf += write_string(o.resource_name)
-    a_acls = o.acls
-    buf += _P_i(len(a_acls))
-    for e in a_acls:
-        _w_DescribeAclsResponse_DescribeAclsResource_AclDescription_v0(e, buf, out)
 
 
 def _w_DescribeAclsResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -511,17 +464,14 @@ def _w_DescribeAclsResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_resources = o.resources
     buf += _P_i(len(a_resources))
     for e in a_resources:
-        _w_DescribeAclsResponse_DescribeAclsResource_v0(e, buf, out)
-
-
-def _w_DescribeAclsResponse_DescribeAclsResource_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_b(o.resource_type)
-    buf += write_string(o.resource_name)
-    buf += _P_b(o.pattern_type)
-    a_acls = o.acls
-    buf += _P_i(len(a_acls))
-    for e in a_acls:
-        _w_DescribeAclsResponse_DescribeAclsResource_AclDescription_v0(e, buf, out)
+        buf += _P_b(e.resource_type)
+        buf += write_string(e.resource_name)
+        a1_acls = e.acls
+        buf += _P_i(len(a1_acls))
+        for e1 in a1_acls:
+            buf += write_string(e1.principal)
+            buf += write_string(e1.host)
+            buf += _P_bb(e1.operation, e1.permission_type)
 
 
 def _w_DescribeAclsResponse_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -530,36 +480,42 @@ def _w_DescribeAclsResponse_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_resources = o.resources
     buf += _P_i(len(a_resources))
     for e in a_resources:
-        _w_DescribeAclsResponse_DescribeAclsResource_v1(e, buf, out)
-
-
-def _w_DescribeAclsResponse_DescribeAclsResource_AclDescription_v2(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_compact_string(o.principal)
-    buf += write_compact_string(o.host)
-    buf += _P_bb(o.operation, o.permission_type)
-    buf.append(0)
-
-
-def _w_DescribeAclsResponse_DescribeAclsResource_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_b(o.resource_type)
-    buf += write_compact_string(o.resource_name)
-    buf += _P_b(o.pattern_type)
-    a_acls = o.acls
-    buf += uvarint(len(a_acls) + 1)
-    for e in a_acls:
-        _w_DescribeAclsResponse_DescribeAclsResource_AclDescription_v2(e, buf, out)
-    buf.append(0)
+        buf += _P_b(e.resource_type)
+        buf += write_string(e.resource_name)
+        buf += _P_b(e.pattern_type)
+        a1_acls = e.acls
+        buf += _P_i(len(a1_acls))
+        for e1 in a1_acls:
+            buf += write_string(e1.principal)
+            buf += write_string(e1.host)
+            buf += _P_bb(e1.operation, e1.permission_type)
 
 
 def _w_DescribeAclsResponse_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_ih(o.throttle_time_ms, o.error_code)
     buf += write_compact_nullable_string(o.error_message)
     a_resources = o.resources
-    buf += uvarint(len(a_resources) + 1)
+    n = len(a_resources) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_resources:
-        _w_DescribeAclsResponse_DescribeAclsResource_v2(e, buf, out)
+        buf += _P_b(e.resource_type)
+        buf += write_compact_string(e.resource_name)
+        buf += _P_b(e.pattern_type)
+        a1_acls = e.acls
+        n1 = len(a1_acls) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_acls:
+            buf += write_compact_string(e1.principal)
+            buf += write_compact_string(e1.host)
+            buf += _P_bb(e1.operation, e1.permission_type)
+            buf.append(0)
+        buf.append(0)
     buf.append(0)
 
 

@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,19 +45,20 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
-_U_o = struct.Struct(">?").unpack_from
 _P_o = struct.Struct(">?").pack
-_U_ob = struct.Struct(">?b").unpack_from
+_U_oB = struct.Struct(">?B").unpack_from
 _P_ob = struct.Struct(">?b").pack
-_U_obo = struct.Struct(">?b?").unpack_from
 _P_obo = struct.Struct(">?b?").pack
-_U_b = struct.Struct(">b").unpack_from
+_U_oboB = struct.Struct(">?b?B").unpack_from
+_U_obB = struct.Struct(">?bB").unpack_from
 _P_b = struct.Struct(">b").pack
-_U_i = struct.Struct(">i").unpack_from
+_U_bB = struct.Struct(">bB").unpack_from
 _P_i = struct.Struct(">i").pack
-_U_ih = struct.Struct(">ih").unpack_from
+_U_iB = struct.Struct(">iB").unpack_from
 _P_ih = struct.Struct(">ih").pack
+_U_ihB = struct.Struct(">ihB").unpack_from
 
 
 @dataclass(slots=True)
@@ -218,12 +220,12 @@ _C_DescribeClusterResponse_DescribeClusterBroker = DescribeClusterResponse.Descr
 
 
 def _r_DescribeClusterRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_include_cluster_authorized_operations,) = _U_o(buf, pos)
+    obj = _new(_C_DescribeClusterRequest)
+    obj.endpoint_type = 1
+    obj.include_fenced_brokers = False
+    (obj.include_cluster_authorized_operations, n) = _U_oB(buf, pos)
     pos += 1
-    obj = _C_DescribeClusterRequest(
-        include_cluster_authorized_operations=f_include_cluster_authorized_operations
-    )
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -231,13 +233,11 @@ def _r_DescribeClusterRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
 
 
 def _r_DescribeClusterRequest_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_include_cluster_authorized_operations, f_endpoint_type) = _U_ob(buf, pos)
+    obj = _new(_C_DescribeClusterRequest)
+    obj.include_fenced_brokers = False
+    (obj.include_cluster_authorized_operations, obj.endpoint_type, n) = _U_obB(buf, pos)
     pos += 2
-    obj = _C_DescribeClusterRequest(
-        include_cluster_authorized_operations=f_include_cluster_authorized_operations,
-        endpoint_type=f_endpoint_type,
-    )
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -245,16 +245,15 @@ def _r_DescribeClusterRequest_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
 
 
 def _r_DescribeClusterRequest_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_include_cluster_authorized_operations, f_endpoint_type, f_include_fenced_brokers) = _U_obo(
-        buf, pos
-    )
+    obj = _new(_C_DescribeClusterRequest)
+    (
+        obj.include_cluster_authorized_operations,
+        obj.endpoint_type,
+        obj.include_fenced_brokers,
+        n,
+    ) = _U_oboB(buf, pos)
     pos += 3
-    obj = _C_DescribeClusterRequest(
-        include_cluster_authorized_operations=f_include_cluster_authorized_operations,
-        endpoint_type=f_endpoint_type,
-        include_fenced_brokers=f_include_fenced_brokers,
-    )
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -278,52 +277,62 @@ def _w_DescribeClusterRequest_v2(o: Any, buf: bytearray, out: list[Any]) -> None
     buf.append(0)
 
 
-def _r_DescribeClusterResponse_DescribeClusterBroker_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_broker_id,) = _U_i(buf, pos)
+def _r_DescribeClusterResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
+    buflen = len(buf)
+    obj = _new(_C_DescribeClusterResponse)
+    obj.endpoint_type = 1
+    (obj.throttle_time_ms, obj.error_code, n) = _U_ihB(buf, pos)
+    pos += 6
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.error_message = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.error_message, pos = read_compact_nullable_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.cluster_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.cluster_id, pos = read_compact_string(buf, pos)
+    (obj.controller_id, n) = _U_iB(buf, pos)
     pos += 4
-    f_host, pos = read_compact_string(buf, pos)
-    (f_port,) = _U_i(buf, pos)
-    pos += 4
-    f_rack: Any
-    f_rack, pos = read_compact_nullable_string(buf, pos)
-    obj = _C_DescribeClusterResponse_DescribeClusterBroker(
-        broker_id=f_broker_id, host=f_host, port=f_port, rack=f_rack
-    )
-    if buf[pos] == 0:
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
         pos += 1
     else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_DescribeClusterResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code) = _U_ih(buf, pos)
-    pos += 6
-    f_error_message: Any
-    f_error_message, pos = read_compact_nullable_string(buf, pos)
-    f_cluster_id, pos = read_compact_string(buf, pos)
-    (f_controller_id,) = _U_i(buf, pos)
-    pos += 4
-    f_brokers: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_brokers = []
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_brokers: Any
+    a_brokers: list[Any] = []
     for _ in range(n):
-        e_brokers, pos = _r_DescribeClusterResponse_DescribeClusterBroker_v0(buf, pos)
-        f_brokers.append(e_brokers)
-    (f_cluster_authorized_operations,) = _U_i(buf, pos)
+        e_brokers = _new(_C_DescribeClusterResponse_DescribeClusterBroker)
+        e_brokers.is_fenced = False
+        (e_brokers.broker_id, n1) = _U_iB(buf, pos)
+        pos += 4
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_brokers.host = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_brokers.host, pos = read_compact_string(buf, pos)
+        (e_brokers.port, n1) = _U_iB(buf, pos)
+        pos += 4
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_brokers.rack = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_brokers.rack, pos = read_compact_nullable_string(buf, pos)
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_brokers.append(e_brokers)
+    obj.brokers = a_brokers
+    (obj.cluster_authorized_operations, n) = _U_iB(buf, pos)
     pos += 4
-    obj = _C_DescribeClusterResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        error_code=f_error_code,
-        error_message=f_error_message,
-        cluster_id=f_cluster_id,
-        controller_id=f_controller_id,
-        brokers=f_brokers,
-        cluster_authorized_operations=f_cluster_authorized_operations,
-    )
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -331,56 +340,61 @@ def _r_DescribeClusterResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
 
 
 def _r_DescribeClusterResponse_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code) = _U_ih(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_DescribeClusterResponse)
+    (obj.throttle_time_ms, obj.error_code, n) = _U_ihB(buf, pos)
     pos += 6
-    f_error_message: Any
-    f_error_message, pos = read_compact_nullable_string(buf, pos)
-    (f_endpoint_type,) = _U_b(buf, pos)
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.error_message = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.error_message, pos = read_compact_nullable_string(buf, pos)
+    (obj.endpoint_type, n) = _U_bB(buf, pos)
     pos += 1
-    f_cluster_id, pos = read_compact_string(buf, pos)
-    (f_controller_id,) = _U_i(buf, pos)
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.cluster_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.cluster_id, pos = read_compact_string(buf, pos)
+    (obj.controller_id, n) = _U_iB(buf, pos)
     pos += 4
-    f_brokers: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_brokers = []
-    for _ in range(n):
-        e_brokers, pos = _r_DescribeClusterResponse_DescribeClusterBroker_v0(buf, pos)
-        f_brokers.append(e_brokers)
-    (f_cluster_authorized_operations,) = _U_i(buf, pos)
-    pos += 4
-    obj = _C_DescribeClusterResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        error_code=f_error_code,
-        error_message=f_error_message,
-        endpoint_type=f_endpoint_type,
-        cluster_id=f_cluster_id,
-        controller_id=f_controller_id,
-        brokers=f_brokers,
-        cluster_authorized_operations=f_cluster_authorized_operations,
-    )
-    if buf[pos] == 0:
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
         pos += 1
     else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_DescribeClusterResponse_DescribeClusterBroker_v2(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_broker_id,) = _U_i(buf, pos)
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_brokers: Any
+    a_brokers: list[Any] = []
+    for _ in range(n):
+        e_brokers = _new(_C_DescribeClusterResponse_DescribeClusterBroker)
+        e_brokers.is_fenced = False
+        (e_brokers.broker_id, n1) = _U_iB(buf, pos)
+        pos += 4
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_brokers.host = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_brokers.host, pos = read_compact_string(buf, pos)
+        (e_brokers.port, n1) = _U_iB(buf, pos)
+        pos += 4
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_brokers.rack = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_brokers.rack, pos = read_compact_nullable_string(buf, pos)
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_brokers.append(e_brokers)
+    obj.brokers = a_brokers
+    (obj.cluster_authorized_operations, n) = _U_iB(buf, pos)
     pos += 4
-    f_host, pos = read_compact_string(buf, pos)
-    (f_port,) = _U_i(buf, pos)
-    pos += 4
-    f_rack: Any
-    f_rack, pos = read_compact_nullable_string(buf, pos)
-    (f_is_fenced,) = _U_o(buf, pos)
-    pos += 1
-    obj = _C_DescribeClusterResponse_DescribeClusterBroker(
-        broker_id=f_broker_id, host=f_host, port=f_port, rack=f_rack, is_fenced=f_is_fenced
-    )
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -388,48 +402,66 @@ def _r_DescribeClusterResponse_DescribeClusterBroker_v2(
 
 
 def _r_DescribeClusterResponse_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code) = _U_ih(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_DescribeClusterResponse)
+    (obj.throttle_time_ms, obj.error_code, n) = _U_ihB(buf, pos)
     pos += 6
-    f_error_message: Any
-    f_error_message, pos = read_compact_nullable_string(buf, pos)
-    (f_endpoint_type,) = _U_b(buf, pos)
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.error_message = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.error_message, pos = read_compact_nullable_string(buf, pos)
+    (obj.endpoint_type, n) = _U_bB(buf, pos)
     pos += 1
-    f_cluster_id, pos = read_compact_string(buf, pos)
-    (f_controller_id,) = _U_i(buf, pos)
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.cluster_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.cluster_id, pos = read_compact_string(buf, pos)
+    (obj.controller_id, n) = _U_iB(buf, pos)
     pos += 4
-    f_brokers: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_brokers = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_brokers: Any
+    a_brokers: list[Any] = []
     for _ in range(n):
-        e_brokers, pos = _r_DescribeClusterResponse_DescribeClusterBroker_v2(buf, pos)
-        f_brokers.append(e_brokers)
-    (f_cluster_authorized_operations,) = _U_i(buf, pos)
+        e_brokers = _new(_C_DescribeClusterResponse_DescribeClusterBroker)
+        (e_brokers.broker_id, n1) = _U_iB(buf, pos)
+        pos += 4
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_brokers.host = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_brokers.host, pos = read_compact_string(buf, pos)
+        (e_brokers.port, n1) = _U_iB(buf, pos)
+        pos += 4
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_brokers.rack = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_brokers.rack, pos = read_compact_nullable_string(buf, pos)
+        (e_brokers.is_fenced, n1) = _U_oB(buf, pos)
+        pos += 1
+        if n1 == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_brokers.append(e_brokers)
+    obj.brokers = a_brokers
+    (obj.cluster_authorized_operations, n) = _U_iB(buf, pos)
     pos += 4
-    obj = _C_DescribeClusterResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        error_code=f_error_code,
-        error_message=f_error_message,
-        endpoint_type=f_endpoint_type,
-        cluster_id=f_cluster_id,
-        controller_id=f_controller_id,
-        brokers=f_brokers,
-        cluster_authorized_operations=f_cluster_authorized_operations,
-    )
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
     return obj, pos
-
-
-def _w_DescribeClusterResponse_DescribeClusterBroker_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_i(o.broker_id)
-    buf += write_compact_string(o.host)
-    buf += _P_i(o.port)
-    buf += write_compact_nullable_string(o.rack)
-    buf.append(0)
 
 
 def _w_DescribeClusterResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -438,9 +470,17 @@ def _w_DescribeClusterResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> Non
     buf += write_compact_string(o.cluster_id)
     buf += _P_i(o.controller_id)
     a_brokers = o.brokers
-    buf += uvarint(len(a_brokers) + 1)
+    n = len(a_brokers) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_brokers:
-        _w_DescribeClusterResponse_DescribeClusterBroker_v0(e, buf, out)
+        buf += _P_i(e.broker_id)
+        buf += write_compact_string(e.host)
+        buf += _P_i(e.port)
+        buf += write_compact_nullable_string(e.rack)
+        buf.append(0)
     buf += _P_i(o.cluster_authorized_operations)
     buf.append(0)
 
@@ -452,21 +492,18 @@ def _w_DescribeClusterResponse_v1(o: Any, buf: bytearray, out: list[Any]) -> Non
     buf += write_compact_string(o.cluster_id)
     buf += _P_i(o.controller_id)
     a_brokers = o.brokers
-    buf += uvarint(len(a_brokers) + 1)
+    n = len(a_brokers) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_brokers:
-        _w_DescribeClusterResponse_DescribeClusterBroker_v0(e, buf, out)
+        buf += _P_i(e.broker_id)
+        buf += write_compact_string(e.host)
+        buf += _P_i(e.port)
+        buf += write_compact_nullable_string(e.rack)
+        buf.append(0)
     buf += _P_i(o.cluster_authorized_operations)
-    buf.append(0)
-
-
-def _w_DescribeClusterResponse_DescribeClusterBroker_v2(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_i(o.broker_id)
-    buf += write_compact_string(o.host)
-    buf += _P_i(o.port)
-    buf += write_compact_nullable_string(o.rack)
-    buf += _P_o(o.is_fenced)
     buf.append(0)
 
 
@@ -477,9 +514,18 @@ def _w_DescribeClusterResponse_v2(o: Any, buf: bytearray, out: list[Any]) -> Non
     buf += write_compact_string(o.cluster_id)
     buf += _P_i(o.controller_id)
     a_brokers = o.brokers
-    buf += uvarint(len(a_brokers) + 1)
+    n = len(a_brokers) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_brokers:
-        _w_DescribeClusterResponse_DescribeClusterBroker_v2(e, buf, out)
+        buf += _P_i(e.broker_id)
+        buf += write_compact_string(e.host)
+        buf += _P_i(e.port)
+        buf += write_compact_nullable_string(e.rack)
+        buf += _P_o(e.is_fenced)
+        buf.append(0)
     buf += _P_i(o.cluster_authorized_operations)
     buf.append(0)
 

@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,6 +45,7 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
 _U_o = struct.Struct(">?").unpack_from
 _P_o = struct.Struct(">?").pack
@@ -51,14 +53,19 @@ _U_oo = struct.Struct(">??").unpack_from
 _P_oo = struct.Struct(">??").pack
 _U_ooo = struct.Struct(">???").unpack_from
 _P_ooo = struct.Struct(">???").pack
+_U_ooB = struct.Struct(">??B").unpack_from
 _U_obo = struct.Struct(">?b?").unpack_from
 _P_obo = struct.Struct(">?b?").pack
+_U_oboB = struct.Struct(">?b?B").unpack_from
 _U_b = struct.Struct(">b").unpack_from
 _P_b = struct.Struct(">b").pack
+_U_bB = struct.Struct(">bB").unpack_from
 _U_h = struct.Struct(">h").unpack_from
 _P_h = struct.Struct(">h").pack
+_U_hB = struct.Struct(">hB").unpack_from
 _U_i = struct.Struct(">i").unpack_from
 _P_i = struct.Struct(">i").pack
+_U_iB = struct.Struct(">iB").unpack_from
 
 
 @dataclass(slots=True)
@@ -261,144 +268,173 @@ _C_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult =
 _C_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_DescribeConfigsSynonym = DescribeConfigsResponse.DescribeConfigsResult.DescribeConfigsResourceResult.DescribeConfigsSynonym
 
 
-def _r_DescribeConfigsRequest_DescribeConfigsResource_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_resource_type,) = _U_b(buf, pos)
-    pos += 1
-    f_resource_name, pos = read_string(buf, pos)
-    f_configuration_keys: Any
-    n, pos = read_array_len(buf, pos, True)
-    if n < 0:
-        f_configuration_keys = None
-    else:
-        f_configuration_keys = []
-        for _ in range(n):
-            e_configuration_keys, pos = read_string(buf, pos)
-            f_configuration_keys.append(e_configuration_keys)
-    obj = _C_DescribeConfigsRequest_DescribeConfigsResource(
-        resource_type=f_resource_type,
-        resource_name=f_resource_name,
-        configuration_keys=f_configuration_keys,
-    )
-    return obj, pos
-
-
 def _r_DescribeConfigsRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_resources: Any
+    obj = _new(_C_DescribeConfigsRequest)
+    obj.include_synonyms = False
+    obj.include_documentation = False
     n, pos = read_array_len(buf, pos, False)
-    f_resources = []
+    e_resources: Any
+    a_resources: list[Any] = []
     for _ in range(n):
-        e_resources, pos = _r_DescribeConfigsRequest_DescribeConfigsResource_v0(buf, pos)
-        f_resources.append(e_resources)
-    obj = _C_DescribeConfigsRequest(resources=f_resources)
+        e_resources = _new(_C_DescribeConfigsRequest_DescribeConfigsResource)
+        (e_resources.resource_type,) = _U_b(buf, pos)
+        pos += 1
+        e_resources.resource_name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, True)
+        if n1 < 0:
+            e_resources.configuration_keys = None
+        else:
+            e1_configuration_keys: Any
+            a1_configuration_keys: list[Any] = []
+            for _ in range(n1):
+                e1_configuration_keys, pos = read_string(buf, pos)
+                a1_configuration_keys.append(e1_configuration_keys)
+            e_resources.configuration_keys = a1_configuration_keys
+        a_resources.append(e_resources)
+    obj.resources = a_resources
     return obj, pos
 
 
 def _r_DescribeConfigsRequest_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_resources: Any
+    obj = _new(_C_DescribeConfigsRequest)
+    obj.include_documentation = False
     n, pos = read_array_len(buf, pos, False)
-    f_resources = []
+    e_resources: Any
+    a_resources: list[Any] = []
     for _ in range(n):
-        e_resources, pos = _r_DescribeConfigsRequest_DescribeConfigsResource_v0(buf, pos)
-        f_resources.append(e_resources)
-    (f_include_synonyms,) = _U_o(buf, pos)
+        e_resources = _new(_C_DescribeConfigsRequest_DescribeConfigsResource)
+        (e_resources.resource_type,) = _U_b(buf, pos)
+        pos += 1
+        e_resources.resource_name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, True)
+        if n1 < 0:
+            e_resources.configuration_keys = None
+        else:
+            e1_configuration_keys: Any
+            a1_configuration_keys: list[Any] = []
+            for _ in range(n1):
+                e1_configuration_keys, pos = read_string(buf, pos)
+                a1_configuration_keys.append(e1_configuration_keys)
+            e_resources.configuration_keys = a1_configuration_keys
+        a_resources.append(e_resources)
+    obj.resources = a_resources
+    (obj.include_synonyms,) = _U_o(buf, pos)
     pos += 1
-    obj = _C_DescribeConfigsRequest(resources=f_resources, include_synonyms=f_include_synonyms)
     return obj, pos
 
 
 def _r_DescribeConfigsRequest_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_resources: Any
+    obj = _new(_C_DescribeConfigsRequest)
     n, pos = read_array_len(buf, pos, False)
-    f_resources = []
+    e_resources: Any
+    a_resources: list[Any] = []
     for _ in range(n):
-        e_resources, pos = _r_DescribeConfigsRequest_DescribeConfigsResource_v0(buf, pos)
-        f_resources.append(e_resources)
-    (f_include_synonyms, f_include_documentation) = _U_oo(buf, pos)
-    pos += 2
-    obj = _C_DescribeConfigsRequest(
-        resources=f_resources,
-        include_synonyms=f_include_synonyms,
-        include_documentation=f_include_documentation,
-    )
-    return obj, pos
-
-
-def _r_DescribeConfigsRequest_DescribeConfigsResource_v4(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_resource_type,) = _U_b(buf, pos)
-    pos += 1
-    f_resource_name, pos = read_compact_string(buf, pos)
-    f_configuration_keys: Any
-    n, pos = read_compact_array_len(buf, pos, True)
-    if n < 0:
-        f_configuration_keys = None
-    else:
-        f_configuration_keys = []
-        for _ in range(n):
-            e_configuration_keys, pos = read_compact_string(buf, pos)
-            f_configuration_keys.append(e_configuration_keys)
-    obj = _C_DescribeConfigsRequest_DescribeConfigsResource(
-        resource_type=f_resource_type,
-        resource_name=f_resource_name,
-        configuration_keys=f_configuration_keys,
-    )
-    if buf[pos] == 0:
+        e_resources = _new(_C_DescribeConfigsRequest_DescribeConfigsResource)
+        (e_resources.resource_type,) = _U_b(buf, pos)
         pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+        e_resources.resource_name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, True)
+        if n1 < 0:
+            e_resources.configuration_keys = None
+        else:
+            e1_configuration_keys: Any
+            a1_configuration_keys: list[Any] = []
+            for _ in range(n1):
+                e1_configuration_keys, pos = read_string(buf, pos)
+                a1_configuration_keys.append(e1_configuration_keys)
+            e_resources.configuration_keys = a1_configuration_keys
+        a_resources.append(e_resources)
+    obj.resources = a_resources
+    (obj.include_synonyms, obj.include_documentation) = _U_oo(buf, pos)
+    pos += 2
     return obj, pos
 
 
 def _r_DescribeConfigsRequest_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_resources: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_resources = []
+    buflen = len(buf)
+    obj = _new(_C_DescribeConfigsRequest)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_resources: Any
+    a_resources: list[Any] = []
     for _ in range(n):
-        e_resources, pos = _r_DescribeConfigsRequest_DescribeConfigsResource_v4(buf, pos)
-        f_resources.append(e_resources)
-    (f_include_synonyms, f_include_documentation) = _U_oo(buf, pos)
+        e_resources = _new(_C_DescribeConfigsRequest_DescribeConfigsResource)
+        (e_resources.resource_type, n1) = _U_bB(buf, pos)
+        pos += 1
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_resources.resource_name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_resources.resource_name, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, True)
+        if n1 < 0:
+            e_resources.configuration_keys = None
+        else:
+            e1_configuration_keys: Any
+            a1_configuration_keys: list[Any] = []
+            for _ in range(n1):
+                n1 = buf[pos]
+                if 0 < n1 < 0x80 and n1 <= buflen - pos:
+                    end1 = pos + n1
+                    e1_configuration_keys = str(buf[pos + 1 : end1], "utf-8")
+                    pos = end1
+                else:
+                    e1_configuration_keys, pos = read_compact_string(buf, pos)
+                a1_configuration_keys.append(e1_configuration_keys)
+            e_resources.configuration_keys = a1_configuration_keys
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_resources.append(e_resources)
+    obj.resources = a_resources
+    (obj.include_synonyms, obj.include_documentation, n) = _U_ooB(buf, pos)
     pos += 2
-    obj = _C_DescribeConfigsRequest(
-        resources=f_resources,
-        include_synonyms=f_include_synonyms,
-        include_documentation=f_include_documentation,
-    )
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
     return obj, pos
-
-
-def _w_DescribeConfigsRequest_DescribeConfigsResource_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_b(o.resource_type)
-    buf += write_string(o.resource_name)
-    a_configuration_keys = o.configuration_keys
-    if a_configuration_keys is None:
-        buf += b"\xff\xff\xff\xff"
-    else:
-        buf += _P_i(len(a_configuration_keys))
-        for e in a_configuration_keys:
-            buf += write_string(e)
 
 
 def _w_DescribeConfigsRequest_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_resources = o.resources
     buf += _P_i(len(a_resources))
     for e in a_resources:
-        _w_DescribeConfigsRequest_DescribeConfigsResource_v0(e, buf, out)
+        buf += _P_b(e.resource_type)
+        buf += write_string(e.resource_name)
+        a1_configuration_keys = e.configuration_keys
+        if a1_configuration_keys is None:
+            buf += b"\xff\xff\xff\xff"
+        else:
+            buf += _P_i(len(a1_configuration_keys))
+            for e1 in a1_configuration_keys:
+                buf += write_string(e1)
 
 
 def _w_DescribeConfigsRequest_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_resources = o.resources
     buf += _P_i(len(a_resources))
     for e in a_resources:
-        _w_DescribeConfigsRequest_DescribeConfigsResource_v0(e, buf, out)
+        buf += _P_b(e.resource_type)
+        buf += write_string(e.resource_name)
+        a1_configuration_keys = e.configuration_keys
+        if a1_configuration_keys is None:
+            buf += b"\xff\xff\xff\xff"
+        else:
+            buf += _P_i(len(a1_configuration_keys))
+            for e1 in a1_configuration_keys:
+                buf += write_string(e1)
     buf += _P_o(o.include_synonyms)
 
 
@@ -406,309 +442,264 @@ def _w_DescribeConfigsRequest_v3(o: Any, buf: bytearray, out: list[Any]) -> None
     a_resources = o.resources
     buf += _P_i(len(a_resources))
     for e in a_resources:
-        _w_DescribeConfigsRequest_DescribeConfigsResource_v0(e, buf, out)
+        buf += _P_b(e.resource_type)
+        buf += write_string(e.resource_name)
+        a1_configuration_keys = e.configuration_keys
+        if a1_configuration_keys is None:
+            buf += b"\xff\xff\xff\xff"
+        else:
+            buf += _P_i(len(a1_configuration_keys))
+            for e1 in a1_configuration_keys:
+                buf += write_string(e1)
     buf += _P_oo(o.include_synonyms, o.include_documentation)
-
-
-def _w_DescribeConfigsRequest_DescribeConfigsResource_v4(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_b(o.resource_type)
-    buf += write_compact_string(o.resource_name)
-    a_configuration_keys = o.configuration_keys
-    if a_configuration_keys is None:
-        buf += b"\x00"
-    else:
-        buf += uvarint(len(a_configuration_keys) + 1)
-        for e in a_configuration_keys:
-            buf += write_compact_string(e)
-    buf.append(0)
 
 
 def _w_DescribeConfigsRequest_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_resources = o.resources
-    buf += uvarint(len(a_resources) + 1)
+    n = len(a_resources) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_resources:
-        _w_DescribeConfigsRequest_DescribeConfigsResource_v4(e, buf, out)
+        buf += _P_b(e.resource_type)
+        buf += write_compact_string(e.resource_name)
+        a1_configuration_keys = e.configuration_keys
+        if a1_configuration_keys is None:
+            buf.append(0)
+        else:
+            n1 = len(a1_configuration_keys) + 1
+            if n1 < 0x80:
+                buf.append(n1)
+            else:
+                buf += uvarint(n1)
+            for e1 in a1_configuration_keys:
+                buf += write_compact_string(e1)
+        buf.append(0)
     buf += _P_oo(o.include_synonyms, o.include_documentation)
     buf.append(0)
-
-
-def _r_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    f_value: Any
-    f_value, pos = read_nullable_string(buf, pos)
-    (f_read_only, f_is_default, f_is_sensitive) = _U_ooo(buf, pos)
-    pos += 3
-    obj = _C_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult(
-        name=f_name,
-        value=f_value,
-        read_only=f_read_only,
-        is_default=f_is_default,
-        is_sensitive=f_is_sensitive,
-    )
-    return obj, pos
 
 
 def _r_DescribeConfigsResponse_DescribeConfigsResult_v0(
     buf: memoryview, pos: int
 ) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
+    obj = _new(_C_DescribeConfigsResponse_DescribeConfigsResult)
+    (obj.error_code,) = _U_h(buf, pos)
     pos += 2
-    f_error_message: Any
-    f_error_message, pos = read_nullable_string(buf, pos)
-    (f_resource_type,) = _U_b(buf, pos)
+    obj.error_message, pos = read_nullable_string(buf, pos)
+    (obj.resource_type,) = _U_b(buf, pos)
     pos += 1
-    f_resource_name, pos = read_string(buf, pos)
-    f_configs: Any
+    obj.resource_name, pos = read_string(buf, pos)
     n, pos = read_array_len(buf, pos, False)
-    f_configs = []
+    e_configs: Any
+    a_configs: list[Any] = []
     for _ in range(n):
-        e_configs, pos = (
-            _r_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_v0(
-                buf, pos
-            )
+        e_configs = _new(
+            _C_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult
         )
-        f_configs.append(e_configs)
-    obj = _C_DescribeConfigsResponse_DescribeConfigsResult(
-        error_code=f_error_code,
-        error_message=f_error_message,
-        resource_type=f_resource_type,
-        resource_name=f_resource_name,
-        configs=f_configs,
-    )
+        e_configs.config_source = -1
+        e_configs.synonyms = []
+        e_configs.config_type = 0
+        e_configs.documentation = ""
+        e_configs.name, pos = read_string(buf, pos)
+        e_configs.value, pos = read_nullable_string(buf, pos)
+        (e_configs.read_only, e_configs.is_default, e_configs.is_sensitive) = _U_ooo(buf, pos)
+        pos += 3
+        a_configs.append(e_configs)
+    obj.configs = a_configs
     return obj, pos
 
 
 def _r_DescribeConfigsResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    obj = _new(_C_DescribeConfigsResponse)
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    f_results: Any
     n, pos = read_array_len(buf, pos, False)
-    f_results = []
+    e_results: Any
+    a_results: list[Any] = []
     for _ in range(n):
         e_results, pos = _r_DescribeConfigsResponse_DescribeConfigsResult_v0(buf, pos)
-        f_results.append(e_results)
-    obj = _C_DescribeConfigsResponse(throttle_time_ms=f_throttle_time_ms, results=f_results)
-    return obj, pos
-
-
-def _r_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_DescribeConfigsSynonym_v1(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    f_value: Any
-    f_value, pos = read_nullable_string(buf, pos)
-    (f_source,) = _U_b(buf, pos)
-    pos += 1
-    obj = _C_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_DescribeConfigsSynonym(
-        name=f_name, value=f_value, source=f_source
-    )
-    return obj, pos
-
-
-def _r_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_v1(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    f_value: Any
-    f_value, pos = read_nullable_string(buf, pos)
-    (f_read_only, f_config_source, f_is_sensitive) = _U_obo(buf, pos)
-    pos += 3
-    f_synonyms: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_synonyms = []
-    for _ in range(n):
-        e_synonyms, pos = (
-            _r_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_DescribeConfigsSynonym_v1(
-                buf, pos
-            )
-        )
-        f_synonyms.append(e_synonyms)
-    obj = _C_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult(
-        name=f_name,
-        value=f_value,
-        read_only=f_read_only,
-        config_source=f_config_source,
-        is_sensitive=f_is_sensitive,
-        synonyms=f_synonyms,
-    )
+        a_results.append(e_results)
+    obj.results = a_results
     return obj, pos
 
 
 def _r_DescribeConfigsResponse_DescribeConfigsResult_v1(
     buf: memoryview, pos: int
 ) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
+    obj = _new(_C_DescribeConfigsResponse_DescribeConfigsResult)
+    (obj.error_code,) = _U_h(buf, pos)
     pos += 2
-    f_error_message: Any
-    f_error_message, pos = read_nullable_string(buf, pos)
-    (f_resource_type,) = _U_b(buf, pos)
+    obj.error_message, pos = read_nullable_string(buf, pos)
+    (obj.resource_type,) = _U_b(buf, pos)
     pos += 1
-    f_resource_name, pos = read_string(buf, pos)
-    f_configs: Any
+    obj.resource_name, pos = read_string(buf, pos)
     n, pos = read_array_len(buf, pos, False)
-    f_configs = []
+    e_configs: Any
+    a_configs: list[Any] = []
     for _ in range(n):
-        e_configs, pos = (
-            _r_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_v1(
-                buf, pos
-            )
+        e_configs = _new(
+            _C_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult
         )
-        f_configs.append(e_configs)
-    obj = _C_DescribeConfigsResponse_DescribeConfigsResult(
-        error_code=f_error_code,
-        error_message=f_error_message,
-        resource_type=f_resource_type,
-        resource_name=f_resource_name,
-        configs=f_configs,
-    )
+        e_configs.is_default = False
+        e_configs.config_type = 0
+        e_configs.documentation = ""
+        e_configs.name, pos = read_string(buf, pos)
+        e_configs.value, pos = read_nullable_string(buf, pos)
+        (e_configs.read_only, e_configs.config_source, e_configs.is_sensitive) = _U_obo(buf, pos)
+        pos += 3
+        n1, pos = read_array_len(buf, pos, False)
+        e1_synonyms: Any
+        a1_synonyms: list[Any] = []
+        for _ in range(n1):
+            e1_synonyms = _new(
+                _C_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_DescribeConfigsSynonym
+            )
+            e1_synonyms.name, pos = read_string(buf, pos)
+            e1_synonyms.value, pos = read_nullable_string(buf, pos)
+            (e1_synonyms.source,) = _U_b(buf, pos)
+            pos += 1
+            a1_synonyms.append(e1_synonyms)
+        e_configs.synonyms = a1_synonyms
+        a_configs.append(e_configs)
+    obj.configs = a_configs
     return obj, pos
 
 
 def _r_DescribeConfigsResponse_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    obj = _new(_C_DescribeConfigsResponse)
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    f_results: Any
     n, pos = read_array_len(buf, pos, False)
-    f_results = []
+    e_results: Any
+    a_results: list[Any] = []
     for _ in range(n):
         e_results, pos = _r_DescribeConfigsResponse_DescribeConfigsResult_v1(buf, pos)
-        f_results.append(e_results)
-    obj = _C_DescribeConfigsResponse(throttle_time_ms=f_throttle_time_ms, results=f_results)
-    return obj, pos
-
-
-def _r_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_v3(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    f_value: Any
-    f_value, pos = read_nullable_string(buf, pos)
-    (f_read_only, f_config_source, f_is_sensitive) = _U_obo(buf, pos)
-    pos += 3
-    f_synonyms: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_synonyms = []
-    for _ in range(n):
-        e_synonyms, pos = (
-            _r_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_DescribeConfigsSynonym_v1(
-                buf, pos
-            )
-        )
-        f_synonyms.append(e_synonyms)
-    (f_config_type,) = _U_b(buf, pos)
-    pos += 1
-    f_documentation: Any
-    f_documentation, pos = read_nullable_string(buf, pos)
-    obj = _C_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult(
-        name=f_name,
-        value=f_value,
-        read_only=f_read_only,
-        config_source=f_config_source,
-        is_sensitive=f_is_sensitive,
-        synonyms=f_synonyms,
-        config_type=f_config_type,
-        documentation=f_documentation,
-    )
+        a_results.append(e_results)
+    obj.results = a_results
     return obj, pos
 
 
 def _r_DescribeConfigsResponse_DescribeConfigsResult_v3(
     buf: memoryview, pos: int
 ) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
+    obj = _new(_C_DescribeConfigsResponse_DescribeConfigsResult)
+    (obj.error_code,) = _U_h(buf, pos)
     pos += 2
-    f_error_message: Any
-    f_error_message, pos = read_nullable_string(buf, pos)
-    (f_resource_type,) = _U_b(buf, pos)
+    obj.error_message, pos = read_nullable_string(buf, pos)
+    (obj.resource_type,) = _U_b(buf, pos)
     pos += 1
-    f_resource_name, pos = read_string(buf, pos)
-    f_configs: Any
+    obj.resource_name, pos = read_string(buf, pos)
     n, pos = read_array_len(buf, pos, False)
-    f_configs = []
+    e_configs: Any
+    a_configs: list[Any] = []
     for _ in range(n):
-        e_configs, pos = (
-            _r_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_v3(
-                buf, pos
-            )
+        e_configs = _new(
+            _C_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult
         )
-        f_configs.append(e_configs)
-    obj = _C_DescribeConfigsResponse_DescribeConfigsResult(
-        error_code=f_error_code,
-        error_message=f_error_message,
-        resource_type=f_resource_type,
-        resource_name=f_resource_name,
-        configs=f_configs,
-    )
+        e_configs.is_default = False
+        e_configs.name, pos = read_string(buf, pos)
+        e_configs.value, pos = read_nullable_string(buf, pos)
+        (e_configs.read_only, e_configs.config_source, e_configs.is_sensitive) = _U_obo(buf, pos)
+        pos += 3
+        n1, pos = read_array_len(buf, pos, False)
+        e1_synonyms: Any
+        a1_synonyms: list[Any] = []
+        for _ in range(n1):
+            e1_synonyms = _new(
+                _C_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_DescribeConfigsSynonym
+            )
+            e1_synonyms.name, pos = read_string(buf, pos)
+            e1_synonyms.value, pos = read_nullable_string(buf, pos)
+            (e1_synonyms.source,) = _U_b(buf, pos)
+            pos += 1
+            a1_synonyms.append(e1_synonyms)
+        e_configs.synonyms = a1_synonyms
+        (e_configs.config_type,) = _U_b(buf, pos)
+        pos += 1
+        e_configs.documentation, pos = read_nullable_string(buf, pos)
+        a_configs.append(e_configs)
+    obj.configs = a_configs
     return obj, pos
 
 
 def _r_DescribeConfigsResponse_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    obj = _new(_C_DescribeConfigsResponse)
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    f_results: Any
     n, pos = read_array_len(buf, pos, False)
-    f_results = []
+    e_results: Any
+    a_results: list[Any] = []
     for _ in range(n):
         e_results, pos = _r_DescribeConfigsResponse_DescribeConfigsResult_v3(buf, pos)
-        f_results.append(e_results)
-    obj = _C_DescribeConfigsResponse(throttle_time_ms=f_throttle_time_ms, results=f_results)
-    return obj, pos
-
-
-def _r_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_DescribeConfigsSynonym_v4(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    f_value: Any
-    f_value, pos = read_compact_nullable_string(buf, pos)
-    (f_source,) = _U_b(buf, pos)
-    pos += 1
-    obj = _C_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_DescribeConfigsSynonym(
-        name=f_name, value=f_value, source=f_source
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+        a_results.append(e_results)
+    obj.results = a_results
     return obj, pos
 
 
 def _r_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_v4(
     buf: memoryview, pos: int
 ) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    f_value: Any
-    f_value, pos = read_compact_nullable_string(buf, pos)
-    (f_read_only, f_config_source, f_is_sensitive) = _U_obo(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult)
+    obj.is_default = False
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.name = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.name, pos = read_compact_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.value = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.value, pos = read_compact_nullable_string(buf, pos)
+    (obj.read_only, obj.config_source, obj.is_sensitive, n) = _U_oboB(buf, pos)
     pos += 3
-    f_synonyms: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_synonyms = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_synonyms: Any
+    a_synonyms: list[Any] = []
     for _ in range(n):
-        e_synonyms, pos = (
-            _r_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_DescribeConfigsSynonym_v4(
-                buf, pos
-            )
+        e_synonyms = _new(
+            _C_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_DescribeConfigsSynonym
         )
-        f_synonyms.append(e_synonyms)
-    (f_config_type,) = _U_b(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_synonyms.name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_synonyms.name, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_synonyms.value = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_synonyms.value, pos = read_compact_nullable_string(buf, pos)
+        (e_synonyms.source, n1) = _U_bB(buf, pos)
+        pos += 1
+        if n1 == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_synonyms.append(e_synonyms)
+    obj.synonyms = a_synonyms
+    (obj.config_type, n) = _U_bB(buf, pos)
     pos += 1
-    f_documentation: Any
-    f_documentation, pos = read_compact_nullable_string(buf, pos)
-    obj = _C_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult(
-        name=f_name,
-        value=f_value,
-        read_only=f_read_only,
-        config_source=f_config_source,
-        is_sensitive=f_is_sensitive,
-        synonyms=f_synonyms,
-        config_type=f_config_type,
-        documentation=f_documentation,
-    )
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.documentation = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.documentation, pos = read_compact_nullable_string(buf, pos)
     if buf[pos] == 0:
         pos += 1
     else:
@@ -719,30 +710,40 @@ def _r_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResu
 def _r_DescribeConfigsResponse_DescribeConfigsResult_v4(
     buf: memoryview, pos: int
 ) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_DescribeConfigsResponse_DescribeConfigsResult)
+    (obj.error_code, n) = _U_hB(buf, pos)
     pos += 2
-    f_error_message: Any
-    f_error_message, pos = read_compact_nullable_string(buf, pos)
-    (f_resource_type,) = _U_b(buf, pos)
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.error_message = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.error_message, pos = read_compact_nullable_string(buf, pos)
+    (obj.resource_type, n) = _U_bB(buf, pos)
     pos += 1
-    f_resource_name, pos = read_compact_string(buf, pos)
-    f_configs: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_configs = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.resource_name = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.resource_name, pos = read_compact_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_configs: Any
+    a_configs: list[Any] = []
     for _ in range(n):
         e_configs, pos = (
             _r_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_v4(
                 buf, pos
             )
         )
-        f_configs.append(e_configs)
-    obj = _C_DescribeConfigsResponse_DescribeConfigsResult(
-        error_code=f_error_code,
-        error_message=f_error_message,
-        resource_type=f_resource_type,
-        resource_name=f_resource_name,
-        configs=f_configs,
-    )
+        a_configs.append(e_configs)
+    obj.configs = a_configs
     if buf[pos] == 0:
         pos += 1
     else:
@@ -751,28 +752,26 @@ def _r_DescribeConfigsResponse_DescribeConfigsResult_v4(
 
 
 def _r_DescribeConfigsResponse_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_DescribeConfigsResponse)
+    (obj.throttle_time_ms, n) = _U_iB(buf, pos)
     pos += 4
-    f_results: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_results = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_results: Any
+    a_results: list[Any] = []
     for _ in range(n):
         e_results, pos = _r_DescribeConfigsResponse_DescribeConfigsResult_v4(buf, pos)
-        f_results.append(e_results)
-    obj = _C_DescribeConfigsResponse(throttle_time_ms=f_throttle_time_ms, results=f_results)
+        a_results.append(e_results)
+    obj.results = a_results
     if buf[pos] == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
     return obj, pos
-
-
-def _w_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.name)
-    buf += write_nullable_string(o.value)
-    buf += _P_ooo(o.read_only, o.is_default, o.is_sensitive)
 
 
 def _w_DescribeConfigsResponse_DescribeConfigsResult_v0(
@@ -785,9 +784,9 @@ def _w_DescribeConfigsResponse_DescribeConfigsResult_v0(
     a_configs = o.configs
     buf += _P_i(len(a_configs))
     for e in a_configs:
-        _w_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_v0(
-            e, buf, out
-        )
+        buf += write_string(e.name)
+        buf += write_nullable_string(e.value)
+        buf += _P_ooo(e.read_only, e.is_default, e.is_sensitive)
 
 
 def _w_DescribeConfigsResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -796,28 +795,6 @@ def _w_DescribeConfigsResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> Non
     buf += _P_i(len(a_results))
     for e in a_results:
         _w_DescribeConfigsResponse_DescribeConfigsResult_v0(e, buf, out)
-
-
-def _w_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_DescribeConfigsSynonym_v1(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.name)
-    buf += write_nullable_string(o.value)
-    buf += _P_b(o.source)
-
-
-def _w_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_v1(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.name)
-    buf += write_nullable_string(o.value)
-    buf += _P_obo(o.read_only, o.config_source, o.is_sensitive)
-    a_synonyms = o.synonyms
-    buf += _P_i(len(a_synonyms))
-    for e in a_synonyms:
-        _w_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_DescribeConfigsSynonym_v1(
-            e, buf, out
-        )
 
 
 def _w_DescribeConfigsResponse_DescribeConfigsResult_v1(
@@ -830,9 +807,15 @@ def _w_DescribeConfigsResponse_DescribeConfigsResult_v1(
     a_configs = o.configs
     buf += _P_i(len(a_configs))
     for e in a_configs:
-        _w_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_v1(
-            e, buf, out
-        )
+        buf += write_string(e.name)
+        buf += write_nullable_string(e.value)
+        buf += _P_obo(e.read_only, e.config_source, e.is_sensitive)
+        a1_synonyms = e.synonyms
+        buf += _P_i(len(a1_synonyms))
+        for e1 in a1_synonyms:
+            buf += write_string(e1.name)
+            buf += write_nullable_string(e1.value)
+            buf += _P_b(e1.source)
 
 
 def _w_DescribeConfigsResponse_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -841,22 +824,6 @@ def _w_DescribeConfigsResponse_v1(o: Any, buf: bytearray, out: list[Any]) -> Non
     buf += _P_i(len(a_results))
     for e in a_results:
         _w_DescribeConfigsResponse_DescribeConfigsResult_v1(e, buf, out)
-
-
-def _w_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_v3(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.name)
-    buf += write_nullable_string(o.value)
-    buf += _P_obo(o.read_only, o.config_source, o.is_sensitive)
-    a_synonyms = o.synonyms
-    buf += _P_i(len(a_synonyms))
-    for e in a_synonyms:
-        _w_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_DescribeConfigsSynonym_v1(
-            e, buf, out
-        )
-    buf += _P_b(o.config_type)
-    buf += write_nullable_string(o.documentation)
 
 
 def _w_DescribeConfigsResponse_DescribeConfigsResult_v3(
@@ -869,9 +836,17 @@ def _w_DescribeConfigsResponse_DescribeConfigsResult_v3(
     a_configs = o.configs
     buf += _P_i(len(a_configs))
     for e in a_configs:
-        _w_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_v3(
-            e, buf, out
-        )
+        buf += write_string(e.name)
+        buf += write_nullable_string(e.value)
+        buf += _P_obo(e.read_only, e.config_source, e.is_sensitive)
+        a1_synonyms = e.synonyms
+        buf += _P_i(len(a1_synonyms))
+        for e1 in a1_synonyms:
+            buf += write_string(e1.name)
+            buf += write_nullable_string(e1.value)
+            buf += _P_b(e1.source)
+        buf += _P_b(e.config_type)
+        buf += write_nullable_string(e.documentation)
 
 
 def _w_DescribeConfigsResponse_v3(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -882,32 +857,6 @@ def _w_DescribeConfigsResponse_v3(o: Any, buf: bytearray, out: list[Any]) -> Non
         _w_DescribeConfigsResponse_DescribeConfigsResult_v3(e, buf, out)
 
 
-def _w_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_DescribeConfigsSynonym_v4(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_compact_string(o.name)
-    buf += write_compact_nullable_string(o.value)
-    buf += _P_b(o.source)
-    buf.append(0)
-
-
-def _w_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_v4(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_compact_string(o.name)
-    buf += write_compact_nullable_string(o.value)
-    buf += _P_obo(o.read_only, o.config_source, o.is_sensitive)
-    a_synonyms = o.synonyms
-    buf += uvarint(len(a_synonyms) + 1)
-    for e in a_synonyms:
-        _w_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_DescribeConfigsSynonym_v4(
-            e, buf, out
-        )
-    buf += _P_b(o.config_type)
-    buf += write_compact_nullable_string(o.documentation)
-    buf.append(0)
-
-
 def _w_DescribeConfigsResponse_DescribeConfigsResult_v4(
     o: Any, buf: bytearray, out: list[Any]
 ) -> None:
@@ -916,18 +865,40 @@ def _w_DescribeConfigsResponse_DescribeConfigsResult_v4(
     buf += _P_b(o.resource_type)
     buf += write_compact_string(o.resource_name)
     a_configs = o.configs
-    buf += uvarint(len(a_configs) + 1)
+    n = len(a_configs) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_configs:
-        _w_DescribeConfigsResponse_DescribeConfigsResult_DescribeConfigsResourceResult_v4(
-            e, buf, out
-        )
+        buf += write_compact_string(e.name)
+        buf += write_compact_nullable_string(e.value)
+        buf += _P_obo(e.read_only, e.config_source, e.is_sensitive)
+        a1_synonyms = e.synonyms
+        n1 = len(a1_synonyms) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_synonyms:
+            buf += write_compact_string(e1.name)
+            buf += write_compact_nullable_string(e1.value)
+            buf += _P_b(e1.source)
+            buf.append(0)
+        buf += _P_b(e.config_type)
+        buf += write_compact_nullable_string(e.documentation)
+        buf.append(0)
     buf.append(0)
 
 
 def _w_DescribeConfigsResponse_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
     a_results = o.results
-    buf += uvarint(len(a_results) + 1)
+    n = len(a_results) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_results:
         _w_DescribeConfigsResponse_DescribeConfigsResult_v4(e, buf, out)
     buf.append(0)

@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,13 +45,17 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
 _U_o = struct.Struct(">?").unpack_from
 _P_o = struct.Struct(">?").pack
+_U_oB = struct.Struct(">?B").unpack_from
 _U_h = struct.Struct(">h").unpack_from
 _P_h = struct.Struct(">h").pack
+_U_hB = struct.Struct(">hB").unpack_from
 _U_i = struct.Struct(">i").unpack_from
 _P_i = struct.Struct(">i").pack
+_U_iB = struct.Struct(">iB").unpack_from
 
 
 @dataclass(slots=True)
@@ -226,44 +231,56 @@ _C_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember = (
 
 
 def _r_DescribeGroupsRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_groups: Any
+    obj = _new(_C_DescribeGroupsRequest)
+    obj.include_authorized_operations = False
     n, pos = read_array_len(buf, pos, False)
-    f_groups = []
+    e_groups: Any
+    a_groups: list[Any] = []
     for _ in range(n):
         e_groups, pos = read_string(buf, pos)
-        f_groups.append(e_groups)
-    obj = _C_DescribeGroupsRequest(groups=f_groups)
+        a_groups.append(e_groups)
+    obj.groups = a_groups
     return obj, pos
 
 
 def _r_DescribeGroupsRequest_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_groups: Any
+    obj = _new(_C_DescribeGroupsRequest)
     n, pos = read_array_len(buf, pos, False)
-    f_groups = []
+    e_groups: Any
+    a_groups: list[Any] = []
     for _ in range(n):
         e_groups, pos = read_string(buf, pos)
-        f_groups.append(e_groups)
-    (f_include_authorized_operations,) = _U_o(buf, pos)
+        a_groups.append(e_groups)
+    obj.groups = a_groups
+    (obj.include_authorized_operations,) = _U_o(buf, pos)
     pos += 1
-    obj = _C_DescribeGroupsRequest(
-        groups=f_groups, include_authorized_operations=f_include_authorized_operations
-    )
     return obj, pos
 
 
 def _r_DescribeGroupsRequest_v5(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_groups: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_groups = []
+    buflen = len(buf)
+    obj = _new(_C_DescribeGroupsRequest)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_groups: Any
+    a_groups: list[Any] = []
     for _ in range(n):
-        e_groups, pos = read_compact_string(buf, pos)
-        f_groups.append(e_groups)
-    (f_include_authorized_operations,) = _U_o(buf, pos)
+        n = buf[pos]
+        if 0 < n < 0x80 and n <= buflen - pos:
+            end = pos + n
+            e_groups = str(buf[pos + 1 : end], "utf-8")
+            pos = end
+        else:
+            e_groups, pos = read_compact_string(buf, pos)
+        a_groups.append(e_groups)
+    obj.groups = a_groups
+    (obj.include_authorized_operations, n) = _U_oB(buf, pos)
     pos += 1
-    obj = _C_DescribeGroupsRequest(
-        groups=f_groups, include_authorized_operations=f_include_authorized_operations
-    )
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -287,229 +304,227 @@ def _w_DescribeGroupsRequest_v3(o: Any, buf: bytearray, out: list[Any]) -> None:
 
 def _w_DescribeGroupsRequest_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_groups = o.groups
-    buf += uvarint(len(a_groups) + 1)
+    n = len(a_groups) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_groups:
         buf += write_compact_string(e)
     buf += _P_o(o.include_authorized_operations)
     buf.append(0)
 
 
-def _r_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_member_id, pos = read_string(buf, pos)
-    f_client_id, pos = read_string(buf, pos)
-    f_client_host, pos = read_string(buf, pos)
-    f_member_metadata, pos = read_bytes(buf, pos)
-    f_member_assignment, pos = read_bytes(buf, pos)
-    obj = _C_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember(
-        member_id=f_member_id,
-        client_id=f_client_id,
-        client_host=f_client_host,
-        member_metadata=f_member_metadata,
-        member_assignment=f_member_assignment,
-    )
-    return obj, pos
-
-
-def _r_DescribeGroupsResponse_DescribedGroup_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    f_group_id, pos = read_string(buf, pos)
-    f_group_state, pos = read_string(buf, pos)
-    f_protocol_type, pos = read_string(buf, pos)
-    f_protocol_data, pos = read_string(buf, pos)
-    f_members: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_members = []
-    for _ in range(n):
-        e_members, pos = _r_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember_v0(buf, pos)
-        f_members.append(e_members)
-    obj = _C_DescribeGroupsResponse_DescribedGroup(
-        error_code=f_error_code,
-        group_id=f_group_id,
-        group_state=f_group_state,
-        protocol_type=f_protocol_type,
-        protocol_data=f_protocol_data,
-        members=f_members,
-    )
-    return obj, pos
-
-
 def _r_DescribeGroupsResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_groups: Any
+    obj = _new(_C_DescribeGroupsResponse)
+    obj.throttle_time_ms = 0
     n, pos = read_array_len(buf, pos, False)
-    f_groups = []
+    e_groups: Any
+    a_groups: list[Any] = []
     for _ in range(n):
-        e_groups, pos = _r_DescribeGroupsResponse_DescribedGroup_v0(buf, pos)
-        f_groups.append(e_groups)
-    obj = _C_DescribeGroupsResponse(groups=f_groups)
+        e_groups = _new(_C_DescribeGroupsResponse_DescribedGroup)
+        e_groups.error_message = None
+        e_groups.authorized_operations = -2147483648
+        (e_groups.error_code,) = _U_h(buf, pos)
+        pos += 2
+        e_groups.group_id, pos = read_string(buf, pos)
+        e_groups.group_state, pos = read_string(buf, pos)
+        e_groups.protocol_type, pos = read_string(buf, pos)
+        e_groups.protocol_data, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_members: Any
+        a1_members: list[Any] = []
+        for _ in range(n1):
+            e1_members = _new(_C_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember)
+            e1_members.group_instance_id = None
+            e1_members.member_id, pos = read_string(buf, pos)
+            e1_members.client_id, pos = read_string(buf, pos)
+            e1_members.client_host, pos = read_string(buf, pos)
+            e1_members.member_metadata, pos = read_bytes(buf, pos)
+            e1_members.member_assignment, pos = read_bytes(buf, pos)
+            a1_members.append(e1_members)
+        e_groups.members = a1_members
+        a_groups.append(e_groups)
+    obj.groups = a_groups
     return obj, pos
 
 
 def _r_DescribeGroupsResponse_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    obj = _new(_C_DescribeGroupsResponse)
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    f_groups: Any
     n, pos = read_array_len(buf, pos, False)
-    f_groups = []
+    e_groups: Any
+    a_groups: list[Any] = []
     for _ in range(n):
-        e_groups, pos = _r_DescribeGroupsResponse_DescribedGroup_v0(buf, pos)
-        f_groups.append(e_groups)
-    obj = _C_DescribeGroupsResponse(throttle_time_ms=f_throttle_time_ms, groups=f_groups)
-    return obj, pos
-
-
-def _r_DescribeGroupsResponse_DescribedGroup_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    f_group_id, pos = read_string(buf, pos)
-    f_group_state, pos = read_string(buf, pos)
-    f_protocol_type, pos = read_string(buf, pos)
-    f_protocol_data, pos = read_string(buf, pos)
-    f_members: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_members = []
-    for _ in range(n):
-        e_members, pos = _r_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember_v0(buf, pos)
-        f_members.append(e_members)
-    (f_authorized_operations,) = _U_i(buf, pos)
-    pos += 4
-    obj = _C_DescribeGroupsResponse_DescribedGroup(
-        error_code=f_error_code,
-        group_id=f_group_id,
-        group_state=f_group_state,
-        protocol_type=f_protocol_type,
-        protocol_data=f_protocol_data,
-        members=f_members,
-        authorized_operations=f_authorized_operations,
-    )
+        e_groups = _new(_C_DescribeGroupsResponse_DescribedGroup)
+        e_groups.error_message = None
+        e_groups.authorized_operations = -2147483648
+        (e_groups.error_code,) = _U_h(buf, pos)
+        pos += 2
+        e_groups.group_id, pos = read_string(buf, pos)
+        e_groups.group_state, pos = read_string(buf, pos)
+        e_groups.protocol_type, pos = read_string(buf, pos)
+        e_groups.protocol_data, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_members: Any
+        a1_members: list[Any] = []
+        for _ in range(n1):
+            e1_members = _new(_C_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember)
+            e1_members.group_instance_id = None
+            e1_members.member_id, pos = read_string(buf, pos)
+            e1_members.client_id, pos = read_string(buf, pos)
+            e1_members.client_host, pos = read_string(buf, pos)
+            e1_members.member_metadata, pos = read_bytes(buf, pos)
+            e1_members.member_assignment, pos = read_bytes(buf, pos)
+            a1_members.append(e1_members)
+        e_groups.members = a1_members
+        a_groups.append(e_groups)
+    obj.groups = a_groups
     return obj, pos
 
 
 def _r_DescribeGroupsResponse_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    obj = _new(_C_DescribeGroupsResponse)
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    f_groups: Any
     n, pos = read_array_len(buf, pos, False)
-    f_groups = []
+    e_groups: Any
+    a_groups: list[Any] = []
     for _ in range(n):
-        e_groups, pos = _r_DescribeGroupsResponse_DescribedGroup_v3(buf, pos)
-        f_groups.append(e_groups)
-    obj = _C_DescribeGroupsResponse(throttle_time_ms=f_throttle_time_ms, groups=f_groups)
-    return obj, pos
-
-
-def _r_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember_v4(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_member_id, pos = read_string(buf, pos)
-    f_group_instance_id: Any
-    f_group_instance_id, pos = read_nullable_string(buf, pos)
-    f_client_id, pos = read_string(buf, pos)
-    f_client_host, pos = read_string(buf, pos)
-    f_member_metadata, pos = read_bytes(buf, pos)
-    f_member_assignment, pos = read_bytes(buf, pos)
-    obj = _C_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember(
-        member_id=f_member_id,
-        group_instance_id=f_group_instance_id,
-        client_id=f_client_id,
-        client_host=f_client_host,
-        member_metadata=f_member_metadata,
-        member_assignment=f_member_assignment,
-    )
-    return obj, pos
-
-
-def _r_DescribeGroupsResponse_DescribedGroup_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    f_group_id, pos = read_string(buf, pos)
-    f_group_state, pos = read_string(buf, pos)
-    f_protocol_type, pos = read_string(buf, pos)
-    f_protocol_data, pos = read_string(buf, pos)
-    f_members: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_members = []
-    for _ in range(n):
-        e_members, pos = _r_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember_v4(buf, pos)
-        f_members.append(e_members)
-    (f_authorized_operations,) = _U_i(buf, pos)
-    pos += 4
-    obj = _C_DescribeGroupsResponse_DescribedGroup(
-        error_code=f_error_code,
-        group_id=f_group_id,
-        group_state=f_group_state,
-        protocol_type=f_protocol_type,
-        protocol_data=f_protocol_data,
-        members=f_members,
-        authorized_operations=f_authorized_operations,
-    )
+        e_groups = _new(_C_DescribeGroupsResponse_DescribedGroup)
+        e_groups.error_message = None
+        (e_groups.error_code,) = _U_h(buf, pos)
+        pos += 2
+        e_groups.group_id, pos = read_string(buf, pos)
+        e_groups.group_state, pos = read_string(buf, pos)
+        e_groups.protocol_type, pos = read_string(buf, pos)
+        e_groups.protocol_data, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_members: Any
+        a1_members: list[Any] = []
+        for _ in range(n1):
+            e1_members = _new(_C_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember)
+            e1_members.group_instance_id = None
+            e1_members.member_id, pos = read_string(buf, pos)
+            e1_members.client_id, pos = read_string(buf, pos)
+            e1_members.client_host, pos = read_string(buf, pos)
+            e1_members.member_metadata, pos = read_bytes(buf, pos)
+            e1_members.member_assignment, pos = read_bytes(buf, pos)
+            a1_members.append(e1_members)
+        e_groups.members = a1_members
+        (e_groups.authorized_operations,) = _U_i(buf, pos)
+        pos += 4
+        a_groups.append(e_groups)
+    obj.groups = a_groups
     return obj, pos
 
 
 def _r_DescribeGroupsResponse_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    obj = _new(_C_DescribeGroupsResponse)
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    f_groups: Any
     n, pos = read_array_len(buf, pos, False)
-    f_groups = []
+    e_groups: Any
+    a_groups: list[Any] = []
     for _ in range(n):
-        e_groups, pos = _r_DescribeGroupsResponse_DescribedGroup_v4(buf, pos)
-        f_groups.append(e_groups)
-    obj = _C_DescribeGroupsResponse(throttle_time_ms=f_throttle_time_ms, groups=f_groups)
+        e_groups = _new(_C_DescribeGroupsResponse_DescribedGroup)
+        e_groups.error_message = None
+        (e_groups.error_code,) = _U_h(buf, pos)
+        pos += 2
+        e_groups.group_id, pos = read_string(buf, pos)
+        e_groups.group_state, pos = read_string(buf, pos)
+        e_groups.protocol_type, pos = read_string(buf, pos)
+        e_groups.protocol_data, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_members: Any
+        a1_members: list[Any] = []
+        for _ in range(n1):
+            e1_members = _new(_C_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember)
+            e1_members.member_id, pos = read_string(buf, pos)
+            e1_members.group_instance_id, pos = read_nullable_string(buf, pos)
+            e1_members.client_id, pos = read_string(buf, pos)
+            e1_members.client_host, pos = read_string(buf, pos)
+            e1_members.member_metadata, pos = read_bytes(buf, pos)
+            e1_members.member_assignment, pos = read_bytes(buf, pos)
+            a1_members.append(e1_members)
+        e_groups.members = a1_members
+        (e_groups.authorized_operations,) = _U_i(buf, pos)
+        pos += 4
+        a_groups.append(e_groups)
+    obj.groups = a_groups
     return obj, pos
 
 
 def _r_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember_v5(
     buf: memoryview, pos: int
 ) -> tuple[Any, int]:
-    f_member_id, pos = read_compact_string(buf, pos)
-    f_group_instance_id: Any
-    f_group_instance_id, pos = read_compact_nullable_string(buf, pos)
-    f_client_id, pos = read_compact_string(buf, pos)
-    f_client_host, pos = read_compact_string(buf, pos)
-    f_member_metadata, pos = read_compact_bytes(buf, pos)
-    f_member_assignment, pos = read_compact_bytes(buf, pos)
-    obj = _C_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember(
-        member_id=f_member_id,
-        group_instance_id=f_group_instance_id,
-        client_id=f_client_id,
-        client_host=f_client_host,
-        member_metadata=f_member_metadata,
-        member_assignment=f_member_assignment,
-    )
-    if buf[pos] == 0:
-        pos += 1
+    buflen = len(buf)
+    obj = _new(_C_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.member_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
     else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_DescribeGroupsResponse_DescribedGroup_v5(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    f_group_id, pos = read_compact_string(buf, pos)
-    f_group_state, pos = read_compact_string(buf, pos)
-    f_protocol_type, pos = read_compact_string(buf, pos)
-    f_protocol_data, pos = read_compact_string(buf, pos)
-    f_members: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_members = []
-    for _ in range(n):
-        e_members, pos = _r_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember_v5(buf, pos)
-        f_members.append(e_members)
-    (f_authorized_operations,) = _U_i(buf, pos)
-    pos += 4
-    obj = _C_DescribeGroupsResponse_DescribedGroup(
-        error_code=f_error_code,
-        group_id=f_group_id,
-        group_state=f_group_state,
-        protocol_type=f_protocol_type,
-        protocol_data=f_protocol_data,
-        members=f_members,
-        authorized_operations=f_authorized_operations,
-    )
+        obj.member_id, pos = read_compact_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.group_instance_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.group_instance_id, pos = read_compact_nullable_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.client_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.client_id, pos = read_compact_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.client_host = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.client_host, pos = read_compact_string(buf, pos)
+    if (n := buf[pos]) < 0x80:
+        pos += 1
+    elif (b := buf[pos + 1]) < 0x80:
+        n = n & 0x7F | b << 7
+        pos += 2
+    elif (c := buf[pos + 2]) < 0x80:
+        n = n & 0x7F | (b & 0x7F) << 7 | c << 14
+        pos += 3
+    else:
+        n, pos = read_uvarint(buf, pos)
+    if n == 0:
+        raise DecodeError("null compact bytes in a non-nullable field")
+    else:
+        end = pos + n - 1
+        if end > buflen:
+            raise_too_long(buf, pos, n - 1)
+        obj.member_metadata = buf[pos:end]
+        pos = end
+    if (n := buf[pos]) < 0x80:
+        pos += 1
+    elif (b := buf[pos + 1]) < 0x80:
+        n = n & 0x7F | b << 7
+        pos += 2
+    elif (c := buf[pos + 2]) < 0x80:
+        n = n & 0x7F | (b & 0x7F) << 7 | c << 14
+        pos += 3
+    else:
+        n, pos = read_uvarint(buf, pos)
+    if n == 0:
+        raise DecodeError("null compact bytes in a non-nullable field")
+    else:
+        end = pos + n - 1
+        if end > buflen:
+            raise_too_long(buf, pos, n - 1)
+        obj.member_assignment = buf[pos:end]
+        pos = end
     if buf[pos] == 0:
         pos += 1
     else:
@@ -518,49 +533,71 @@ def _r_DescribeGroupsResponse_DescribedGroup_v5(buf: memoryview, pos: int) -> tu
 
 
 def _r_DescribeGroupsResponse_v5(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_DescribeGroupsResponse)
+    (obj.throttle_time_ms, n) = _U_iB(buf, pos)
     pos += 4
-    f_groups: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_groups = []
-    for _ in range(n):
-        e_groups, pos = _r_DescribeGroupsResponse_DescribedGroup_v5(buf, pos)
-        f_groups.append(e_groups)
-    obj = _C_DescribeGroupsResponse(throttle_time_ms=f_throttle_time_ms, groups=f_groups)
-    if buf[pos] == 0:
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
         pos += 1
     else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_DescribeGroupsResponse_DescribedGroup_v6(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    f_error_message: Any
-    f_error_message, pos = read_compact_nullable_string(buf, pos)
-    f_group_id, pos = read_compact_string(buf, pos)
-    f_group_state, pos = read_compact_string(buf, pos)
-    f_protocol_type, pos = read_compact_string(buf, pos)
-    f_protocol_data, pos = read_compact_string(buf, pos)
-    f_members: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_members = []
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_groups: Any
+    a_groups: list[Any] = []
     for _ in range(n):
-        e_members, pos = _r_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember_v5(buf, pos)
-        f_members.append(e_members)
-    (f_authorized_operations,) = _U_i(buf, pos)
-    pos += 4
-    obj = _C_DescribeGroupsResponse_DescribedGroup(
-        error_code=f_error_code,
-        error_message=f_error_message,
-        group_id=f_group_id,
-        group_state=f_group_state,
-        protocol_type=f_protocol_type,
-        protocol_data=f_protocol_data,
-        members=f_members,
-        authorized_operations=f_authorized_operations,
-    )
+        e_groups = _new(_C_DescribeGroupsResponse_DescribedGroup)
+        e_groups.error_message = None
+        (e_groups.error_code, n1) = _U_hB(buf, pos)
+        pos += 2
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_groups.group_id = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_groups.group_id, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_groups.group_state = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_groups.group_state, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_groups.protocol_type = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_groups.protocol_type, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_groups.protocol_data = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_groups.protocol_data, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_members: Any
+        a1_members: list[Any] = []
+        for _ in range(n1):
+            e1_members, pos = _r_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember_v5(
+                buf, pos
+            )
+            a1_members.append(e1_members)
+        e_groups.members = a1_members
+        (e_groups.authorized_operations, n1) = _U_iB(buf, pos)
+        pos += 4
+        if n1 == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_groups.append(e_groups)
+    obj.groups = a_groups
     if buf[pos] == 0:
         pos += 1
     else:
@@ -569,15 +606,77 @@ def _r_DescribeGroupsResponse_DescribedGroup_v6(buf: memoryview, pos: int) -> tu
 
 
 def _r_DescribeGroupsResponse_v6(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_DescribeGroupsResponse)
+    (obj.throttle_time_ms, n) = _U_iB(buf, pos)
     pos += 4
-    f_groups: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_groups = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_groups: Any
+    a_groups: list[Any] = []
     for _ in range(n):
-        e_groups, pos = _r_DescribeGroupsResponse_DescribedGroup_v6(buf, pos)
-        f_groups.append(e_groups)
-    obj = _C_DescribeGroupsResponse(throttle_time_ms=f_throttle_time_ms, groups=f_groups)
+        e_groups = _new(_C_DescribeGroupsResponse_DescribedGroup)
+        (e_groups.error_code, n1) = _U_hB(buf, pos)
+        pos += 2
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_groups.error_message = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_groups.error_message, pos = read_compact_nullable_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_groups.group_id = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_groups.group_id, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_groups.group_state = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_groups.group_state, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_groups.protocol_type = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_groups.protocol_type, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_groups.protocol_data = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_groups.protocol_data, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_members: Any
+        a1_members: list[Any] = []
+        for _ in range(n1):
+            e1_members, pos = _r_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember_v5(
+                buf, pos
+            )
+            a1_members.append(e1_members)
+        e_groups.members = a1_members
+        (e_groups.authorized_operations, n1) = _U_iB(buf, pos)
+        pos += 4
+        if n1 == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_groups.append(e_groups)
+    obj.groups = a_groups
     if buf[pos] == 0:
         pos += 1
     else:
@@ -585,33 +684,23 @@ def _r_DescribeGroupsResponse_v6(buf: memoryview, pos: int) -> tuple[Any, int]:
     return obj, pos
 
 
-def _w_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.member_id)
-    buf += write_string(o.client_id)
-    buf += write_string(o.client_host)
-    write_bytes(buf, out, o.member_metadata)
-    write_bytes(buf, out, o.member_assignment)
-
-
-def _w_DescribeGroupsResponse_DescribedGroup_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_h(o.error_code)
-    buf += write_string(o.group_id)
-    buf += write_string(o.group_state)
-    buf += write_string(o.protocol_type)
-    buf += write_string(o.protocol_data)
-    a_members = o.members
-    buf += _P_i(len(a_members))
-    for e in a_members:
-        _w_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember_v0(e, buf, out)
-
-
 def _w_DescribeGroupsResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_groups = o.groups
     buf += _P_i(len(a_groups))
     for e in a_groups:
-        _w_DescribeGroupsResponse_DescribedGroup_v0(e, buf, out)
+        buf += _P_h(e.error_code)
+        buf += write_string(e.group_id)
+        buf += write_string(e.group_state)
+        buf += write_string(e.protocol_type)
+        buf += write_string(e.protocol_data)
+        a1_members = e.members
+        buf += _P_i(len(a1_members))
+        for e1 in a1_members:
+            buf += write_string(e1.member_id)
+            buf += write_string(e1.client_id)
+            buf += write_string(e1.client_host)
+            write_bytes(buf, out, e1.member_metadata)
+            write_bytes(buf, out, e1.member_assignment)
 
 
 def _w_DescribeGroupsResponse_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -619,20 +708,19 @@ def _w_DescribeGroupsResponse_v1(o: Any, buf: bytearray, out: list[Any]) -> None
     a_groups = o.groups
     buf += _P_i(len(a_groups))
     for e in a_groups:
-        _w_DescribeGroupsResponse_DescribedGroup_v0(e, buf, out)
-
-
-def _w_DescribeGroupsResponse_DescribedGroup_v3(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_h(o.error_code)
-    buf += write_string(o.group_id)
-    buf += write_string(o.group_state)
-    buf += write_string(o.protocol_type)
-    buf += write_string(o.protocol_data)
-    a_members = o.members
-    buf += _P_i(len(a_members))
-    for e in a_members:
-        _w_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember_v0(e, buf, out)
-    buf += _P_i(o.authorized_operations)
+        buf += _P_h(e.error_code)
+        buf += write_string(e.group_id)
+        buf += write_string(e.group_state)
+        buf += write_string(e.protocol_type)
+        buf += write_string(e.protocol_data)
+        a1_members = e.members
+        buf += _P_i(len(a1_members))
+        for e1 in a1_members:
+            buf += write_string(e1.member_id)
+            buf += write_string(e1.client_id)
+            buf += write_string(e1.client_host)
+            write_bytes(buf, out, e1.member_metadata)
+            write_bytes(buf, out, e1.member_assignment)
 
 
 def _w_DescribeGroupsResponse_v3(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -640,31 +728,20 @@ def _w_DescribeGroupsResponse_v3(o: Any, buf: bytearray, out: list[Any]) -> None
     a_groups = o.groups
     buf += _P_i(len(a_groups))
     for e in a_groups:
-        _w_DescribeGroupsResponse_DescribedGroup_v3(e, buf, out)
-
-
-def _w_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember_v4(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.member_id)
-    buf += write_nullable_string(o.group_instance_id)
-    buf += write_string(o.client_id)
-    buf += write_string(o.client_host)
-    write_bytes(buf, out, o.member_metadata)
-    write_bytes(buf, out, o.member_assignment)
-
-
-def _w_DescribeGroupsResponse_DescribedGroup_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_h(o.error_code)
-    buf += write_string(o.group_id)
-    buf += write_string(o.group_state)
-    buf += write_string(o.protocol_type)
-    buf += write_string(o.protocol_data)
-    a_members = o.members
-    buf += _P_i(len(a_members))
-    for e in a_members:
-        _w_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember_v4(e, buf, out)
-    buf += _P_i(o.authorized_operations)
+        buf += _P_h(e.error_code)
+        buf += write_string(e.group_id)
+        buf += write_string(e.group_state)
+        buf += write_string(e.protocol_type)
+        buf += write_string(e.protocol_data)
+        a1_members = e.members
+        buf += _P_i(len(a1_members))
+        for e1 in a1_members:
+            buf += write_string(e1.member_id)
+            buf += write_string(e1.client_id)
+            buf += write_string(e1.client_host)
+            write_bytes(buf, out, e1.member_metadata)
+            write_bytes(buf, out, e1.member_assignment)
+        buf += _P_i(e.authorized_operations)
 
 
 def _w_DescribeGroupsResponse_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -672,65 +749,159 @@ def _w_DescribeGroupsResponse_v4(o: Any, buf: bytearray, out: list[Any]) -> None
     a_groups = o.groups
     buf += _P_i(len(a_groups))
     for e in a_groups:
-        _w_DescribeGroupsResponse_DescribedGroup_v4(e, buf, out)
-
-
-def _w_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember_v5(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_compact_string(o.member_id)
-    buf += write_compact_nullable_string(o.group_instance_id)
-    buf += write_compact_string(o.client_id)
-    buf += write_compact_string(o.client_host)
-    write_compact_bytes(buf, out, o.member_metadata)
-    write_compact_bytes(buf, out, o.member_assignment)
-    buf.append(0)
-
-
-def _w_DescribeGroupsResponse_DescribedGroup_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_h(o.error_code)
-    buf += write_compact_string(o.group_id)
-    buf += write_compact_string(o.group_state)
-    buf += write_compact_string(o.protocol_type)
-    buf += write_compact_string(o.protocol_data)
-    a_members = o.members
-    buf += uvarint(len(a_members) + 1)
-    for e in a_members:
-        _w_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember_v5(e, buf, out)
-    buf += _P_i(o.authorized_operations)
-    buf.append(0)
+        buf += _P_h(e.error_code)
+        buf += write_string(e.group_id)
+        buf += write_string(e.group_state)
+        buf += write_string(e.protocol_type)
+        buf += write_string(e.protocol_data)
+        a1_members = e.members
+        buf += _P_i(len(a1_members))
+        for e1 in a1_members:
+            buf += write_string(e1.member_id)
+            buf += write_nullable_string(e1.group_instance_id)
+            buf += write_string(e1.client_id)
+            buf += write_string(e1.client_host)
+            write_bytes(buf, out, e1.member_metadata)
+            write_bytes(buf, out, e1.member_assignment)
+        buf += _P_i(e.authorized_operations)
 
 
 def _w_DescribeGroupsResponse_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
     a_groups = o.groups
-    buf += uvarint(len(a_groups) + 1)
+    n = len(a_groups) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_groups:
-        _w_DescribeGroupsResponse_DescribedGroup_v5(e, buf, out)
-    buf.append(0)
-
-
-def _w_DescribeGroupsResponse_DescribedGroup_v6(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_h(o.error_code)
-    buf += write_compact_nullable_string(o.error_message)
-    buf += write_compact_string(o.group_id)
-    buf += write_compact_string(o.group_state)
-    buf += write_compact_string(o.protocol_type)
-    buf += write_compact_string(o.protocol_data)
-    a_members = o.members
-    buf += uvarint(len(a_members) + 1)
-    for e in a_members:
-        _w_DescribeGroupsResponse_DescribedGroup_DescribedGroupMember_v5(e, buf, out)
-    buf += _P_i(o.authorized_operations)
+        buf += _P_h(e.error_code)
+        buf += write_compact_string(e.group_id)
+        buf += write_compact_string(e.group_state)
+        buf += write_compact_string(e.protocol_type)
+        buf += write_compact_string(e.protocol_data)
+        a1_members = e.members
+        n1 = len(a1_members) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_members:
+            buf += write_compact_string(e1.member_id)
+            buf += write_compact_nullable_string(e1.group_instance_id)
+            buf += write_compact_string(e1.client_id)
+            buf += write_compact_string(e1.client_host)
+            v2_member_metadata = e1.member_metadata
+            m2 = len(v2_member_metadata) + 1
+            if m2 < 0x80:
+                buf.append(m2)
+            elif m2 < 0x200000:
+                buf.append(m2 & 0x7F | 0x80)
+                if m2 < 0x4000:
+                    buf.append(m2 >> 7)
+                else:
+                    buf.append(m2 >> 7 & 0x7F | 0x80)
+                    buf.append(m2 >> 14)
+            else:
+                buf += uvarint(m2)
+            if m2 > ZERO_COPY_THRESHOLD:
+                out.append(bytes(buf))
+                buf.clear()
+                out.append(v2_member_metadata)
+            else:
+                buf += v2_member_metadata
+            v2_member_assignment = e1.member_assignment
+            m2 = len(v2_member_assignment) + 1
+            if m2 < 0x80:
+                buf.append(m2)
+            elif m2 < 0x200000:
+                buf.append(m2 & 0x7F | 0x80)
+                if m2 < 0x4000:
+                    buf.append(m2 >> 7)
+                else:
+                    buf.append(m2 >> 7 & 0x7F | 0x80)
+                    buf.append(m2 >> 14)
+            else:
+                buf += uvarint(m2)
+            if m2 > ZERO_COPY_THRESHOLD:
+                out.append(bytes(buf))
+                buf.clear()
+                out.append(v2_member_assignment)
+            else:
+                buf += v2_member_assignment
+            buf.append(0)
+        buf += _P_i(e.authorized_operations)
+        buf.append(0)
     buf.append(0)
 
 
 def _w_DescribeGroupsResponse_v6(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
     a_groups = o.groups
-    buf += uvarint(len(a_groups) + 1)
+    n = len(a_groups) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_groups:
-        _w_DescribeGroupsResponse_DescribedGroup_v6(e, buf, out)
+        buf += _P_h(e.error_code)
+        buf += write_compact_nullable_string(e.error_message)
+        buf += write_compact_string(e.group_id)
+        buf += write_compact_string(e.group_state)
+        buf += write_compact_string(e.protocol_type)
+        buf += write_compact_string(e.protocol_data)
+        a1_members = e.members
+        n1 = len(a1_members) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_members:
+            buf += write_compact_string(e1.member_id)
+            buf += write_compact_nullable_string(e1.group_instance_id)
+            buf += write_compact_string(e1.client_id)
+            buf += write_compact_string(e1.client_host)
+            v2_member_metadata = e1.member_metadata
+            m2 = len(v2_member_metadata) + 1
+            if m2 < 0x80:
+                buf.append(m2)
+            elif m2 < 0x200000:
+                buf.append(m2 & 0x7F | 0x80)
+                if m2 < 0x4000:
+                    buf.append(m2 >> 7)
+                else:
+                    buf.append(m2 >> 7 & 0x7F | 0x80)
+                    buf.append(m2 >> 14)
+            else:
+                buf += uvarint(m2)
+            if m2 > ZERO_COPY_THRESHOLD:
+                out.append(bytes(buf))
+                buf.clear()
+                out.append(v2_member_metadata)
+            else:
+                buf += v2_member_metadata
+            v2_member_assignment = e1.member_assignment
+            m2 = len(v2_member_assignment) + 1
+            if m2 < 0x80:
+                buf.append(m2)
+            elif m2 < 0x200000:
+                buf.append(m2 & 0x7F | 0x80)
+                if m2 < 0x4000:
+                    buf.append(m2 >> 7)
+                else:
+                    buf.append(m2 >> 7 & 0x7F | 0x80)
+                    buf.append(m2 >> 14)
+            else:
+                buf += uvarint(m2)
+            if m2 > ZERO_COPY_THRESHOLD:
+                out.append(bytes(buf))
+                buf.clear()
+                out.append(v2_member_assignment)
+            else:
+                buf += v2_member_assignment
+            buf.append(0)
+        buf += _P_i(e.authorized_operations)
+        buf.append(0)
     buf.append(0)
 
 

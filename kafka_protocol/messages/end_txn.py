@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,13 +45,16 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
 _U_ih = struct.Struct(">ih").unpack_from
 _P_ih = struct.Struct(">ih").pack
-_U_ihqh = struct.Struct(">ihqh").unpack_from
+_U_ihB = struct.Struct(">ihB").unpack_from
 _P_ihqh = struct.Struct(">ihqh").pack
+_U_ihqhB = struct.Struct(">ihqhB").unpack_from
 _U_qho = struct.Struct(">qh?").unpack_from
 _P_qho = struct.Struct(">qh?").pack
+_U_qhoB = struct.Struct(">qh?B").unpack_from
 
 
 @dataclass(slots=True)
@@ -190,29 +194,26 @@ _C_EndTxnResponse = EndTxnResponse
 
 
 def _r_EndTxnRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_transactional_id, pos = read_string(buf, pos)
-    (f_producer_id, f_producer_epoch, f_committed) = _U_qho(buf, pos)
+    obj = _new(_C_EndTxnRequest)
+    obj.transactional_id, pos = read_string(buf, pos)
+    (obj.producer_id, obj.producer_epoch, obj.committed) = _U_qho(buf, pos)
     pos += 11
-    obj = _C_EndTxnRequest(
-        transactional_id=f_transactional_id,
-        producer_id=f_producer_id,
-        producer_epoch=f_producer_epoch,
-        committed=f_committed,
-    )
     return obj, pos
 
 
 def _r_EndTxnRequest_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_transactional_id, pos = read_compact_string(buf, pos)
-    (f_producer_id, f_producer_epoch, f_committed) = _U_qho(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_EndTxnRequest)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.transactional_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.transactional_id, pos = read_compact_string(buf, pos)
+    (obj.producer_id, obj.producer_epoch, obj.committed, n) = _U_qhoB(buf, pos)
     pos += 11
-    obj = _C_EndTxnRequest(
-        transactional_id=f_transactional_id,
-        producer_id=f_producer_id,
-        producer_epoch=f_producer_epoch,
-        committed=f_committed,
-    )
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -231,17 +232,21 @@ def _w_EndTxnRequest_v3(o: Any, buf: bytearray, out: list[Any]) -> None:
 
 
 def _r_EndTxnResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code) = _U_ih(buf, pos)
+    obj = _new(_C_EndTxnResponse)
+    obj.producer_id = -1
+    obj.producer_epoch = -1
+    (obj.throttle_time_ms, obj.error_code) = _U_ih(buf, pos)
     pos += 6
-    obj = _C_EndTxnResponse(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code)
     return obj, pos
 
 
 def _r_EndTxnResponse_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code) = _U_ih(buf, pos)
+    obj = _new(_C_EndTxnResponse)
+    obj.producer_id = -1
+    obj.producer_epoch = -1
+    (obj.throttle_time_ms, obj.error_code, n) = _U_ihB(buf, pos)
     pos += 6
-    obj = _C_EndTxnResponse(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code)
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -249,15 +254,12 @@ def _r_EndTxnResponse_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
 
 
 def _r_EndTxnResponse_v5(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code, f_producer_id, f_producer_epoch) = _U_ihqh(buf, pos)
-    pos += 16
-    obj = _C_EndTxnResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        error_code=f_error_code,
-        producer_id=f_producer_id,
-        producer_epoch=f_producer_epoch,
+    obj = _new(_C_EndTxnResponse)
+    (obj.throttle_time_ms, obj.error_code, obj.producer_id, obj.producer_epoch, n) = _U_ihqhB(
+        buf, pos
     )
-    if buf[pos] == 0:
+    pos += 16
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)

@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,45 +45,51 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
 _U_i = struct.Struct(">i").unpack_from
 _P_i = struct.Struct(">i").pack
+_U_iB = struct.Struct(">iB").unpack_from
 _U_ihi = struct.Struct(">ihi").unpack_from
 _P_ihi = struct.Struct(">ihi").pack
+_U_ihiB = struct.Struct(">ihiB").unpack_from
 _U_ihq = struct.Struct(">ihq").unpack_from
 _P_ihq = struct.Struct(">ihq").pack
 _U_ihqq = struct.Struct(">ihqq").unpack_from
 _P_ihqq = struct.Struct(">ihqq").pack
 _U_ihqqq = struct.Struct(">ihqqq").unpack_from
 _P_ihqqq = struct.Struct(">ihqqq").pack
-_U_ii = struct.Struct(">ii").unpack_from
+_U_ihqqqB = struct.Struct(">ihqqqB").unpack_from
 _P_ii = struct.Struct(">ii").pack
+_U_iiB = struct.Struct(">iiB").unpack_from
 _U_iii = struct.Struct(">iii").unpack_from
 _P_iii = struct.Struct(">iii").pack
-_U_iiibii = struct.Struct(">iiibii").unpack_from
 _P_iiibii = struct.Struct(">iiibii").pack
+_U_iiibiiB = struct.Struct(">iiibiiB").unpack_from
 _U_iiii = struct.Struct(">iiii").unpack_from
 _P_iiii = struct.Struct(">iiii").pack
 _U_iiiib = struct.Struct(">iiiib").unpack_from
 _P_iiiib = struct.Struct(">iiiib").pack
 _U_iiiibii = struct.Struct(">iiiibii").unpack_from
 _P_iiiibii = struct.Struct(">iiiibii").pack
-_U_iiqiqi = struct.Struct(">iiqiqi").unpack_from
+_U_iiiibiiB = struct.Struct(">iiiibiiB").unpack_from
 _P_iiqiqi = struct.Struct(">iiqiqi").pack
+_U_iiqiqiB = struct.Struct(">iiqiqiB").unpack_from
 _U_iiqqi = struct.Struct(">iiqqi").unpack_from
 _P_iiqqi = struct.Struct(">iiqqi").pack
-_U_iq = struct.Struct(">iq").unpack_from
 _P_iq = struct.Struct(">iq").pack
+_U_iqB = struct.Struct(">iqB").unpack_from
 _U_iqi = struct.Struct(">iqi").unpack_from
 _P_iqi = struct.Struct(">iqi").pack
 _U_iqqi = struct.Struct(">iqqi").unpack_from
 _P_iqqi = struct.Struct(">iqqi").pack
 _U_q = struct.Struct(">q").unpack_from
 _P_q = struct.Struct(">q").pack
-_U_qi = struct.Struct(">qi").unpack_from
 _P_qi = struct.Struct(">qi").pack
+_U_qiB = struct.Struct(">qiB").unpack_from
 _U_qq = struct.Struct(">qq").unpack_from
 _P_qq = struct.Struct(">qq").pack
+_U_qqB = struct.Struct(">qqB").unpack_from
 
 
 @dataclass(slots=True)
@@ -407,487 +414,595 @@ _C_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction = (
     FetchResponse.FetchableTopicResponse.PartitionData.AbortedTransaction
 )
 _C_FetchResponse_NodeEndpoint = FetchResponse.NodeEndpoint
-_D_FetchRequest_ReplicaState = _C_FetchRequest_ReplicaState()
-_D_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset = (
-    _C_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset()
-)
-_D_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch = (
-    _C_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch()
-)
-_D_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId = (
-    _C_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId()
-)
-
-
-def _r_FetchRequest_FetchTopic_FetchPartition_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_partition, f_fetch_offset, f_partition_max_bytes) = _U_iqi(buf, pos)
-    pos += 16
-    obj = _C_FetchRequest_FetchTopic_FetchPartition(
-        partition=f_partition,
-        fetch_offset=f_fetch_offset,
-        partition_max_bytes=f_partition_max_bytes,
-    )
-    return obj, pos
-
-
-def _r_FetchRequest_FetchTopic_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topic, pos = read_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = _r_FetchRequest_FetchTopic_FetchPartition_v0(buf, pos)
-        f_partitions.append(e_partitions)
-    obj = _C_FetchRequest_FetchTopic(topic=f_topic, partitions=f_partitions)
-    return obj, pos
 
 
 def _r_FetchRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_replica_id, f_max_wait_ms, f_min_bytes) = _U_iii(buf, pos)
+    obj = _new(_C_FetchRequest)
+    obj.cluster_id = None
+    obj.replica_state = _C_FetchRequest_ReplicaState()
+    obj.max_bytes = 2147483647
+    obj.isolation_level = 0
+    obj.session_id = 0
+    obj.session_epoch = -1
+    obj.forgotten_topics_data = []
+    obj.rack_id = ""
+    (obj.replica_id, obj.max_wait_ms, obj.min_bytes) = _U_iii(buf, pos)
     pos += 12
-    f_topics: Any
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_FetchRequest_FetchTopic_v0(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_FetchRequest(
-        replica_id=f_replica_id, max_wait_ms=f_max_wait_ms, min_bytes=f_min_bytes, topics=f_topics
-    )
+        e_topics = _new(_C_FetchRequest_FetchTopic)
+        e_topics.topic_id = ZERO_UUID
+        e_topics.topic, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(_C_FetchRequest_FetchTopic_FetchPartition)
+            e1_partitions.current_leader_epoch = -1
+            e1_partitions.last_fetched_epoch = -1
+            e1_partitions.log_start_offset = -1
+            e1_partitions.replica_directory_id = ZERO_UUID
+            e1_partitions.high_watermark = 9223372036854775807
+            (
+                e1_partitions.partition,
+                e1_partitions.fetch_offset,
+                e1_partitions.partition_max_bytes,
+            ) = _U_iqi(buf, pos)
+            pos += 16
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_FetchRequest_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes) = _U_iiii(buf, pos)
+    obj = _new(_C_FetchRequest)
+    obj.cluster_id = None
+    obj.replica_state = _C_FetchRequest_ReplicaState()
+    obj.isolation_level = 0
+    obj.session_id = 0
+    obj.session_epoch = -1
+    obj.forgotten_topics_data = []
+    obj.rack_id = ""
+    (obj.replica_id, obj.max_wait_ms, obj.min_bytes, obj.max_bytes) = _U_iiii(buf, pos)
     pos += 16
-    f_topics: Any
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_FetchRequest_FetchTopic_v0(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_FetchRequest(
-        replica_id=f_replica_id,
-        max_wait_ms=f_max_wait_ms,
-        min_bytes=f_min_bytes,
-        max_bytes=f_max_bytes,
-        topics=f_topics,
-    )
+        e_topics = _new(_C_FetchRequest_FetchTopic)
+        e_topics.topic_id = ZERO_UUID
+        e_topics.topic, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(_C_FetchRequest_FetchTopic_FetchPartition)
+            e1_partitions.current_leader_epoch = -1
+            e1_partitions.last_fetched_epoch = -1
+            e1_partitions.log_start_offset = -1
+            e1_partitions.replica_directory_id = ZERO_UUID
+            e1_partitions.high_watermark = 9223372036854775807
+            (
+                e1_partitions.partition,
+                e1_partitions.fetch_offset,
+                e1_partitions.partition_max_bytes,
+            ) = _U_iqi(buf, pos)
+            pos += 16
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_FetchRequest_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level) = _U_iiiib(buf, pos)
+    obj = _new(_C_FetchRequest)
+    obj.cluster_id = None
+    obj.replica_state = _C_FetchRequest_ReplicaState()
+    obj.session_id = 0
+    obj.session_epoch = -1
+    obj.forgotten_topics_data = []
+    obj.rack_id = ""
+    (obj.replica_id, obj.max_wait_ms, obj.min_bytes, obj.max_bytes, obj.isolation_level) = _U_iiiib(
+        buf, pos
+    )
     pos += 17
-    f_topics: Any
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_FetchRequest_FetchTopic_v0(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_FetchRequest(
-        replica_id=f_replica_id,
-        max_wait_ms=f_max_wait_ms,
-        min_bytes=f_min_bytes,
-        max_bytes=f_max_bytes,
-        isolation_level=f_isolation_level,
-        topics=f_topics,
-    )
-    return obj, pos
-
-
-def _r_FetchRequest_FetchTopic_FetchPartition_v5(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_partition, f_fetch_offset, f_log_start_offset, f_partition_max_bytes) = _U_iqqi(buf, pos)
-    pos += 24
-    obj = _C_FetchRequest_FetchTopic_FetchPartition(
-        partition=f_partition,
-        fetch_offset=f_fetch_offset,
-        log_start_offset=f_log_start_offset,
-        partition_max_bytes=f_partition_max_bytes,
-    )
-    return obj, pos
-
-
-def _r_FetchRequest_FetchTopic_v5(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topic, pos = read_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = _r_FetchRequest_FetchTopic_FetchPartition_v5(buf, pos)
-        f_partitions.append(e_partitions)
-    obj = _C_FetchRequest_FetchTopic(topic=f_topic, partitions=f_partitions)
+        e_topics = _new(_C_FetchRequest_FetchTopic)
+        e_topics.topic_id = ZERO_UUID
+        e_topics.topic, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(_C_FetchRequest_FetchTopic_FetchPartition)
+            e1_partitions.current_leader_epoch = -1
+            e1_partitions.last_fetched_epoch = -1
+            e1_partitions.log_start_offset = -1
+            e1_partitions.replica_directory_id = ZERO_UUID
+            e1_partitions.high_watermark = 9223372036854775807
+            (
+                e1_partitions.partition,
+                e1_partitions.fetch_offset,
+                e1_partitions.partition_max_bytes,
+            ) = _U_iqi(buf, pos)
+            pos += 16
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_FetchRequest_v5(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level) = _U_iiiib(buf, pos)
-    pos += 17
-    f_topics: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_topics = []
-    for _ in range(n):
-        e_topics, pos = _r_FetchRequest_FetchTopic_v5(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_FetchRequest(
-        replica_id=f_replica_id,
-        max_wait_ms=f_max_wait_ms,
-        min_bytes=f_min_bytes,
-        max_bytes=f_max_bytes,
-        isolation_level=f_isolation_level,
-        topics=f_topics,
+    obj = _new(_C_FetchRequest)
+    obj.cluster_id = None
+    obj.replica_state = _C_FetchRequest_ReplicaState()
+    obj.session_id = 0
+    obj.session_epoch = -1
+    obj.forgotten_topics_data = []
+    obj.rack_id = ""
+    (obj.replica_id, obj.max_wait_ms, obj.min_bytes, obj.max_bytes, obj.isolation_level) = _U_iiiib(
+        buf, pos
     )
-    return obj, pos
-
-
-def _r_FetchRequest_ForgottenTopic_v7(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topic, pos = read_string(buf, pos)
-    f_partitions: Any
+    pos += 17
     n, pos = read_array_len(buf, pos, False)
-    f_partitions = list(_unpack_from(">%di" % n, buf, pos))
-    pos += n * 4
-    obj = _C_FetchRequest_ForgottenTopic(topic=f_topic, partitions=f_partitions)
+    e_topics: Any
+    a_topics: list[Any] = []
+    for _ in range(n):
+        e_topics = _new(_C_FetchRequest_FetchTopic)
+        e_topics.topic_id = ZERO_UUID
+        e_topics.topic, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(_C_FetchRequest_FetchTopic_FetchPartition)
+            e1_partitions.current_leader_epoch = -1
+            e1_partitions.last_fetched_epoch = -1
+            e1_partitions.replica_directory_id = ZERO_UUID
+            e1_partitions.high_watermark = 9223372036854775807
+            (
+                e1_partitions.partition,
+                e1_partitions.fetch_offset,
+                e1_partitions.log_start_offset,
+                e1_partitions.partition_max_bytes,
+            ) = _U_iqqi(buf, pos)
+            pos += 24
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_FetchRequest_v7(buf: memoryview, pos: int) -> tuple[Any, int]:
+    obj = _new(_C_FetchRequest)
+    obj.cluster_id = None
+    obj.replica_state = _C_FetchRequest_ReplicaState()
+    obj.rack_id = ""
     (
-        f_replica_id,
-        f_max_wait_ms,
-        f_min_bytes,
-        f_max_bytes,
-        f_isolation_level,
-        f_session_id,
-        f_session_epoch,
+        obj.replica_id,
+        obj.max_wait_ms,
+        obj.min_bytes,
+        obj.max_bytes,
+        obj.isolation_level,
+        obj.session_id,
+        obj.session_epoch,
     ) = _U_iiiibii(buf, pos)
     pos += 25
-    f_topics: Any
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_FetchRequest_FetchTopic_v5(buf, pos)
-        f_topics.append(e_topics)
-    f_forgotten_topics_data: Any
+        e_topics = _new(_C_FetchRequest_FetchTopic)
+        e_topics.topic_id = ZERO_UUID
+        e_topics.topic, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(_C_FetchRequest_FetchTopic_FetchPartition)
+            e1_partitions.current_leader_epoch = -1
+            e1_partitions.last_fetched_epoch = -1
+            e1_partitions.replica_directory_id = ZERO_UUID
+            e1_partitions.high_watermark = 9223372036854775807
+            (
+                e1_partitions.partition,
+                e1_partitions.fetch_offset,
+                e1_partitions.log_start_offset,
+                e1_partitions.partition_max_bytes,
+            ) = _U_iqqi(buf, pos)
+            pos += 24
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     n, pos = read_array_len(buf, pos, False)
-    f_forgotten_topics_data = []
+    e_forgotten_topics_data: Any
+    a_forgotten_topics_data: list[Any] = []
     for _ in range(n):
-        e_forgotten_topics_data, pos = _r_FetchRequest_ForgottenTopic_v7(buf, pos)
-        f_forgotten_topics_data.append(e_forgotten_topics_data)
-    obj = _C_FetchRequest(
-        replica_id=f_replica_id,
-        max_wait_ms=f_max_wait_ms,
-        min_bytes=f_min_bytes,
-        max_bytes=f_max_bytes,
-        isolation_level=f_isolation_level,
-        session_id=f_session_id,
-        session_epoch=f_session_epoch,
-        topics=f_topics,
-        forgotten_topics_data=f_forgotten_topics_data,
-    )
-    return obj, pos
-
-
-def _r_FetchRequest_FetchTopic_FetchPartition_v9(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (
-        f_partition,
-        f_current_leader_epoch,
-        f_fetch_offset,
-        f_log_start_offset,
-        f_partition_max_bytes,
-    ) = _U_iiqqi(buf, pos)
-    pos += 28
-    obj = _C_FetchRequest_FetchTopic_FetchPartition(
-        partition=f_partition,
-        current_leader_epoch=f_current_leader_epoch,
-        fetch_offset=f_fetch_offset,
-        log_start_offset=f_log_start_offset,
-        partition_max_bytes=f_partition_max_bytes,
-    )
-    return obj, pos
-
-
-def _r_FetchRequest_FetchTopic_v9(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topic, pos = read_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = _r_FetchRequest_FetchTopic_FetchPartition_v9(buf, pos)
-        f_partitions.append(e_partitions)
-    obj = _C_FetchRequest_FetchTopic(topic=f_topic, partitions=f_partitions)
+        e_forgotten_topics_data = _new(_C_FetchRequest_ForgottenTopic)
+        e_forgotten_topics_data.topic_id = ZERO_UUID
+        e_forgotten_topics_data.topic, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e_forgotten_topics_data.partitions = list(_unpack_from(">%di" % n1, buf, pos))
+        pos += n1 * 4
+        a_forgotten_topics_data.append(e_forgotten_topics_data)
+    obj.forgotten_topics_data = a_forgotten_topics_data
     return obj, pos
 
 
 def _r_FetchRequest_v9(buf: memoryview, pos: int) -> tuple[Any, int]:
+    obj = _new(_C_FetchRequest)
+    obj.cluster_id = None
+    obj.replica_state = _C_FetchRequest_ReplicaState()
+    obj.rack_id = ""
     (
-        f_replica_id,
-        f_max_wait_ms,
-        f_min_bytes,
-        f_max_bytes,
-        f_isolation_level,
-        f_session_id,
-        f_session_epoch,
+        obj.replica_id,
+        obj.max_wait_ms,
+        obj.min_bytes,
+        obj.max_bytes,
+        obj.isolation_level,
+        obj.session_id,
+        obj.session_epoch,
     ) = _U_iiiibii(buf, pos)
     pos += 25
-    f_topics: Any
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_FetchRequest_FetchTopic_v9(buf, pos)
-        f_topics.append(e_topics)
-    f_forgotten_topics_data: Any
+        e_topics = _new(_C_FetchRequest_FetchTopic)
+        e_topics.topic_id = ZERO_UUID
+        e_topics.topic, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(_C_FetchRequest_FetchTopic_FetchPartition)
+            e1_partitions.last_fetched_epoch = -1
+            e1_partitions.replica_directory_id = ZERO_UUID
+            e1_partitions.high_watermark = 9223372036854775807
+            (
+                e1_partitions.partition,
+                e1_partitions.current_leader_epoch,
+                e1_partitions.fetch_offset,
+                e1_partitions.log_start_offset,
+                e1_partitions.partition_max_bytes,
+            ) = _U_iiqqi(buf, pos)
+            pos += 28
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     n, pos = read_array_len(buf, pos, False)
-    f_forgotten_topics_data = []
+    e_forgotten_topics_data: Any
+    a_forgotten_topics_data: list[Any] = []
     for _ in range(n):
-        e_forgotten_topics_data, pos = _r_FetchRequest_ForgottenTopic_v7(buf, pos)
-        f_forgotten_topics_data.append(e_forgotten_topics_data)
-    obj = _C_FetchRequest(
-        replica_id=f_replica_id,
-        max_wait_ms=f_max_wait_ms,
-        min_bytes=f_min_bytes,
-        max_bytes=f_max_bytes,
-        isolation_level=f_isolation_level,
-        session_id=f_session_id,
-        session_epoch=f_session_epoch,
-        topics=f_topics,
-        forgotten_topics_data=f_forgotten_topics_data,
-    )
+        e_forgotten_topics_data = _new(_C_FetchRequest_ForgottenTopic)
+        e_forgotten_topics_data.topic_id = ZERO_UUID
+        e_forgotten_topics_data.topic, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e_forgotten_topics_data.partitions = list(_unpack_from(">%di" % n1, buf, pos))
+        pos += n1 * 4
+        a_forgotten_topics_data.append(e_forgotten_topics_data)
+    obj.forgotten_topics_data = a_forgotten_topics_data
     return obj, pos
 
 
 def _r_FetchRequest_v11(buf: memoryview, pos: int) -> tuple[Any, int]:
+    obj = _new(_C_FetchRequest)
+    obj.cluster_id = None
+    obj.replica_state = _C_FetchRequest_ReplicaState()
     (
-        f_replica_id,
-        f_max_wait_ms,
-        f_min_bytes,
-        f_max_bytes,
-        f_isolation_level,
-        f_session_id,
-        f_session_epoch,
+        obj.replica_id,
+        obj.max_wait_ms,
+        obj.min_bytes,
+        obj.max_bytes,
+        obj.isolation_level,
+        obj.session_id,
+        obj.session_epoch,
     ) = _U_iiiibii(buf, pos)
     pos += 25
-    f_topics: Any
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_FetchRequest_FetchTopic_v9(buf, pos)
-        f_topics.append(e_topics)
-    f_forgotten_topics_data: Any
+        e_topics = _new(_C_FetchRequest_FetchTopic)
+        e_topics.topic_id = ZERO_UUID
+        e_topics.topic, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(_C_FetchRequest_FetchTopic_FetchPartition)
+            e1_partitions.last_fetched_epoch = -1
+            e1_partitions.replica_directory_id = ZERO_UUID
+            e1_partitions.high_watermark = 9223372036854775807
+            (
+                e1_partitions.partition,
+                e1_partitions.current_leader_epoch,
+                e1_partitions.fetch_offset,
+                e1_partitions.log_start_offset,
+                e1_partitions.partition_max_bytes,
+            ) = _U_iiqqi(buf, pos)
+            pos += 28
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     n, pos = read_array_len(buf, pos, False)
-    f_forgotten_topics_data = []
+    e_forgotten_topics_data: Any
+    a_forgotten_topics_data: list[Any] = []
     for _ in range(n):
-        e_forgotten_topics_data, pos = _r_FetchRequest_ForgottenTopic_v7(buf, pos)
-        f_forgotten_topics_data.append(e_forgotten_topics_data)
-    f_rack_id, pos = read_string(buf, pos)
-    obj = _C_FetchRequest(
-        replica_id=f_replica_id,
-        max_wait_ms=f_max_wait_ms,
-        min_bytes=f_min_bytes,
-        max_bytes=f_max_bytes,
-        isolation_level=f_isolation_level,
-        session_id=f_session_id,
-        session_epoch=f_session_epoch,
-        topics=f_topics,
-        forgotten_topics_data=f_forgotten_topics_data,
-        rack_id=f_rack_id,
-    )
-    return obj, pos
-
-
-def _r_FetchRequest_FetchTopic_FetchPartition_v12(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (
-        f_partition,
-        f_current_leader_epoch,
-        f_fetch_offset,
-        f_last_fetched_epoch,
-        f_log_start_offset,
-        f_partition_max_bytes,
-    ) = _U_iiqiqi(buf, pos)
-    pos += 32
-    obj = _C_FetchRequest_FetchTopic_FetchPartition(
-        partition=f_partition,
-        current_leader_epoch=f_current_leader_epoch,
-        fetch_offset=f_fetch_offset,
-        last_fetched_epoch=f_last_fetched_epoch,
-        log_start_offset=f_log_start_offset,
-        partition_max_bytes=f_partition_max_bytes,
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_FetchRequest_FetchTopic_v12(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topic, pos = read_compact_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = _r_FetchRequest_FetchTopic_FetchPartition_v12(buf, pos)
-        f_partitions.append(e_partitions)
-    obj = _C_FetchRequest_FetchTopic(topic=f_topic, partitions=f_partitions)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_FetchRequest_ForgottenTopic_v12(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topic, pos = read_compact_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partitions = list(_unpack_from(">%di" % n, buf, pos))
-    pos += n * 4
-    obj = _C_FetchRequest_ForgottenTopic(topic=f_topic, partitions=f_partitions)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+        e_forgotten_topics_data = _new(_C_FetchRequest_ForgottenTopic)
+        e_forgotten_topics_data.topic_id = ZERO_UUID
+        e_forgotten_topics_data.topic, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e_forgotten_topics_data.partitions = list(_unpack_from(">%di" % n1, buf, pos))
+        pos += n1 * 4
+        a_forgotten_topics_data.append(e_forgotten_topics_data)
+    obj.forgotten_topics_data = a_forgotten_topics_data
+    obj.rack_id, pos = read_string(buf, pos)
     return obj, pos
 
 
 def _r_FetchRequest_v12(buf: memoryview, pos: int) -> tuple[Any, int]:
+    buflen = len(buf)
+    obj = _new(_C_FetchRequest)
+    obj.cluster_id = None
+    obj.replica_state = _C_FetchRequest_ReplicaState()
     (
-        f_replica_id,
-        f_max_wait_ms,
-        f_min_bytes,
-        f_max_bytes,
-        f_isolation_level,
-        f_session_id,
-        f_session_epoch,
-    ) = _U_iiiibii(buf, pos)
+        obj.replica_id,
+        obj.max_wait_ms,
+        obj.min_bytes,
+        obj.max_bytes,
+        obj.isolation_level,
+        obj.session_id,
+        obj.session_epoch,
+        n,
+    ) = _U_iiiibiiB(buf, pos)
     pos += 25
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_FetchRequest_FetchTopic_v12(buf, pos)
-        f_topics.append(e_topics)
-    f_forgotten_topics_data: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_forgotten_topics_data = []
+        e_topics = _new(_C_FetchRequest_FetchTopic)
+        e_topics.topic_id = ZERO_UUID
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_topics.topic = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_topics.topic, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(_C_FetchRequest_FetchTopic_FetchPartition)
+            e1_partitions.replica_directory_id = ZERO_UUID
+            e1_partitions.high_watermark = 9223372036854775807
+            (
+                e1_partitions.partition,
+                e1_partitions.current_leader_epoch,
+                e1_partitions.fetch_offset,
+                e1_partitions.last_fetched_epoch,
+                e1_partitions.log_start_offset,
+                e1_partitions.partition_max_bytes,
+                n2,
+            ) = _U_iiqiqiB(buf, pos)
+            pos += 32
+            if n2 == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_forgotten_topics_data: Any
+    a_forgotten_topics_data: list[Any] = []
     for _ in range(n):
-        e_forgotten_topics_data, pos = _r_FetchRequest_ForgottenTopic_v12(buf, pos)
-        f_forgotten_topics_data.append(e_forgotten_topics_data)
-    f_rack_id, pos = read_compact_string(buf, pos)
-    obj = _C_FetchRequest(
-        replica_id=f_replica_id,
-        max_wait_ms=f_max_wait_ms,
-        min_bytes=f_min_bytes,
-        max_bytes=f_max_bytes,
-        isolation_level=f_isolation_level,
-        session_id=f_session_id,
-        session_epoch=f_session_epoch,
-        topics=f_topics,
-        forgotten_topics_data=f_forgotten_topics_data,
-        rack_id=f_rack_id,
-    )
+        e_forgotten_topics_data = _new(_C_FetchRequest_ForgottenTopic)
+        e_forgotten_topics_data.topic_id = ZERO_UUID
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_forgotten_topics_data.topic = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_forgotten_topics_data.topic, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e_forgotten_topics_data.partitions = list(_unpack_from(">%di" % n1, buf, pos))
+        pos += n1 * 4
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_forgotten_topics_data.append(e_forgotten_topics_data)
+    obj.forgotten_topics_data = a_forgotten_topics_data
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.rack_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.rack_id, pos = read_compact_string(buf, pos)
     if buf[pos] == 0:
         pos += 1
     else:
         nt, pos = read_tag_count(buf, pos)
         for _ in range(nt):
-            tag, end, pos = read_tag_header(buf, pos)
+            tag, tag_end, pos = read_tag_header(buf, pos)
             if tag == 0:
-                t0: Any
-                t0, pos = read_compact_nullable_string(buf, pos)
-                obj.cluster_id = t0
-            if pos > end:
+                t_0: Any
+                n = buf[pos]
+                if 0 < n < 0x80 and n <= buflen - pos:
+                    end = pos + n
+                    t_0 = str(buf[pos + 1 : end], "utf-8")
+                    pos = end
+                else:
+                    t_0, pos = read_compact_nullable_string(buf, pos)
+                obj.cluster_id = t_0
+            if pos > tag_end:
                 raise DecodeError("tagged field overruns its size")
-            pos = end
-    return obj, pos
-
-
-def _r_FetchRequest_FetchTopic_v13(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topic_id, pos = read_uuid(buf, pos)
-    f_partitions: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = _r_FetchRequest_FetchTopic_FetchPartition_v12(buf, pos)
-        f_partitions.append(e_partitions)
-    obj = _C_FetchRequest_FetchTopic(topic_id=f_topic_id, partitions=f_partitions)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_FetchRequest_ForgottenTopic_v13(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topic_id, pos = read_uuid(buf, pos)
-    f_partitions: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partitions = list(_unpack_from(">%di" % n, buf, pos))
-    pos += n * 4
-    obj = _C_FetchRequest_ForgottenTopic(topic_id=f_topic_id, partitions=f_partitions)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+            pos = tag_end
     return obj, pos
 
 
 def _r_FetchRequest_v13(buf: memoryview, pos: int) -> tuple[Any, int]:
+    buflen = len(buf)
+    obj = _new(_C_FetchRequest)
+    obj.cluster_id = None
+    obj.replica_state = _C_FetchRequest_ReplicaState()
     (
-        f_replica_id,
-        f_max_wait_ms,
-        f_min_bytes,
-        f_max_bytes,
-        f_isolation_level,
-        f_session_id,
-        f_session_epoch,
-    ) = _U_iiiibii(buf, pos)
+        obj.replica_id,
+        obj.max_wait_ms,
+        obj.min_bytes,
+        obj.max_bytes,
+        obj.isolation_level,
+        obj.session_id,
+        obj.session_epoch,
+        n,
+    ) = _U_iiiibiiB(buf, pos)
     pos += 25
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_FetchRequest_FetchTopic_v13(buf, pos)
-        f_topics.append(e_topics)
-    f_forgotten_topics_data: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_forgotten_topics_data = []
+        e_topics = _new(_C_FetchRequest_FetchTopic)
+        e_topics.topic = ""
+        e_topics.topic_id, pos = read_uuid(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(_C_FetchRequest_FetchTopic_FetchPartition)
+            e1_partitions.replica_directory_id = ZERO_UUID
+            e1_partitions.high_watermark = 9223372036854775807
+            (
+                e1_partitions.partition,
+                e1_partitions.current_leader_epoch,
+                e1_partitions.fetch_offset,
+                e1_partitions.last_fetched_epoch,
+                e1_partitions.log_start_offset,
+                e1_partitions.partition_max_bytes,
+                n2,
+            ) = _U_iiqiqiB(buf, pos)
+            pos += 32
+            if n2 == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_forgotten_topics_data: Any
+    a_forgotten_topics_data: list[Any] = []
     for _ in range(n):
-        e_forgotten_topics_data, pos = _r_FetchRequest_ForgottenTopic_v13(buf, pos)
-        f_forgotten_topics_data.append(e_forgotten_topics_data)
-    f_rack_id, pos = read_compact_string(buf, pos)
-    obj = _C_FetchRequest(
-        replica_id=f_replica_id,
-        max_wait_ms=f_max_wait_ms,
-        min_bytes=f_min_bytes,
-        max_bytes=f_max_bytes,
-        isolation_level=f_isolation_level,
-        session_id=f_session_id,
-        session_epoch=f_session_epoch,
-        topics=f_topics,
-        forgotten_topics_data=f_forgotten_topics_data,
-        rack_id=f_rack_id,
-    )
+        e_forgotten_topics_data = _new(_C_FetchRequest_ForgottenTopic)
+        e_forgotten_topics_data.topic = ""
+        e_forgotten_topics_data.topic_id, pos = read_uuid(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e_forgotten_topics_data.partitions = list(_unpack_from(">%di" % n1, buf, pos))
+        pos += n1 * 4
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_forgotten_topics_data.append(e_forgotten_topics_data)
+    obj.forgotten_topics_data = a_forgotten_topics_data
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.rack_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.rack_id, pos = read_compact_string(buf, pos)
     if buf[pos] == 0:
         pos += 1
     else:
         nt, pos = read_tag_count(buf, pos)
         for _ in range(nt):
-            tag, end, pos = read_tag_header(buf, pos)
+            tag, tag_end, pos = read_tag_header(buf, pos)
             if tag == 0:
-                t0: Any
-                t0, pos = read_compact_nullable_string(buf, pos)
-                obj.cluster_id = t0
-            if pos > end:
+                t_0: Any
+                n = buf[pos]
+                if 0 < n < 0x80 and n <= buflen - pos:
+                    end = pos + n
+                    t_0 = str(buf[pos + 1 : end], "utf-8")
+                    pos = end
+                else:
+                    t_0, pos = read_compact_nullable_string(buf, pos)
+                obj.cluster_id = t_0
+            if pos > tag_end:
                 raise DecodeError("tagged field overruns its size")
-            pos = end
+            pos = tag_end
     return obj, pos
 
 
 def _r_FetchRequest_ReplicaState_v15(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_replica_id, f_replica_epoch) = _U_iq(buf, pos)
+    obj = _new(_C_FetchRequest_ReplicaState)
+    (obj.replica_id, obj.replica_epoch, n) = _U_iqB(buf, pos)
     pos += 12
-    obj = _C_FetchRequest_ReplicaState(replica_id=f_replica_id, replica_epoch=f_replica_epoch)
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -895,267 +1010,386 @@ def _r_FetchRequest_ReplicaState_v15(buf: memoryview, pos: int) -> tuple[Any, in
 
 
 def _r_FetchRequest_v15(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch) = (
-        _U_iiibii(buf, pos)
-    )
-    pos += 21
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
-    for _ in range(n):
-        e_topics, pos = _r_FetchRequest_FetchTopic_v13(buf, pos)
-        f_topics.append(e_topics)
-    f_forgotten_topics_data: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_forgotten_topics_data = []
-    for _ in range(n):
-        e_forgotten_topics_data, pos = _r_FetchRequest_ForgottenTopic_v13(buf, pos)
-        f_forgotten_topics_data.append(e_forgotten_topics_data)
-    f_rack_id, pos = read_compact_string(buf, pos)
-    obj = _C_FetchRequest(
-        max_wait_ms=f_max_wait_ms,
-        min_bytes=f_min_bytes,
-        max_bytes=f_max_bytes,
-        isolation_level=f_isolation_level,
-        session_id=f_session_id,
-        session_epoch=f_session_epoch,
-        topics=f_topics,
-        forgotten_topics_data=f_forgotten_topics_data,
-        rack_id=f_rack_id,
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        nt, pos = read_tag_count(buf, pos)
-        for _ in range(nt):
-            tag, end, pos = read_tag_header(buf, pos)
-            if tag == 0:
-                t0: Any
-                t0, pos = read_compact_nullable_string(buf, pos)
-                obj.cluster_id = t0
-            elif tag == 1:
-                t1: Any
-                t1, pos = _r_FetchRequest_ReplicaState_v15(buf, pos)
-                obj.replica_state = t1
-            if pos > end:
-                raise DecodeError("tagged field overruns its size")
-            pos = end
-    return obj, pos
-
-
-def _r_FetchRequest_FetchTopic_FetchPartition_v17(buf: memoryview, pos: int) -> tuple[Any, int]:
+    buflen = len(buf)
+    obj = _new(_C_FetchRequest)
+    obj.cluster_id = None
+    obj.replica_id = -1
+    obj.replica_state = _C_FetchRequest_ReplicaState()
     (
-        f_partition,
-        f_current_leader_epoch,
-        f_fetch_offset,
-        f_last_fetched_epoch,
-        f_log_start_offset,
-        f_partition_max_bytes,
-    ) = _U_iiqiqi(buf, pos)
-    pos += 32
-    obj = _C_FetchRequest_FetchTopic_FetchPartition(
-        partition=f_partition,
-        current_leader_epoch=f_current_leader_epoch,
-        fetch_offset=f_fetch_offset,
-        last_fetched_epoch=f_last_fetched_epoch,
-        log_start_offset=f_log_start_offset,
-        partition_max_bytes=f_partition_max_bytes,
-    )
+        obj.max_wait_ms,
+        obj.min_bytes,
+        obj.max_bytes,
+        obj.isolation_level,
+        obj.session_id,
+        obj.session_epoch,
+        n,
+    ) = _U_iiibiiB(buf, pos)
+    pos += 21
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topics: Any
+    a_topics: list[Any] = []
+    for _ in range(n):
+        e_topics = _new(_C_FetchRequest_FetchTopic)
+        e_topics.topic = ""
+        e_topics.topic_id, pos = read_uuid(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(_C_FetchRequest_FetchTopic_FetchPartition)
+            e1_partitions.replica_directory_id = ZERO_UUID
+            e1_partitions.high_watermark = 9223372036854775807
+            (
+                e1_partitions.partition,
+                e1_partitions.current_leader_epoch,
+                e1_partitions.fetch_offset,
+                e1_partitions.last_fetched_epoch,
+                e1_partitions.log_start_offset,
+                e1_partitions.partition_max_bytes,
+                n2,
+            ) = _U_iiqiqiB(buf, pos)
+            pos += 32
+            if n2 == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_forgotten_topics_data: Any
+    a_forgotten_topics_data: list[Any] = []
+    for _ in range(n):
+        e_forgotten_topics_data = _new(_C_FetchRequest_ForgottenTopic)
+        e_forgotten_topics_data.topic = ""
+        e_forgotten_topics_data.topic_id, pos = read_uuid(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e_forgotten_topics_data.partitions = list(_unpack_from(">%di" % n1, buf, pos))
+        pos += n1 * 4
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_forgotten_topics_data.append(e_forgotten_topics_data)
+    obj.forgotten_topics_data = a_forgotten_topics_data
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.rack_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.rack_id, pos = read_compact_string(buf, pos)
     if buf[pos] == 0:
         pos += 1
     else:
         nt, pos = read_tag_count(buf, pos)
         for _ in range(nt):
-            tag, end, pos = read_tag_header(buf, pos)
+            tag, tag_end, pos = read_tag_header(buf, pos)
             if tag == 0:
-                t0: Any
-                t0, pos = read_uuid(buf, pos)
-                obj.replica_directory_id = t0
-            if pos > end:
+                t_0: Any
+                n = buf[pos]
+                if 0 < n < 0x80 and n <= buflen - pos:
+                    end = pos + n
+                    t_0 = str(buf[pos + 1 : end], "utf-8")
+                    pos = end
+                else:
+                    t_0, pos = read_compact_nullable_string(buf, pos)
+                obj.cluster_id = t_0
+            elif tag == 1:
+                t_1: Any
+                t_1, pos = _r_FetchRequest_ReplicaState_v15(buf, pos)
+                obj.replica_state = t_1
+            if pos > tag_end:
                 raise DecodeError("tagged field overruns its size")
-            pos = end
-    return obj, pos
-
-
-def _r_FetchRequest_FetchTopic_v17(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topic_id, pos = read_uuid(buf, pos)
-    f_partitions: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = _r_FetchRequest_FetchTopic_FetchPartition_v17(buf, pos)
-        f_partitions.append(e_partitions)
-    obj = _C_FetchRequest_FetchTopic(topic_id=f_topic_id, partitions=f_partitions)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+            pos = tag_end
     return obj, pos
 
 
 def _r_FetchRequest_v17(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch) = (
-        _U_iiibii(buf, pos)
-    )
-    pos += 21
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
-    for _ in range(n):
-        e_topics, pos = _r_FetchRequest_FetchTopic_v17(buf, pos)
-        f_topics.append(e_topics)
-    f_forgotten_topics_data: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_forgotten_topics_data = []
-    for _ in range(n):
-        e_forgotten_topics_data, pos = _r_FetchRequest_ForgottenTopic_v13(buf, pos)
-        f_forgotten_topics_data.append(e_forgotten_topics_data)
-    f_rack_id, pos = read_compact_string(buf, pos)
-    obj = _C_FetchRequest(
-        max_wait_ms=f_max_wait_ms,
-        min_bytes=f_min_bytes,
-        max_bytes=f_max_bytes,
-        isolation_level=f_isolation_level,
-        session_id=f_session_id,
-        session_epoch=f_session_epoch,
-        topics=f_topics,
-        forgotten_topics_data=f_forgotten_topics_data,
-        rack_id=f_rack_id,
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        nt, pos = read_tag_count(buf, pos)
-        for _ in range(nt):
-            tag, end, pos = read_tag_header(buf, pos)
-            if tag == 0:
-                t0: Any
-                t0, pos = read_compact_nullable_string(buf, pos)
-                obj.cluster_id = t0
-            elif tag == 1:
-                t1: Any
-                t1, pos = _r_FetchRequest_ReplicaState_v15(buf, pos)
-                obj.replica_state = t1
-            if pos > end:
-                raise DecodeError("tagged field overruns its size")
-            pos = end
-    return obj, pos
-
-
-def _r_FetchRequest_FetchTopic_FetchPartition_v18(buf: memoryview, pos: int) -> tuple[Any, int]:
+    buflen = len(buf)
+    obj = _new(_C_FetchRequest)
+    obj.cluster_id = None
+    obj.replica_id = -1
+    obj.replica_state = _C_FetchRequest_ReplicaState()
     (
-        f_partition,
-        f_current_leader_epoch,
-        f_fetch_offset,
-        f_last_fetched_epoch,
-        f_log_start_offset,
-        f_partition_max_bytes,
-    ) = _U_iiqiqi(buf, pos)
-    pos += 32
-    obj = _C_FetchRequest_FetchTopic_FetchPartition(
-        partition=f_partition,
-        current_leader_epoch=f_current_leader_epoch,
-        fetch_offset=f_fetch_offset,
-        last_fetched_epoch=f_last_fetched_epoch,
-        log_start_offset=f_log_start_offset,
-        partition_max_bytes=f_partition_max_bytes,
-    )
+        obj.max_wait_ms,
+        obj.min_bytes,
+        obj.max_bytes,
+        obj.isolation_level,
+        obj.session_id,
+        obj.session_epoch,
+        n,
+    ) = _U_iiibiiB(buf, pos)
+    pos += 21
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topics: Any
+    a_topics: list[Any] = []
+    for _ in range(n):
+        e_topics = _new(_C_FetchRequest_FetchTopic)
+        e_topics.topic = ""
+        e_topics.topic_id, pos = read_uuid(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(_C_FetchRequest_FetchTopic_FetchPartition)
+            e1_partitions.replica_directory_id = ZERO_UUID
+            e1_partitions.high_watermark = 9223372036854775807
+            (
+                e1_partitions.partition,
+                e1_partitions.current_leader_epoch,
+                e1_partitions.fetch_offset,
+                e1_partitions.last_fetched_epoch,
+                e1_partitions.log_start_offset,
+                e1_partitions.partition_max_bytes,
+                n2,
+            ) = _U_iiqiqiB(buf, pos)
+            pos += 32
+            if n2 == 0:
+                pos += 1
+            else:
+                nt2, pos = read_tag_count(buf, pos)
+                for _ in range(nt2):
+                    tag2, tag_end2, pos = read_tag_header(buf, pos)
+                    if tag2 == 0:
+                        t2_0: Any
+                        t2_0, pos = read_uuid(buf, pos)
+                        e1_partitions.replica_directory_id = t2_0
+                    if pos > tag_end2:
+                        raise DecodeError("tagged field overruns its size")
+                    pos = tag_end2
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_forgotten_topics_data: Any
+    a_forgotten_topics_data: list[Any] = []
+    for _ in range(n):
+        e_forgotten_topics_data = _new(_C_FetchRequest_ForgottenTopic)
+        e_forgotten_topics_data.topic = ""
+        e_forgotten_topics_data.topic_id, pos = read_uuid(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e_forgotten_topics_data.partitions = list(_unpack_from(">%di" % n1, buf, pos))
+        pos += n1 * 4
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_forgotten_topics_data.append(e_forgotten_topics_data)
+    obj.forgotten_topics_data = a_forgotten_topics_data
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.rack_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.rack_id, pos = read_compact_string(buf, pos)
     if buf[pos] == 0:
         pos += 1
     else:
         nt, pos = read_tag_count(buf, pos)
         for _ in range(nt):
-            tag, end, pos = read_tag_header(buf, pos)
+            tag, tag_end, pos = read_tag_header(buf, pos)
             if tag == 0:
-                t0: Any
-                t0, pos = read_uuid(buf, pos)
-                obj.replica_directory_id = t0
+                t_0: Any
+                n = buf[pos]
+                if 0 < n < 0x80 and n <= buflen - pos:
+                    end = pos + n
+                    t_0 = str(buf[pos + 1 : end], "utf-8")
+                    pos = end
+                else:
+                    t_0, pos = read_compact_nullable_string(buf, pos)
+                obj.cluster_id = t_0
             elif tag == 1:
-                t1: Any
-                (t1,) = _U_q(buf, pos)
-                pos += 8
-                obj.high_watermark = t1
-            if pos > end:
+                t_1: Any
+                t_1, pos = _r_FetchRequest_ReplicaState_v15(buf, pos)
+                obj.replica_state = t_1
+            if pos > tag_end:
                 raise DecodeError("tagged field overruns its size")
-            pos = end
-    return obj, pos
-
-
-def _r_FetchRequest_FetchTopic_v18(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topic_id, pos = read_uuid(buf, pos)
-    f_partitions: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = _r_FetchRequest_FetchTopic_FetchPartition_v18(buf, pos)
-        f_partitions.append(e_partitions)
-    obj = _C_FetchRequest_FetchTopic(topic_id=f_topic_id, partitions=f_partitions)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+            pos = tag_end
     return obj, pos
 
 
 def _r_FetchRequest_v18(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch) = (
-        _U_iiibii(buf, pos)
-    )
+    buflen = len(buf)
+    obj = _new(_C_FetchRequest)
+    obj.cluster_id = None
+    obj.replica_id = -1
+    obj.replica_state = _C_FetchRequest_ReplicaState()
+    (
+        obj.max_wait_ms,
+        obj.min_bytes,
+        obj.max_bytes,
+        obj.isolation_level,
+        obj.session_id,
+        obj.session_epoch,
+        n,
+    ) = _U_iiibiiB(buf, pos)
     pos += 21
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_FetchRequest_FetchTopic_v18(buf, pos)
-        f_topics.append(e_topics)
-    f_forgotten_topics_data: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_forgotten_topics_data = []
+        e_topics = _new(_C_FetchRequest_FetchTopic)
+        e_topics.topic = ""
+        e_topics.topic_id, pos = read_uuid(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(_C_FetchRequest_FetchTopic_FetchPartition)
+            e1_partitions.replica_directory_id = ZERO_UUID
+            e1_partitions.high_watermark = 9223372036854775807
+            (
+                e1_partitions.partition,
+                e1_partitions.current_leader_epoch,
+                e1_partitions.fetch_offset,
+                e1_partitions.last_fetched_epoch,
+                e1_partitions.log_start_offset,
+                e1_partitions.partition_max_bytes,
+                n2,
+            ) = _U_iiqiqiB(buf, pos)
+            pos += 32
+            if n2 == 0:
+                pos += 1
+            else:
+                nt2, pos = read_tag_count(buf, pos)
+                for _ in range(nt2):
+                    tag2, tag_end2, pos = read_tag_header(buf, pos)
+                    if tag2 == 0:
+                        t2_0: Any
+                        t2_0, pos = read_uuid(buf, pos)
+                        e1_partitions.replica_directory_id = t2_0
+                    elif tag2 == 1:
+                        t2_1: Any
+                        (t2_1,) = _U_q(buf, pos)
+                        pos += 8
+                        e1_partitions.high_watermark = t2_1
+                    if pos > tag_end2:
+                        raise DecodeError("tagged field overruns its size")
+                    pos = tag_end2
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_forgotten_topics_data: Any
+    a_forgotten_topics_data: list[Any] = []
     for _ in range(n):
-        e_forgotten_topics_data, pos = _r_FetchRequest_ForgottenTopic_v13(buf, pos)
-        f_forgotten_topics_data.append(e_forgotten_topics_data)
-    f_rack_id, pos = read_compact_string(buf, pos)
-    obj = _C_FetchRequest(
-        max_wait_ms=f_max_wait_ms,
-        min_bytes=f_min_bytes,
-        max_bytes=f_max_bytes,
-        isolation_level=f_isolation_level,
-        session_id=f_session_id,
-        session_epoch=f_session_epoch,
-        topics=f_topics,
-        forgotten_topics_data=f_forgotten_topics_data,
-        rack_id=f_rack_id,
-    )
+        e_forgotten_topics_data = _new(_C_FetchRequest_ForgottenTopic)
+        e_forgotten_topics_data.topic = ""
+        e_forgotten_topics_data.topic_id, pos = read_uuid(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e_forgotten_topics_data.partitions = list(_unpack_from(">%di" % n1, buf, pos))
+        pos += n1 * 4
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_forgotten_topics_data.append(e_forgotten_topics_data)
+    obj.forgotten_topics_data = a_forgotten_topics_data
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.rack_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.rack_id, pos = read_compact_string(buf, pos)
     if buf[pos] == 0:
         pos += 1
     else:
         nt, pos = read_tag_count(buf, pos)
         for _ in range(nt):
-            tag, end, pos = read_tag_header(buf, pos)
+            tag, tag_end, pos = read_tag_header(buf, pos)
             if tag == 0:
-                t0: Any
-                t0, pos = read_compact_nullable_string(buf, pos)
-                obj.cluster_id = t0
+                t_0: Any
+                n = buf[pos]
+                if 0 < n < 0x80 and n <= buflen - pos:
+                    end = pos + n
+                    t_0 = str(buf[pos + 1 : end], "utf-8")
+                    pos = end
+                else:
+                    t_0, pos = read_compact_nullable_string(buf, pos)
+                obj.cluster_id = t_0
             elif tag == 1:
-                t1: Any
-                t1, pos = _r_FetchRequest_ReplicaState_v15(buf, pos)
-                obj.replica_state = t1
-            if pos > end:
+                t_1: Any
+                t_1, pos = _r_FetchRequest_ReplicaState_v15(buf, pos)
+                obj.replica_state = t_1
+            if pos > tag_end:
                 raise DecodeError("tagged field overruns its size")
-            pos = end
+            pos = tag_end
     return obj, pos
-
-
-def _w_FetchRequest_FetchTopic_FetchPartition_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_iqi(o.partition, o.fetch_offset, o.partition_max_bytes)
-
-
-def _w_FetchRequest_FetchTopic_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_string(o.topic)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    for e in a_partitions:
-        _w_FetchRequest_FetchTopic_FetchPartition_v0(e, buf, out)
 
 
 def _w_FetchRequest_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -1163,7 +1397,11 @@ def _w_FetchRequest_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_FetchRequest_FetchTopic_v0(e, buf, out)
+        buf += write_string(e.topic)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_iqi(e1.partition, e1.fetch_offset, e1.partition_max_bytes)
 
 
 def _w_FetchRequest_v3(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -1171,7 +1409,11 @@ def _w_FetchRequest_v3(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_FetchRequest_FetchTopic_v0(e, buf, out)
+        buf += write_string(e.topic)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_iqi(e1.partition, e1.fetch_offset, e1.partition_max_bytes)
 
 
 def _w_FetchRequest_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -1179,19 +1421,11 @@ def _w_FetchRequest_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_FetchRequest_FetchTopic_v0(e, buf, out)
-
-
-def _w_FetchRequest_FetchTopic_FetchPartition_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_iqqi(o.partition, o.fetch_offset, o.log_start_offset, o.partition_max_bytes)
-
-
-def _w_FetchRequest_FetchTopic_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_string(o.topic)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    for e in a_partitions:
-        _w_FetchRequest_FetchTopic_FetchPartition_v5(e, buf, out)
+        buf += write_string(e.topic)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_iqi(e1.partition, e1.fetch_offset, e1.partition_max_bytes)
 
 
 def _w_FetchRequest_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -1199,14 +1433,13 @@ def _w_FetchRequest_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_FetchRequest_FetchTopic_v5(e, buf, out)
-
-
-def _w_FetchRequest_ForgottenTopic_v7(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_string(o.topic)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    buf += _pack(">%di" % len(a_partitions), *a_partitions)
+        buf += write_string(e.topic)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_iqqi(
+                e1.partition, e1.fetch_offset, e1.log_start_offset, e1.partition_max_bytes
+            )
 
 
 def _w_FetchRequest_v7(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -1222,29 +1455,20 @@ def _w_FetchRequest_v7(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_FetchRequest_FetchTopic_v5(e, buf, out)
+        buf += write_string(e.topic)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_iqqi(
+                e1.partition, e1.fetch_offset, e1.log_start_offset, e1.partition_max_bytes
+            )
     a_forgotten_topics_data = o.forgotten_topics_data
     buf += _P_i(len(a_forgotten_topics_data))
     for e in a_forgotten_topics_data:
-        _w_FetchRequest_ForgottenTopic_v7(e, buf, out)
-
-
-def _w_FetchRequest_FetchTopic_FetchPartition_v9(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_iiqqi(
-        o.partition,
-        o.current_leader_epoch,
-        o.fetch_offset,
-        o.log_start_offset,
-        o.partition_max_bytes,
-    )
-
-
-def _w_FetchRequest_FetchTopic_v9(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_string(o.topic)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    for e in a_partitions:
-        _w_FetchRequest_FetchTopic_FetchPartition_v9(e, buf, out)
+        buf += write_string(e.topic)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        buf += _pack(">%di" % len(a1_partitions), *a1_partitions)
 
 
 def _w_FetchRequest_v9(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -1260,11 +1484,24 @@ def _w_FetchRequest_v9(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_FetchRequest_FetchTopic_v9(e, buf, out)
+        buf += write_string(e.topic)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_iiqqi(
+                e1.partition,
+                e1.current_leader_epoch,
+                e1.fetch_offset,
+                e1.log_start_offset,
+                e1.partition_max_bytes,
+            )
     a_forgotten_topics_data = o.forgotten_topics_data
     buf += _P_i(len(a_forgotten_topics_data))
     for e in a_forgotten_topics_data:
-        _w_FetchRequest_ForgottenTopic_v7(e, buf, out)
+        buf += write_string(e.topic)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        buf += _pack(">%di" % len(a1_partitions), *a1_partitions)
 
 
 def _w_FetchRequest_v11(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -1280,41 +1517,25 @@ def _w_FetchRequest_v11(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_FetchRequest_FetchTopic_v9(e, buf, out)
+        buf += write_string(e.topic)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_iiqqi(
+                e1.partition,
+                e1.current_leader_epoch,
+                e1.fetch_offset,
+                e1.log_start_offset,
+                e1.partition_max_bytes,
+            )
     a_forgotten_topics_data = o.forgotten_topics_data
     buf += _P_i(len(a_forgotten_topics_data))
     for e in a_forgotten_topics_data:
-        _w_FetchRequest_ForgottenTopic_v7(e, buf, out)
+        buf += write_string(e.topic)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        buf += _pack(">%di" % len(a1_partitions), *a1_partitions)
     buf += write_string(o.rack_id)
-
-
-def _w_FetchRequest_FetchTopic_FetchPartition_v12(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_iiqiqi(
-        o.partition,
-        o.current_leader_epoch,
-        o.fetch_offset,
-        o.last_fetched_epoch,
-        o.log_start_offset,
-        o.partition_max_bytes,
-    )
-    buf.append(0)
-
-
-def _w_FetchRequest_FetchTopic_v12(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_compact_string(o.topic)
-    a_partitions = o.partitions
-    buf += uvarint(len(a_partitions) + 1)
-    for e in a_partitions:
-        _w_FetchRequest_FetchTopic_FetchPartition_v12(e, buf, out)
-    buf.append(0)
-
-
-def _w_FetchRequest_ForgottenTopic_v12(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_compact_string(o.topic)
-    a_partitions = o.partitions
-    buf += uvarint(len(a_partitions) + 1)
-    buf += _pack(">%di" % len(a_partitions), *a_partitions)
-    buf.append(0)
 
 
 def _w_FetchRequest_v12(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -1328,38 +1549,57 @@ def _w_FetchRequest_v12(o: Any, buf: bytearray, out: list[Any]) -> None:
         o.session_epoch,
     )
     a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
+    n = len(a_topics) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topics:
-        _w_FetchRequest_FetchTopic_v12(e, buf, out)
+        buf += write_compact_string(e.topic)
+        a1_partitions = e.partitions
+        n1 = len(a1_partitions) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_partitions:
+            buf += _P_iiqiqi(
+                e1.partition,
+                e1.current_leader_epoch,
+                e1.fetch_offset,
+                e1.last_fetched_epoch,
+                e1.log_start_offset,
+                e1.partition_max_bytes,
+            )
+            buf.append(0)
+        buf.append(0)
     a_forgotten_topics_data = o.forgotten_topics_data
-    buf += uvarint(len(a_forgotten_topics_data) + 1)
+    n = len(a_forgotten_topics_data) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_forgotten_topics_data:
-        _w_FetchRequest_ForgottenTopic_v12(e, buf, out)
+        buf += write_compact_string(e.topic)
+        a1_partitions = e.partitions
+        n1 = len(a1_partitions) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        buf += _pack(">%di" % len(a1_partitions), *a1_partitions)
+        buf.append(0)
     buf += write_compact_string(o.rack_id)
-    tags: list[tuple[int, bytes]] = []
-    if o.cluster_id != None:
-        tb0 = bytearray()
-        to0: list[Any] = []
-        tb0 += write_compact_nullable_string(o.cluster_id)
-        tags.append((0, join(tb0, to0)))
-    write_tagged(buf, tags)
-
-
-def _w_FetchRequest_FetchTopic_v13(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += o.topic_id.bytes
-    a_partitions = o.partitions
-    buf += uvarint(len(a_partitions) + 1)
-    for e in a_partitions:
-        _w_FetchRequest_FetchTopic_FetchPartition_v12(e, buf, out)
-    buf.append(0)
-
-
-def _w_FetchRequest_ForgottenTopic_v13(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += o.topic_id.bytes
-    a_partitions = o.partitions
-    buf += uvarint(len(a_partitions) + 1)
-    buf += _pack(">%di" % len(a_partitions), *a_partitions)
-    buf.append(0)
+    t_0 = o.cluster_id
+    if t_0 is not None:
+        tags: list[tuple[int, bytes]] = []
+        tb_0 = bytearray()
+        to_0: list[Any] = []
+        tb_0 += write_compact_nullable_string(t_0)
+        tags.append((0, join(tb_0, to_0)))
+        write_tagged(buf, tags)
+    else:
+        buf.append(0)
 
 
 def _w_FetchRequest_v13(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -1373,21 +1613,57 @@ def _w_FetchRequest_v13(o: Any, buf: bytearray, out: list[Any]) -> None:
         o.session_epoch,
     )
     a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
+    n = len(a_topics) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topics:
-        _w_FetchRequest_FetchTopic_v13(e, buf, out)
+        buf += e.topic_id.bytes
+        a1_partitions = e.partitions
+        n1 = len(a1_partitions) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_partitions:
+            buf += _P_iiqiqi(
+                e1.partition,
+                e1.current_leader_epoch,
+                e1.fetch_offset,
+                e1.last_fetched_epoch,
+                e1.log_start_offset,
+                e1.partition_max_bytes,
+            )
+            buf.append(0)
+        buf.append(0)
     a_forgotten_topics_data = o.forgotten_topics_data
-    buf += uvarint(len(a_forgotten_topics_data) + 1)
+    n = len(a_forgotten_topics_data) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_forgotten_topics_data:
-        _w_FetchRequest_ForgottenTopic_v13(e, buf, out)
+        buf += e.topic_id.bytes
+        a1_partitions = e.partitions
+        n1 = len(a1_partitions) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        buf += _pack(">%di" % len(a1_partitions), *a1_partitions)
+        buf.append(0)
     buf += write_compact_string(o.rack_id)
-    tags: list[tuple[int, bytes]] = []
-    if o.cluster_id != None:
-        tb0 = bytearray()
-        to0: list[Any] = []
-        tb0 += write_compact_nullable_string(o.cluster_id)
-        tags.append((0, join(tb0, to0)))
-    write_tagged(buf, tags)
+    t_0 = o.cluster_id
+    if t_0 is not None:
+        tags: list[tuple[int, bytes]] = []
+        tb_0 = bytearray()
+        to_0: list[Any] = []
+        tb_0 += write_compact_nullable_string(t_0)
+        tags.append((0, join(tb_0, to_0)))
+        write_tagged(buf, tags)
+    else:
+        buf.append(0)
 
 
 def _w_FetchRequest_ReplicaState_v15(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -1400,53 +1676,73 @@ def _w_FetchRequest_v15(o: Any, buf: bytearray, out: list[Any]) -> None:
         o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch
     )
     a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
+    n = len(a_topics) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topics:
-        _w_FetchRequest_FetchTopic_v13(e, buf, out)
+        buf += e.topic_id.bytes
+        a1_partitions = e.partitions
+        n1 = len(a1_partitions) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_partitions:
+            buf += _P_iiqiqi(
+                e1.partition,
+                e1.current_leader_epoch,
+                e1.fetch_offset,
+                e1.last_fetched_epoch,
+                e1.log_start_offset,
+                e1.partition_max_bytes,
+            )
+            buf.append(0)
+        buf.append(0)
     a_forgotten_topics_data = o.forgotten_topics_data
-    buf += uvarint(len(a_forgotten_topics_data) + 1)
+    n = len(a_forgotten_topics_data) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_forgotten_topics_data:
-        _w_FetchRequest_ForgottenTopic_v13(e, buf, out)
+        buf += e.topic_id.bytes
+        a1_partitions = e.partitions
+        n1 = len(a1_partitions) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        buf += _pack(">%di" % len(a1_partitions), *a1_partitions)
+        buf.append(0)
     buf += write_compact_string(o.rack_id)
-    tags: list[tuple[int, bytes]] = []
-    if o.cluster_id != None:
-        tb0 = bytearray()
-        to0: list[Any] = []
-        tb0 += write_compact_nullable_string(o.cluster_id)
-        tags.append((0, join(tb0, to0)))
-    if o.replica_state != _D_FetchRequest_ReplicaState:
-        tb1 = bytearray()
-        to1: list[Any] = []
-        _w_FetchRequest_ReplicaState_v15(o.replica_state, tb1, to1)
-        tags.append((1, join(tb1, to1)))
-    write_tagged(buf, tags)
-
-
-def _w_FetchRequest_FetchTopic_FetchPartition_v17(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_iiqiqi(
-        o.partition,
-        o.current_leader_epoch,
-        o.fetch_offset,
-        o.last_fetched_epoch,
-        o.log_start_offset,
-        o.partition_max_bytes,
-    )
-    tags: list[tuple[int, bytes]] = []
-    if o.replica_directory_id != ZERO_UUID:
-        tb0 = bytearray()
-        to0: list[Any] = []
-        tb0 += o.replica_directory_id.bytes
-        tags.append((0, join(tb0, to0)))
-    write_tagged(buf, tags)
-
-
-def _w_FetchRequest_FetchTopic_v17(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += o.topic_id.bytes
-    a_partitions = o.partitions
-    buf += uvarint(len(a_partitions) + 1)
-    for e in a_partitions:
-        _w_FetchRequest_FetchTopic_FetchPartition_v17(e, buf, out)
-    buf.append(0)
+    t_0 = o.cluster_id
+    t_1 = o.replica_state
+    if (
+        t_0 is not None
+        or t_1.__class__ is not _C_FetchRequest_ReplicaState
+        or t_1.replica_id != -1
+        or t_1.replica_epoch != -1
+    ):
+        tags: list[tuple[int, bytes]] = []
+        if t_0 is not None:
+            tb_0 = bytearray()
+            to_0: list[Any] = []
+            tb_0 += write_compact_nullable_string(t_0)
+            tags.append((0, join(tb_0, to_0)))
+        if (
+            t_1.__class__ is not _C_FetchRequest_ReplicaState
+            or t_1.replica_id != -1
+            or t_1.replica_epoch != -1
+        ):
+            tb_1 = bytearray()
+            to_1: list[Any] = []
+            _w_FetchRequest_ReplicaState_v15(t_1, tb_1, to_1)
+            tags.append((1, join(tb_1, to_1)))
+        write_tagged(buf, tags)
+    else:
+        buf.append(0)
 
 
 def _w_FetchRequest_v17(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -1454,58 +1750,82 @@ def _w_FetchRequest_v17(o: Any, buf: bytearray, out: list[Any]) -> None:
         o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch
     )
     a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
+    n = len(a_topics) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topics:
-        _w_FetchRequest_FetchTopic_v17(e, buf, out)
+        buf += e.topic_id.bytes
+        a1_partitions = e.partitions
+        n1 = len(a1_partitions) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_partitions:
+            buf += _P_iiqiqi(
+                e1.partition,
+                e1.current_leader_epoch,
+                e1.fetch_offset,
+                e1.last_fetched_epoch,
+                e1.log_start_offset,
+                e1.partition_max_bytes,
+            )
+            t2_0 = e1.replica_directory_id
+            if t2_0 != ZERO_UUID:
+                tags2: list[tuple[int, bytes]] = []
+                tb2_0 = bytearray()
+                to2_0: list[Any] = []
+                tb2_0 += t2_0.bytes
+                tags2.append((0, join(tb2_0, to2_0)))
+                write_tagged(buf, tags2)
+            else:
+                buf.append(0)
+        buf.append(0)
     a_forgotten_topics_data = o.forgotten_topics_data
-    buf += uvarint(len(a_forgotten_topics_data) + 1)
+    n = len(a_forgotten_topics_data) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_forgotten_topics_data:
-        _w_FetchRequest_ForgottenTopic_v13(e, buf, out)
+        buf += e.topic_id.bytes
+        a1_partitions = e.partitions
+        n1 = len(a1_partitions) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        buf += _pack(">%di" % len(a1_partitions), *a1_partitions)
+        buf.append(0)
     buf += write_compact_string(o.rack_id)
-    tags: list[tuple[int, bytes]] = []
-    if o.cluster_id != None:
-        tb0 = bytearray()
-        to0: list[Any] = []
-        tb0 += write_compact_nullable_string(o.cluster_id)
-        tags.append((0, join(tb0, to0)))
-    if o.replica_state != _D_FetchRequest_ReplicaState:
-        tb1 = bytearray()
-        to1: list[Any] = []
-        _w_FetchRequest_ReplicaState_v15(o.replica_state, tb1, to1)
-        tags.append((1, join(tb1, to1)))
-    write_tagged(buf, tags)
-
-
-def _w_FetchRequest_FetchTopic_FetchPartition_v18(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_iiqiqi(
-        o.partition,
-        o.current_leader_epoch,
-        o.fetch_offset,
-        o.last_fetched_epoch,
-        o.log_start_offset,
-        o.partition_max_bytes,
-    )
-    tags: list[tuple[int, bytes]] = []
-    if o.replica_directory_id != ZERO_UUID:
-        tb0 = bytearray()
-        to0: list[Any] = []
-        tb0 += o.replica_directory_id.bytes
-        tags.append((0, join(tb0, to0)))
-    if o.high_watermark != 9223372036854775807:
-        tb1 = bytearray()
-        to1: list[Any] = []
-        tb1 += _P_q(o.high_watermark)
-        tags.append((1, join(tb1, to1)))
-    write_tagged(buf, tags)
-
-
-def _w_FetchRequest_FetchTopic_v18(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += o.topic_id.bytes
-    a_partitions = o.partitions
-    buf += uvarint(len(a_partitions) + 1)
-    for e in a_partitions:
-        _w_FetchRequest_FetchTopic_FetchPartition_v18(e, buf, out)
-    buf.append(0)
+    t_0 = o.cluster_id
+    t_1 = o.replica_state
+    if (
+        t_0 is not None
+        or t_1.__class__ is not _C_FetchRequest_ReplicaState
+        or t_1.replica_id != -1
+        or t_1.replica_epoch != -1
+    ):
+        tags: list[tuple[int, bytes]] = []
+        if t_0 is not None:
+            tb_0 = bytearray()
+            to_0: list[Any] = []
+            tb_0 += write_compact_nullable_string(t_0)
+            tags.append((0, join(tb_0, to_0)))
+        if (
+            t_1.__class__ is not _C_FetchRequest_ReplicaState
+            or t_1.replica_id != -1
+            or t_1.replica_epoch != -1
+        ):
+            tb_1 = bytearray()
+            to_1: list[Any] = []
+            _w_FetchRequest_ReplicaState_v15(t_1, tb_1, to_1)
+            tags.append((1, join(tb_1, to_1)))
+        write_tagged(buf, tags)
+    else:
+        buf.append(0)
 
 
 def _w_FetchRequest_v18(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -1513,323 +1833,375 @@ def _w_FetchRequest_v18(o: Any, buf: bytearray, out: list[Any]) -> None:
         o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch
     )
     a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
+    n = len(a_topics) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topics:
-        _w_FetchRequest_FetchTopic_v18(e, buf, out)
+        buf += e.topic_id.bytes
+        a1_partitions = e.partitions
+        n1 = len(a1_partitions) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_partitions:
+            buf += _P_iiqiqi(
+                e1.partition,
+                e1.current_leader_epoch,
+                e1.fetch_offset,
+                e1.last_fetched_epoch,
+                e1.log_start_offset,
+                e1.partition_max_bytes,
+            )
+            t2_0 = e1.replica_directory_id
+            t2_1 = e1.high_watermark
+            if t2_0 != ZERO_UUID or t2_1 != 9223372036854775807:
+                tags2: list[tuple[int, bytes]] = []
+                if t2_0 != ZERO_UUID:
+                    tb2_0 = bytearray()
+                    to2_0: list[Any] = []
+                    tb2_0 += t2_0.bytes
+                    tags2.append((0, join(tb2_0, to2_0)))
+                if t2_1 != 9223372036854775807:
+                    tb2_1 = bytearray()
+                    to2_1: list[Any] = []
+                    tb2_1 += _P_q(t2_1)
+                    tags2.append((1, join(tb2_1, to2_1)))
+                write_tagged(buf, tags2)
+            else:
+                buf.append(0)
+        buf.append(0)
     a_forgotten_topics_data = o.forgotten_topics_data
-    buf += uvarint(len(a_forgotten_topics_data) + 1)
+    n = len(a_forgotten_topics_data) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_forgotten_topics_data:
-        _w_FetchRequest_ForgottenTopic_v13(e, buf, out)
+        buf += e.topic_id.bytes
+        a1_partitions = e.partitions
+        n1 = len(a1_partitions) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        buf += _pack(">%di" % len(a1_partitions), *a1_partitions)
+        buf.append(0)
     buf += write_compact_string(o.rack_id)
-    tags: list[tuple[int, bytes]] = []
-    if o.cluster_id != None:
-        tb0 = bytearray()
-        to0: list[Any] = []
-        tb0 += write_compact_nullable_string(o.cluster_id)
-        tags.append((0, join(tb0, to0)))
-    if o.replica_state != _D_FetchRequest_ReplicaState:
-        tb1 = bytearray()
-        to1: list[Any] = []
-        _w_FetchRequest_ReplicaState_v15(o.replica_state, tb1, to1)
-        tags.append((1, join(tb1, to1)))
-    write_tagged(buf, tags)
-
-
-def _r_FetchResponse_FetchableTopicResponse_PartitionData_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index, f_error_code, f_high_watermark) = _U_ihq(buf, pos)
-    pos += 14
-    f_records: Any
-    f_records, pos = read_nullable_bytes(buf, pos)
-    obj = _C_FetchResponse_FetchableTopicResponse_PartitionData(
-        partition_index=f_partition_index,
-        error_code=f_error_code,
-        high_watermark=f_high_watermark,
-        records=f_records,
-    )
-    return obj, pos
+    t_0 = o.cluster_id
+    t_1 = o.replica_state
+    if (
+        t_0 is not None
+        or t_1.__class__ is not _C_FetchRequest_ReplicaState
+        or t_1.replica_id != -1
+        or t_1.replica_epoch != -1
+    ):
+        tags: list[tuple[int, bytes]] = []
+        if t_0 is not None:
+            tb_0 = bytearray()
+            to_0: list[Any] = []
+            tb_0 += write_compact_nullable_string(t_0)
+            tags.append((0, join(tb_0, to_0)))
+        if (
+            t_1.__class__ is not _C_FetchRequest_ReplicaState
+            or t_1.replica_id != -1
+            or t_1.replica_epoch != -1
+        ):
+            tb_1 = bytearray()
+            to_1: list[Any] = []
+            _w_FetchRequest_ReplicaState_v15(t_1, tb_1, to_1)
+            tags.append((1, join(tb_1, to_1)))
+        write_tagged(buf, tags)
+    else:
+        buf.append(0)
 
 
 def _r_FetchResponse_FetchableTopicResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topic, pos = read_string(buf, pos)
-    f_partitions: Any
+    obj = _new(_C_FetchResponse_FetchableTopicResponse)
+    obj.topic_id = ZERO_UUID
+    obj.topic, pos = read_string(buf, pos)
     n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
+    e_partitions: Any
+    a_partitions: list[Any] = []
     for _ in range(n):
-        e_partitions, pos = _r_FetchResponse_FetchableTopicResponse_PartitionData_v0(buf, pos)
-        f_partitions.append(e_partitions)
-    obj = _C_FetchResponse_FetchableTopicResponse(topic=f_topic, partitions=f_partitions)
+        e_partitions = _new(_C_FetchResponse_FetchableTopicResponse_PartitionData)
+        e_partitions.last_stable_offset = -1
+        e_partitions.log_start_offset = -1
+        e_partitions.diverging_epoch = (
+            _C_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset()
+        )
+        e_partitions.current_leader = (
+            _C_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch()
+        )
+        e_partitions.snapshot_id = (
+            _C_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId()
+        )
+        e_partitions.aborted_transactions = []
+        e_partitions.preferred_read_replica = -1
+        (e_partitions.partition_index, e_partitions.error_code, e_partitions.high_watermark) = (
+            _U_ihq(buf, pos)
+        )
+        pos += 14
+        e_partitions.records, pos = read_nullable_bytes(buf, pos)
+        a_partitions.append(e_partitions)
+    obj.partitions = a_partitions
     return obj, pos
 
 
 def _r_FetchResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_responses: Any
+    obj = _new(_C_FetchResponse)
+    obj.throttle_time_ms = 0
+    obj.error_code = 0
+    obj.session_id = 0
+    obj.node_endpoints = []
     n, pos = read_array_len(buf, pos, False)
-    f_responses = []
+    e_responses: Any
+    a_responses: list[Any] = []
     for _ in range(n):
         e_responses, pos = _r_FetchResponse_FetchableTopicResponse_v0(buf, pos)
-        f_responses.append(e_responses)
-    obj = _C_FetchResponse(responses=f_responses)
+        a_responses.append(e_responses)
+    obj.responses = a_responses
     return obj, pos
 
 
 def _r_FetchResponse_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    obj = _new(_C_FetchResponse)
+    obj.error_code = 0
+    obj.session_id = 0
+    obj.node_endpoints = []
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    f_responses: Any
     n, pos = read_array_len(buf, pos, False)
-    f_responses = []
+    e_responses: Any
+    a_responses: list[Any] = []
     for _ in range(n):
         e_responses, pos = _r_FetchResponse_FetchableTopicResponse_v0(buf, pos)
-        f_responses.append(e_responses)
-    obj = _C_FetchResponse(throttle_time_ms=f_throttle_time_ms, responses=f_responses)
-    return obj, pos
-
-
-def _r_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction_v4(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_producer_id, f_first_offset) = _U_qq(buf, pos)
-    pos += 16
-    obj = _C_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction(
-        producer_id=f_producer_id, first_offset=f_first_offset
-    )
-    return obj, pos
-
-
-def _r_FetchResponse_FetchableTopicResponse_PartitionData_v4(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset) = _U_ihqq(buf, pos)
-    pos += 22
-    f_aborted_transactions: Any
-    n, pos = read_array_len(buf, pos, True)
-    if n < 0:
-        f_aborted_transactions = None
-    else:
-        f_aborted_transactions = []
-        for _ in range(n):
-            e_aborted_transactions, pos = (
-                _r_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction_v4(
-                    buf, pos
-                )
-            )
-            f_aborted_transactions.append(e_aborted_transactions)
-    f_records: Any
-    f_records, pos = read_nullable_bytes(buf, pos)
-    obj = _C_FetchResponse_FetchableTopicResponse_PartitionData(
-        partition_index=f_partition_index,
-        error_code=f_error_code,
-        high_watermark=f_high_watermark,
-        last_stable_offset=f_last_stable_offset,
-        aborted_transactions=f_aborted_transactions,
-        records=f_records,
-    )
+        a_responses.append(e_responses)
+    obj.responses = a_responses
     return obj, pos
 
 
 def _r_FetchResponse_FetchableTopicResponse_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topic, pos = read_string(buf, pos)
-    f_partitions: Any
+    obj = _new(_C_FetchResponse_FetchableTopicResponse)
+    obj.topic_id = ZERO_UUID
+    obj.topic, pos = read_string(buf, pos)
     n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
+    e_partitions: Any
+    a_partitions: list[Any] = []
     for _ in range(n):
-        e_partitions, pos = _r_FetchResponse_FetchableTopicResponse_PartitionData_v4(buf, pos)
-        f_partitions.append(e_partitions)
-    obj = _C_FetchResponse_FetchableTopicResponse(topic=f_topic, partitions=f_partitions)
+        e_partitions = _new(_C_FetchResponse_FetchableTopicResponse_PartitionData)
+        e_partitions.log_start_offset = -1
+        e_partitions.diverging_epoch = (
+            _C_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset()
+        )
+        e_partitions.current_leader = (
+            _C_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch()
+        )
+        e_partitions.snapshot_id = (
+            _C_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId()
+        )
+        e_partitions.preferred_read_replica = -1
+        (
+            e_partitions.partition_index,
+            e_partitions.error_code,
+            e_partitions.high_watermark,
+            e_partitions.last_stable_offset,
+        ) = _U_ihqq(buf, pos)
+        pos += 22
+        n1, pos = read_array_len(buf, pos, True)
+        if n1 < 0:
+            e_partitions.aborted_transactions = None
+        else:
+            e1_aborted_transactions: Any
+            a1_aborted_transactions: list[Any] = []
+            for _ in range(n1):
+                e1_aborted_transactions = _new(
+                    _C_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction
+                )
+                (e1_aborted_transactions.producer_id, e1_aborted_transactions.first_offset) = _U_qq(
+                    buf, pos
+                )
+                pos += 16
+                a1_aborted_transactions.append(e1_aborted_transactions)
+            e_partitions.aborted_transactions = a1_aborted_transactions
+        e_partitions.records, pos = read_nullable_bytes(buf, pos)
+        a_partitions.append(e_partitions)
+    obj.partitions = a_partitions
     return obj, pos
 
 
 def _r_FetchResponse_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    obj = _new(_C_FetchResponse)
+    obj.error_code = 0
+    obj.session_id = 0
+    obj.node_endpoints = []
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    f_responses: Any
     n, pos = read_array_len(buf, pos, False)
-    f_responses = []
+    e_responses: Any
+    a_responses: list[Any] = []
     for _ in range(n):
         e_responses, pos = _r_FetchResponse_FetchableTopicResponse_v4(buf, pos)
-        f_responses.append(e_responses)
-    obj = _C_FetchResponse(throttle_time_ms=f_throttle_time_ms, responses=f_responses)
-    return obj, pos
-
-
-def _r_FetchResponse_FetchableTopicResponse_PartitionData_v5(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (
-        f_partition_index,
-        f_error_code,
-        f_high_watermark,
-        f_last_stable_offset,
-        f_log_start_offset,
-    ) = _U_ihqqq(buf, pos)
-    pos += 30
-    f_aborted_transactions: Any
-    n, pos = read_array_len(buf, pos, True)
-    if n < 0:
-        f_aborted_transactions = None
-    else:
-        f_aborted_transactions = []
-        for _ in range(n):
-            e_aborted_transactions, pos = (
-                _r_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction_v4(
-                    buf, pos
-                )
-            )
-            f_aborted_transactions.append(e_aborted_transactions)
-    f_records: Any
-    f_records, pos = read_nullable_bytes(buf, pos)
-    obj = _C_FetchResponse_FetchableTopicResponse_PartitionData(
-        partition_index=f_partition_index,
-        error_code=f_error_code,
-        high_watermark=f_high_watermark,
-        last_stable_offset=f_last_stable_offset,
-        log_start_offset=f_log_start_offset,
-        aborted_transactions=f_aborted_transactions,
-        records=f_records,
-    )
+        a_responses.append(e_responses)
+    obj.responses = a_responses
     return obj, pos
 
 
 def _r_FetchResponse_FetchableTopicResponse_v5(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topic, pos = read_string(buf, pos)
-    f_partitions: Any
+    obj = _new(_C_FetchResponse_FetchableTopicResponse)
+    obj.topic_id = ZERO_UUID
+    obj.topic, pos = read_string(buf, pos)
     n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
+    e_partitions: Any
+    a_partitions: list[Any] = []
     for _ in range(n):
-        e_partitions, pos = _r_FetchResponse_FetchableTopicResponse_PartitionData_v5(buf, pos)
-        f_partitions.append(e_partitions)
-    obj = _C_FetchResponse_FetchableTopicResponse(topic=f_topic, partitions=f_partitions)
+        e_partitions = _new(_C_FetchResponse_FetchableTopicResponse_PartitionData)
+        e_partitions.diverging_epoch = (
+            _C_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset()
+        )
+        e_partitions.current_leader = (
+            _C_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch()
+        )
+        e_partitions.snapshot_id = (
+            _C_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId()
+        )
+        e_partitions.preferred_read_replica = -1
+        (
+            e_partitions.partition_index,
+            e_partitions.error_code,
+            e_partitions.high_watermark,
+            e_partitions.last_stable_offset,
+            e_partitions.log_start_offset,
+        ) = _U_ihqqq(buf, pos)
+        pos += 30
+        n1, pos = read_array_len(buf, pos, True)
+        if n1 < 0:
+            e_partitions.aborted_transactions = None
+        else:
+            e1_aborted_transactions: Any
+            a1_aborted_transactions: list[Any] = []
+            for _ in range(n1):
+                e1_aborted_transactions = _new(
+                    _C_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction
+                )
+                (e1_aborted_transactions.producer_id, e1_aborted_transactions.first_offset) = _U_qq(
+                    buf, pos
+                )
+                pos += 16
+                a1_aborted_transactions.append(e1_aborted_transactions)
+            e_partitions.aborted_transactions = a1_aborted_transactions
+        e_partitions.records, pos = read_nullable_bytes(buf, pos)
+        a_partitions.append(e_partitions)
+    obj.partitions = a_partitions
     return obj, pos
 
 
 def _r_FetchResponse_v5(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    obj = _new(_C_FetchResponse)
+    obj.error_code = 0
+    obj.session_id = 0
+    obj.node_endpoints = []
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    f_responses: Any
     n, pos = read_array_len(buf, pos, False)
-    f_responses = []
+    e_responses: Any
+    a_responses: list[Any] = []
     for _ in range(n):
         e_responses, pos = _r_FetchResponse_FetchableTopicResponse_v5(buf, pos)
-        f_responses.append(e_responses)
-    obj = _C_FetchResponse(throttle_time_ms=f_throttle_time_ms, responses=f_responses)
+        a_responses.append(e_responses)
+    obj.responses = a_responses
     return obj, pos
 
 
 def _r_FetchResponse_v7(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code, f_session_id) = _U_ihi(buf, pos)
+    obj = _new(_C_FetchResponse)
+    obj.node_endpoints = []
+    (obj.throttle_time_ms, obj.error_code, obj.session_id) = _U_ihi(buf, pos)
     pos += 10
-    f_responses: Any
     n, pos = read_array_len(buf, pos, False)
-    f_responses = []
+    e_responses: Any
+    a_responses: list[Any] = []
     for _ in range(n):
         e_responses, pos = _r_FetchResponse_FetchableTopicResponse_v5(buf, pos)
-        f_responses.append(e_responses)
-    obj = _C_FetchResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        error_code=f_error_code,
-        session_id=f_session_id,
-        responses=f_responses,
-    )
-    return obj, pos
-
-
-def _r_FetchResponse_FetchableTopicResponse_PartitionData_v11(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (
-        f_partition_index,
-        f_error_code,
-        f_high_watermark,
-        f_last_stable_offset,
-        f_log_start_offset,
-    ) = _U_ihqqq(buf, pos)
-    pos += 30
-    f_aborted_transactions: Any
-    n, pos = read_array_len(buf, pos, True)
-    if n < 0:
-        f_aborted_transactions = None
-    else:
-        f_aborted_transactions = []
-        for _ in range(n):
-            e_aborted_transactions, pos = (
-                _r_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction_v4(
-                    buf, pos
-                )
-            )
-            f_aborted_transactions.append(e_aborted_transactions)
-    (f_preferred_read_replica,) = _U_i(buf, pos)
-    pos += 4
-    f_records: Any
-    f_records, pos = read_nullable_bytes(buf, pos)
-    obj = _C_FetchResponse_FetchableTopicResponse_PartitionData(
-        partition_index=f_partition_index,
-        error_code=f_error_code,
-        high_watermark=f_high_watermark,
-        last_stable_offset=f_last_stable_offset,
-        log_start_offset=f_log_start_offset,
-        aborted_transactions=f_aborted_transactions,
-        preferred_read_replica=f_preferred_read_replica,
-        records=f_records,
-    )
+        a_responses.append(e_responses)
+    obj.responses = a_responses
     return obj, pos
 
 
 def _r_FetchResponse_FetchableTopicResponse_v11(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topic, pos = read_string(buf, pos)
-    f_partitions: Any
+    obj = _new(_C_FetchResponse_FetchableTopicResponse)
+    obj.topic_id = ZERO_UUID
+    obj.topic, pos = read_string(buf, pos)
     n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
+    e_partitions: Any
+    a_partitions: list[Any] = []
     for _ in range(n):
-        e_partitions, pos = _r_FetchResponse_FetchableTopicResponse_PartitionData_v11(buf, pos)
-        f_partitions.append(e_partitions)
-    obj = _C_FetchResponse_FetchableTopicResponse(topic=f_topic, partitions=f_partitions)
+        e_partitions = _new(_C_FetchResponse_FetchableTopicResponse_PartitionData)
+        e_partitions.diverging_epoch = (
+            _C_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset()
+        )
+        e_partitions.current_leader = (
+            _C_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch()
+        )
+        e_partitions.snapshot_id = (
+            _C_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId()
+        )
+        (
+            e_partitions.partition_index,
+            e_partitions.error_code,
+            e_partitions.high_watermark,
+            e_partitions.last_stable_offset,
+            e_partitions.log_start_offset,
+        ) = _U_ihqqq(buf, pos)
+        pos += 30
+        n1, pos = read_array_len(buf, pos, True)
+        if n1 < 0:
+            e_partitions.aborted_transactions = None
+        else:
+            e1_aborted_transactions: Any
+            a1_aborted_transactions: list[Any] = []
+            for _ in range(n1):
+                e1_aborted_transactions = _new(
+                    _C_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction
+                )
+                (e1_aborted_transactions.producer_id, e1_aborted_transactions.first_offset) = _U_qq(
+                    buf, pos
+                )
+                pos += 16
+                a1_aborted_transactions.append(e1_aborted_transactions)
+            e_partitions.aborted_transactions = a1_aborted_transactions
+        (e_partitions.preferred_read_replica,) = _U_i(buf, pos)
+        pos += 4
+        e_partitions.records, pos = read_nullable_bytes(buf, pos)
+        a_partitions.append(e_partitions)
+    obj.partitions = a_partitions
     return obj, pos
 
 
 def _r_FetchResponse_v11(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code, f_session_id) = _U_ihi(buf, pos)
+    obj = _new(_C_FetchResponse)
+    obj.node_endpoints = []
+    (obj.throttle_time_ms, obj.error_code, obj.session_id) = _U_ihi(buf, pos)
     pos += 10
-    f_responses: Any
     n, pos = read_array_len(buf, pos, False)
-    f_responses = []
+    e_responses: Any
+    a_responses: list[Any] = []
     for _ in range(n):
         e_responses, pos = _r_FetchResponse_FetchableTopicResponse_v11(buf, pos)
-        f_responses.append(e_responses)
-    obj = _C_FetchResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        error_code=f_error_code,
-        session_id=f_session_id,
-        responses=f_responses,
-    )
-    return obj, pos
-
-
-def _r_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction_v12(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_producer_id, f_first_offset) = _U_qq(buf, pos)
-    pos += 16
-    obj = _C_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction(
-        producer_id=f_producer_id, first_offset=f_first_offset
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+        a_responses.append(e_responses)
+    obj.responses = a_responses
     return obj, pos
 
 
 def _r_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset_v12(
     buf: memoryview, pos: int
 ) -> tuple[Any, int]:
-    (f_epoch, f_end_offset) = _U_iq(buf, pos)
+    obj = _new(_C_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset)
+    (obj.epoch, obj.end_offset, n) = _U_iqB(buf, pos)
     pos += 12
-    obj = _C_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset(
-        epoch=f_epoch, end_offset=f_end_offset
-    )
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -1839,12 +2211,10 @@ def _r_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset_v12(
 def _r_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch_v12(
     buf: memoryview, pos: int
 ) -> tuple[Any, int]:
-    (f_leader_id, f_leader_epoch) = _U_ii(buf, pos)
+    obj = _new(_C_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch)
+    (obj.leader_id, obj.leader_epoch, n) = _U_iiB(buf, pos)
     pos += 8
-    obj = _C_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch(
-        leader_id=f_leader_id, leader_epoch=f_leader_epoch
-    )
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -1854,12 +2224,10 @@ def _r_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch_v12(
 def _r_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId_v12(
     buf: memoryview, pos: int
 ) -> tuple[Any, int]:
-    (f_end_offset, f_epoch) = _U_qi(buf, pos)
+    obj = _new(_C_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId)
+    (obj.end_offset, obj.epoch, n) = _U_qiB(buf, pos)
     pos += 12
-    obj = _C_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId(
-        end_offset=f_end_offset, epoch=f_epoch
-    )
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -1869,82 +2237,119 @@ def _r_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId_v12(
 def _r_FetchResponse_FetchableTopicResponse_PartitionData_v12(
     buf: memoryview, pos: int
 ) -> tuple[Any, int]:
+    buflen = len(buf)
+    obj = _new(_C_FetchResponse_FetchableTopicResponse_PartitionData)
+    obj.diverging_epoch = _C_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset()
+    obj.current_leader = _C_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch()
+    obj.snapshot_id = _C_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId()
     (
-        f_partition_index,
-        f_error_code,
-        f_high_watermark,
-        f_last_stable_offset,
-        f_log_start_offset,
-    ) = _U_ihqqq(buf, pos)
+        obj.partition_index,
+        obj.error_code,
+        obj.high_watermark,
+        obj.last_stable_offset,
+        obj.log_start_offset,
+        n,
+    ) = _U_ihqqqB(buf, pos)
     pos += 30
-    f_aborted_transactions: Any
-    n, pos = read_compact_array_len(buf, pos, True)
-    if n < 0:
-        f_aborted_transactions = None
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
     else:
-        f_aborted_transactions = []
+        n, pos = read_compact_array_len(buf, pos, True)
+    if n < 0:
+        obj.aborted_transactions = None
+    else:
+        e_aborted_transactions: Any
+        a_aborted_transactions: list[Any] = []
         for _ in range(n):
-            e_aborted_transactions, pos = (
-                _r_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction_v12(
-                    buf, pos
-                )
+            e_aborted_transactions = _new(
+                _C_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction
             )
-            f_aborted_transactions.append(e_aborted_transactions)
-    (f_preferred_read_replica,) = _U_i(buf, pos)
+            (e_aborted_transactions.producer_id, e_aborted_transactions.first_offset, n1) = _U_qqB(
+                buf, pos
+            )
+            pos += 16
+            if n1 == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a_aborted_transactions.append(e_aborted_transactions)
+        obj.aborted_transactions = a_aborted_transactions
+    (obj.preferred_read_replica, n) = _U_iB(buf, pos)
     pos += 4
-    f_records: Any
-    f_records, pos = read_compact_nullable_bytes(buf, pos)
-    obj = _C_FetchResponse_FetchableTopicResponse_PartitionData(
-        partition_index=f_partition_index,
-        error_code=f_error_code,
-        high_watermark=f_high_watermark,
-        last_stable_offset=f_last_stable_offset,
-        log_start_offset=f_log_start_offset,
-        aborted_transactions=f_aborted_transactions,
-        preferred_read_replica=f_preferred_read_replica,
-        records=f_records,
-    )
+    if n < 0x80:
+        pos += 1
+    elif (b := buf[pos + 1]) < 0x80:
+        n = n & 0x7F | b << 7
+        pos += 2
+    elif (c := buf[pos + 2]) < 0x80:
+        n = n & 0x7F | (b & 0x7F) << 7 | c << 14
+        pos += 3
+    else:
+        n, pos = read_uvarint(buf, pos)
+    if n == 0:
+        obj.records = None
+    else:
+        end = pos + n - 1
+        if end > buflen:
+            raise_too_long(buf, pos, n - 1)
+        obj.records = buf[pos:end]
+        pos = end
     if buf[pos] == 0:
         pos += 1
     else:
         nt, pos = read_tag_count(buf, pos)
         for _ in range(nt):
-            tag, end, pos = read_tag_header(buf, pos)
+            tag, tag_end, pos = read_tag_header(buf, pos)
             if tag == 0:
-                t0: Any
-                t0, pos = _r_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset_v12(
+                t_0: Any
+                t_0, pos = _r_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset_v12(
                     buf, pos
                 )
-                obj.diverging_epoch = t0
+                obj.diverging_epoch = t_0
             elif tag == 1:
-                t1: Any
-                t1, pos = (
+                t_1: Any
+                t_1, pos = (
                     _r_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch_v12(
                         buf, pos
                     )
                 )
-                obj.current_leader = t1
+                obj.current_leader = t_1
             elif tag == 2:
-                t2: Any
-                t2, pos = _r_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId_v12(
+                t_2: Any
+                t_2, pos = _r_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId_v12(
                     buf, pos
                 )
-                obj.snapshot_id = t2
-            if pos > end:
+                obj.snapshot_id = t_2
+            if pos > tag_end:
                 raise DecodeError("tagged field overruns its size")
-            pos = end
+            pos = tag_end
     return obj, pos
 
 
 def _r_FetchResponse_FetchableTopicResponse_v12(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topic, pos = read_compact_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partitions = []
+    buflen = len(buf)
+    obj = _new(_C_FetchResponse_FetchableTopicResponse)
+    obj.topic_id = ZERO_UUID
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.topic = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.topic, pos = read_compact_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_partitions: Any
+    a_partitions: list[Any] = []
     for _ in range(n):
         e_partitions, pos = _r_FetchResponse_FetchableTopicResponse_PartitionData_v12(buf, pos)
-        f_partitions.append(e_partitions)
-    obj = _C_FetchResponse_FetchableTopicResponse(topic=f_topic, partitions=f_partitions)
+        a_partitions.append(e_partitions)
+    obj.partitions = a_partitions
     if buf[pos] == 0:
         pos += 1
     else:
@@ -1953,20 +2358,22 @@ def _r_FetchResponse_FetchableTopicResponse_v12(buf: memoryview, pos: int) -> tu
 
 
 def _r_FetchResponse_v12(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code, f_session_id) = _U_ihi(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_FetchResponse)
+    obj.node_endpoints = []
+    (obj.throttle_time_ms, obj.error_code, obj.session_id, n) = _U_ihiB(buf, pos)
     pos += 10
-    f_responses: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_responses = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_responses: Any
+    a_responses: list[Any] = []
     for _ in range(n):
         e_responses, pos = _r_FetchResponse_FetchableTopicResponse_v12(buf, pos)
-        f_responses.append(e_responses)
-    obj = _C_FetchResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        error_code=f_error_code,
-        session_id=f_session_id,
-        responses=f_responses,
-    )
+        a_responses.append(e_responses)
+    obj.responses = a_responses
     if buf[pos] == 0:
         pos += 1
     else:
@@ -1975,14 +2382,22 @@ def _r_FetchResponse_v12(buf: memoryview, pos: int) -> tuple[Any, int]:
 
 
 def _r_FetchResponse_FetchableTopicResponse_v13(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topic_id, pos = read_uuid(buf, pos)
-    f_partitions: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partitions = []
+    buflen = len(buf)
+    obj = _new(_C_FetchResponse_FetchableTopicResponse)
+    obj.topic = ""
+    obj.topic_id, pos = read_uuid(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_partitions: Any
+    a_partitions: list[Any] = []
     for _ in range(n):
         e_partitions, pos = _r_FetchResponse_FetchableTopicResponse_PartitionData_v12(buf, pos)
-        f_partitions.append(e_partitions)
-    obj = _C_FetchResponse_FetchableTopicResponse(topic_id=f_topic_id, partitions=f_partitions)
+        a_partitions.append(e_partitions)
+    obj.partitions = a_partitions
     if buf[pos] == 0:
         pos += 1
     else:
@@ -1991,20 +2406,22 @@ def _r_FetchResponse_FetchableTopicResponse_v13(buf: memoryview, pos: int) -> tu
 
 
 def _r_FetchResponse_v13(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code, f_session_id) = _U_ihi(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_FetchResponse)
+    obj.node_endpoints = []
+    (obj.throttle_time_ms, obj.error_code, obj.session_id, n) = _U_ihiB(buf, pos)
     pos += 10
-    f_responses: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_responses = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_responses: Any
+    a_responses: list[Any] = []
     for _ in range(n):
         e_responses, pos = _r_FetchResponse_FetchableTopicResponse_v13(buf, pos)
-        f_responses.append(e_responses)
-    obj = _C_FetchResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        error_code=f_error_code,
-        session_id=f_session_id,
-        responses=f_responses,
-    )
+        a_responses.append(e_responses)
+    obj.responses = a_responses
     if buf[pos] == 0:
         pos += 1
     else:
@@ -2013,14 +2430,24 @@ def _r_FetchResponse_v13(buf: memoryview, pos: int) -> tuple[Any, int]:
 
 
 def _r_FetchResponse_NodeEndpoint_v16(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_node_id,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_FetchResponse_NodeEndpoint)
+    (obj.node_id, n) = _U_iB(buf, pos)
     pos += 4
-    f_host, pos = read_compact_string(buf, pos)
-    (f_port,) = _U_i(buf, pos)
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.host = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.host, pos = read_compact_string(buf, pos)
+    (obj.port, n) = _U_iB(buf, pos)
     pos += 4
-    f_rack: Any
-    f_rack, pos = read_compact_nullable_string(buf, pos)
-    obj = _C_FetchResponse_NodeEndpoint(node_id=f_node_id, host=f_host, port=f_port, rack=f_rack)
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.rack = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.rack, pos = read_compact_nullable_string(buf, pos)
     if buf[pos] == 0:
         pos += 1
     else:
@@ -2029,45 +2456,47 @@ def _r_FetchResponse_NodeEndpoint_v16(buf: memoryview, pos: int) -> tuple[Any, i
 
 
 def _r_FetchResponse_v16(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code, f_session_id) = _U_ihi(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_FetchResponse)
+    obj.node_endpoints = []
+    (obj.throttle_time_ms, obj.error_code, obj.session_id, n) = _U_ihiB(buf, pos)
     pos += 10
-    f_responses: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_responses = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_responses: Any
+    a_responses: list[Any] = []
     for _ in range(n):
         e_responses, pos = _r_FetchResponse_FetchableTopicResponse_v13(buf, pos)
-        f_responses.append(e_responses)
-    obj = _C_FetchResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        error_code=f_error_code,
-        session_id=f_session_id,
-        responses=f_responses,
-    )
+        a_responses.append(e_responses)
+    obj.responses = a_responses
     if buf[pos] == 0:
         pos += 1
     else:
         nt, pos = read_tag_count(buf, pos)
         for _ in range(nt):
-            tag, end, pos = read_tag_header(buf, pos)
+            tag, tag_end, pos = read_tag_header(buf, pos)
             if tag == 0:
-                t0: Any
-                n, pos = read_compact_array_len(buf, pos, False)
-                t0 = []
+                t_0: Any
+                n = buf[pos]
+                if 0 < n < 0x80 and n <= buflen - pos:
+                    n -= 1
+                    pos += 1
+                else:
+                    n, pos = read_compact_array_len(buf, pos, False)
+                e_node_endpoints: Any
+                a_node_endpoints: list[Any] = []
                 for _ in range(n):
                     e_node_endpoints, pos = _r_FetchResponse_NodeEndpoint_v16(buf, pos)
-                    t0.append(e_node_endpoints)
-                obj.node_endpoints = t0
-            if pos > end:
+                    a_node_endpoints.append(e_node_endpoints)
+                t_0 = a_node_endpoints
+                obj.node_endpoints = t_0
+            if pos > tag_end:
                 raise DecodeError("tagged field overruns its size")
-            pos = end
+            pos = tag_end
     return obj, pos
-
-
-def _w_FetchResponse_FetchableTopicResponse_PartitionData_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_ihq(o.partition_index, o.error_code, o.high_watermark)
-    write_nullable_bytes(buf, out, o.records)
 
 
 def _w_FetchResponse_FetchableTopicResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -2075,7 +2504,8 @@ def _w_FetchResponse_FetchableTopicResponse_v0(o: Any, buf: bytearray, out: list
     a_partitions = o.partitions
     buf += _P_i(len(a_partitions))
     for e in a_partitions:
-        _w_FetchResponse_FetchableTopicResponse_PartitionData_v0(e, buf, out)
+        buf += _P_ihq(e.partition_index, e.error_code, e.high_watermark)
+        write_nullable_bytes(buf, out, e.records)
 
 
 def _w_FetchResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -2093,32 +2523,20 @@ def _w_FetchResponse_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
         _w_FetchResponse_FetchableTopicResponse_v0(e, buf, out)
 
 
-def _w_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction_v4(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_qq(o.producer_id, o.first_offset)
-
-
-def _w_FetchResponse_FetchableTopicResponse_PartitionData_v4(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_ihqq(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset)
-    a_aborted_transactions = o.aborted_transactions
-    if a_aborted_transactions is None:
-        buf += b"\xff\xff\xff\xff"
-    else:
-        buf += _P_i(len(a_aborted_transactions))
-        for e in a_aborted_transactions:
-            _w_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction_v4(e, buf, out)
-    write_nullable_bytes(buf, out, o.records)
-
-
 def _w_FetchResponse_FetchableTopicResponse_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += write_string(o.topic)
     a_partitions = o.partitions
     buf += _P_i(len(a_partitions))
     for e in a_partitions:
-        _w_FetchResponse_FetchableTopicResponse_PartitionData_v4(e, buf, out)
+        buf += _P_ihqq(e.partition_index, e.error_code, e.high_watermark, e.last_stable_offset)
+        a1_aborted_transactions = e.aborted_transactions
+        if a1_aborted_transactions is None:
+            buf += b"\xff\xff\xff\xff"
+        else:
+            buf += _P_i(len(a1_aborted_transactions))
+            for e1 in a1_aborted_transactions:
+                buf += _P_qq(e1.producer_id, e1.first_offset)
+        write_nullable_bytes(buf, out, e.records)
 
 
 def _w_FetchResponse_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -2129,28 +2547,26 @@ def _w_FetchResponse_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
         _w_FetchResponse_FetchableTopicResponse_v4(e, buf, out)
 
 
-def _w_FetchResponse_FetchableTopicResponse_PartitionData_v5(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_ihqqq(
-        o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset
-    )
-    a_aborted_transactions = o.aborted_transactions
-    if a_aborted_transactions is None:
-        buf += b"\xff\xff\xff\xff"
-    else:
-        buf += _P_i(len(a_aborted_transactions))
-        for e in a_aborted_transactions:
-            _w_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction_v4(e, buf, out)
-    write_nullable_bytes(buf, out, o.records)
-
-
 def _w_FetchResponse_FetchableTopicResponse_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += write_string(o.topic)
     a_partitions = o.partitions
     buf += _P_i(len(a_partitions))
     for e in a_partitions:
-        _w_FetchResponse_FetchableTopicResponse_PartitionData_v5(e, buf, out)
+        buf += _P_ihqqq(
+            e.partition_index,
+            e.error_code,
+            e.high_watermark,
+            e.last_stable_offset,
+            e.log_start_offset,
+        )
+        a1_aborted_transactions = e.aborted_transactions
+        if a1_aborted_transactions is None:
+            buf += b"\xff\xff\xff\xff"
+        else:
+            buf += _P_i(len(a1_aborted_transactions))
+            for e1 in a1_aborted_transactions:
+                buf += _P_qq(e1.producer_id, e1.first_offset)
+        write_nullable_bytes(buf, out, e.records)
 
 
 def _w_FetchResponse_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -2169,29 +2585,27 @@ def _w_FetchResponse_v7(o: Any, buf: bytearray, out: list[Any]) -> None:
         _w_FetchResponse_FetchableTopicResponse_v5(e, buf, out)
 
 
-def _w_FetchResponse_FetchableTopicResponse_PartitionData_v11(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_ihqqq(
-        o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset
-    )
-    a_aborted_transactions = o.aborted_transactions
-    if a_aborted_transactions is None:
-        buf += b"\xff\xff\xff\xff"
-    else:
-        buf += _P_i(len(a_aborted_transactions))
-        for e in a_aborted_transactions:
-            _w_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction_v4(e, buf, out)
-    buf += _P_i(o.preferred_read_replica)
-    write_nullable_bytes(buf, out, o.records)
-
-
 def _w_FetchResponse_FetchableTopicResponse_v11(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += write_string(o.topic)
     a_partitions = o.partitions
     buf += _P_i(len(a_partitions))
     for e in a_partitions:
-        _w_FetchResponse_FetchableTopicResponse_PartitionData_v11(e, buf, out)
+        buf += _P_ihqqq(
+            e.partition_index,
+            e.error_code,
+            e.high_watermark,
+            e.last_stable_offset,
+            e.log_start_offset,
+        )
+        a1_aborted_transactions = e.aborted_transactions
+        if a1_aborted_transactions is None:
+            buf += b"\xff\xff\xff\xff"
+        else:
+            buf += _P_i(len(a1_aborted_transactions))
+            for e1 in a1_aborted_transactions:
+                buf += _P_qq(e1.producer_id, e1.first_offset)
+        buf += _P_i(e.preferred_read_replica)
+        write_nullable_bytes(buf, out, e.records)
 
 
 def _w_FetchResponse_v11(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -2200,13 +2614,6 @@ def _w_FetchResponse_v11(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(len(a_responses))
     for e in a_responses:
         _w_FetchResponse_FetchableTopicResponse_v11(e, buf, out)
-
-
-def _w_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction_v12(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_qq(o.producer_id, o.first_offset)
-    buf.append(0)
 
 
 def _w_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset_v12(
@@ -2230,61 +2637,125 @@ def _w_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId_v12(
     buf.append(0)
 
 
-def _w_FetchResponse_FetchableTopicResponse_PartitionData_v12(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_ihqqq(
-        o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset
-    )
-    a_aborted_transactions = o.aborted_transactions
-    if a_aborted_transactions is None:
-        buf += b"\x00"
-    else:
-        buf += uvarint(len(a_aborted_transactions) + 1)
-        for e in a_aborted_transactions:
-            _w_FetchResponse_FetchableTopicResponse_PartitionData_AbortedTransaction_v12(
-                e, buf, out
-            )
-    buf += _P_i(o.preferred_read_replica)
-    write_compact_nullable_bytes(buf, out, o.records)
-    tags: list[tuple[int, bytes]] = []
-    if o.diverging_epoch != _D_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset:
-        tb0 = bytearray()
-        to0: list[Any] = []
-        _w_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset_v12(
-            o.diverging_epoch, tb0, to0
-        )
-        tags.append((0, join(tb0, to0)))
-    if o.current_leader != _D_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch:
-        tb1 = bytearray()
-        to1: list[Any] = []
-        _w_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch_v12(
-            o.current_leader, tb1, to1
-        )
-        tags.append((1, join(tb1, to1)))
-    if o.snapshot_id != _D_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId:
-        tb2 = bytearray()
-        to2: list[Any] = []
-        _w_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId_v12(
-            o.snapshot_id, tb2, to2
-        )
-        tags.append((2, join(tb2, to2)))
-    write_tagged(buf, tags)
-
-
 def _w_FetchResponse_FetchableTopicResponse_v12(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += write_compact_string(o.topic)
     a_partitions = o.partitions
-    buf += uvarint(len(a_partitions) + 1)
+    n = len(a_partitions) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_partitions:
-        _w_FetchResponse_FetchableTopicResponse_PartitionData_v12(e, buf, out)
+        buf += _P_ihqqq(
+            e.partition_index,
+            e.error_code,
+            e.high_watermark,
+            e.last_stable_offset,
+            e.log_start_offset,
+        )
+        a1_aborted_transactions = e.aborted_transactions
+        if a1_aborted_transactions is None:
+            buf.append(0)
+        else:
+            n1 = len(a1_aborted_transactions) + 1
+            if n1 < 0x80:
+                buf.append(n1)
+            else:
+                buf += uvarint(n1)
+            for e1 in a1_aborted_transactions:
+                buf += _P_qq(e1.producer_id, e1.first_offset)
+                buf.append(0)
+        buf += _P_i(e.preferred_read_replica)
+        v1_records = e.records
+        if v1_records is None:
+            buf.append(0)
+        else:
+            m1 = len(v1_records) + 1
+            if m1 < 0x80:
+                buf.append(m1)
+            elif m1 < 0x200000:
+                buf.append(m1 & 0x7F | 0x80)
+                if m1 < 0x4000:
+                    buf.append(m1 >> 7)
+                else:
+                    buf.append(m1 >> 7 & 0x7F | 0x80)
+                    buf.append(m1 >> 14)
+            else:
+                buf += uvarint(m1)
+            if m1 > ZERO_COPY_THRESHOLD:
+                out.append(bytes(buf))
+                buf.clear()
+                out.append(v1_records)
+            else:
+                buf += v1_records
+        t1_0 = e.diverging_epoch
+        t1_1 = e.current_leader
+        t1_2 = e.snapshot_id
+        if (
+            t1_0.__class__
+            is not _C_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset
+            or t1_0.epoch != -1
+            or t1_0.end_offset != -1
+            or t1_1.__class__
+            is not _C_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch
+            or t1_1.leader_id != -1
+            or t1_1.leader_epoch != -1
+            or t1_2.__class__
+            is not _C_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId
+            or t1_2.end_offset != -1
+            or t1_2.epoch != -1
+        ):
+            tags1: list[tuple[int, bytes]] = []
+            if (
+                t1_0.__class__
+                is not _C_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset
+                or t1_0.epoch != -1
+                or t1_0.end_offset != -1
+            ):
+                tb1_0 = bytearray()
+                to1_0: list[Any] = []
+                _w_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset_v12(
+                    t1_0, tb1_0, to1_0
+                )
+                tags1.append((0, join(tb1_0, to1_0)))
+            if (
+                t1_1.__class__
+                is not _C_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch
+                or t1_1.leader_id != -1
+                or t1_1.leader_epoch != -1
+            ):
+                tb1_1 = bytearray()
+                to1_1: list[Any] = []
+                _w_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch_v12(
+                    t1_1, tb1_1, to1_1
+                )
+                tags1.append((1, join(tb1_1, to1_1)))
+            if (
+                t1_2.__class__
+                is not _C_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId
+                or t1_2.end_offset != -1
+                or t1_2.epoch != -1
+            ):
+                tb1_2 = bytearray()
+                to1_2: list[Any] = []
+                _w_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId_v12(
+                    t1_2, tb1_2, to1_2
+                )
+                tags1.append((2, join(tb1_2, to1_2)))
+            write_tagged(buf, tags1)
+        else:
+            buf.append(0)
     buf.append(0)
 
 
 def _w_FetchResponse_v12(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_ihi(o.throttle_time_ms, o.error_code, o.session_id)
     a_responses = o.responses
-    buf += uvarint(len(a_responses) + 1)
+    n = len(a_responses) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_responses:
         _w_FetchResponse_FetchableTopicResponse_v12(e, buf, out)
     buf.append(0)
@@ -2293,16 +2764,122 @@ def _w_FetchResponse_v12(o: Any, buf: bytearray, out: list[Any]) -> None:
 def _w_FetchResponse_FetchableTopicResponse_v13(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += o.topic_id.bytes
     a_partitions = o.partitions
-    buf += uvarint(len(a_partitions) + 1)
+    n = len(a_partitions) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_partitions:
-        _w_FetchResponse_FetchableTopicResponse_PartitionData_v12(e, buf, out)
+        buf += _P_ihqqq(
+            e.partition_index,
+            e.error_code,
+            e.high_watermark,
+            e.last_stable_offset,
+            e.log_start_offset,
+        )
+        a1_aborted_transactions = e.aborted_transactions
+        if a1_aborted_transactions is None:
+            buf.append(0)
+        else:
+            n1 = len(a1_aborted_transactions) + 1
+            if n1 < 0x80:
+                buf.append(n1)
+            else:
+                buf += uvarint(n1)
+            for e1 in a1_aborted_transactions:
+                buf += _P_qq(e1.producer_id, e1.first_offset)
+                buf.append(0)
+        buf += _P_i(e.preferred_read_replica)
+        v1_records = e.records
+        if v1_records is None:
+            buf.append(0)
+        else:
+            m1 = len(v1_records) + 1
+            if m1 < 0x80:
+                buf.append(m1)
+            elif m1 < 0x200000:
+                buf.append(m1 & 0x7F | 0x80)
+                if m1 < 0x4000:
+                    buf.append(m1 >> 7)
+                else:
+                    buf.append(m1 >> 7 & 0x7F | 0x80)
+                    buf.append(m1 >> 14)
+            else:
+                buf += uvarint(m1)
+            if m1 > ZERO_COPY_THRESHOLD:
+                out.append(bytes(buf))
+                buf.clear()
+                out.append(v1_records)
+            else:
+                buf += v1_records
+        t1_0 = e.diverging_epoch
+        t1_1 = e.current_leader
+        t1_2 = e.snapshot_id
+        if (
+            t1_0.__class__
+            is not _C_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset
+            or t1_0.epoch != -1
+            or t1_0.end_offset != -1
+            or t1_1.__class__
+            is not _C_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch
+            or t1_1.leader_id != -1
+            or t1_1.leader_epoch != -1
+            or t1_2.__class__
+            is not _C_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId
+            or t1_2.end_offset != -1
+            or t1_2.epoch != -1
+        ):
+            tags1: list[tuple[int, bytes]] = []
+            if (
+                t1_0.__class__
+                is not _C_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset
+                or t1_0.epoch != -1
+                or t1_0.end_offset != -1
+            ):
+                tb1_0 = bytearray()
+                to1_0: list[Any] = []
+                _w_FetchResponse_FetchableTopicResponse_PartitionData_EpochEndOffset_v12(
+                    t1_0, tb1_0, to1_0
+                )
+                tags1.append((0, join(tb1_0, to1_0)))
+            if (
+                t1_1.__class__
+                is not _C_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch
+                or t1_1.leader_id != -1
+                or t1_1.leader_epoch != -1
+            ):
+                tb1_1 = bytearray()
+                to1_1: list[Any] = []
+                _w_FetchResponse_FetchableTopicResponse_PartitionData_LeaderIdAndEpoch_v12(
+                    t1_1, tb1_1, to1_1
+                )
+                tags1.append((1, join(tb1_1, to1_1)))
+            if (
+                t1_2.__class__
+                is not _C_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId
+                or t1_2.end_offset != -1
+                or t1_2.epoch != -1
+            ):
+                tb1_2 = bytearray()
+                to1_2: list[Any] = []
+                _w_FetchResponse_FetchableTopicResponse_PartitionData_SnapshotId_v12(
+                    t1_2, tb1_2, to1_2
+                )
+                tags1.append((2, join(tb1_2, to1_2)))
+            write_tagged(buf, tags1)
+        else:
+            buf.append(0)
     buf.append(0)
 
 
 def _w_FetchResponse_v13(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_ihi(o.throttle_time_ms, o.error_code, o.session_id)
     a_responses = o.responses
-    buf += uvarint(len(a_responses) + 1)
+    n = len(a_responses) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_responses:
         _w_FetchResponse_FetchableTopicResponse_v13(e, buf, out)
     buf.append(0)
@@ -2319,19 +2896,30 @@ def _w_FetchResponse_NodeEndpoint_v16(o: Any, buf: bytearray, out: list[Any]) ->
 def _w_FetchResponse_v16(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_ihi(o.throttle_time_ms, o.error_code, o.session_id)
     a_responses = o.responses
-    buf += uvarint(len(a_responses) + 1)
+    n = len(a_responses) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_responses:
         _w_FetchResponse_FetchableTopicResponse_v13(e, buf, out)
-    tags: list[tuple[int, bytes]] = []
-    if o.node_endpoints != []:
-        tb0 = bytearray()
-        to0: list[Any] = []
-        a_node_endpoints = o.node_endpoints
-        tb0 += uvarint(len(a_node_endpoints) + 1)
+    t_0 = o.node_endpoints
+    if t_0 != []:
+        tags: list[tuple[int, bytes]] = []
+        tb_0 = bytearray()
+        to_0: list[Any] = []
+        a_node_endpoints = t_0
+        n = len(a_node_endpoints) + 1
+        if n < 0x80:
+            tb_0.append(n)
+        else:
+            tb_0 += uvarint(n)
         for e in a_node_endpoints:
-            _w_FetchResponse_NodeEndpoint_v16(e, tb0, to0)
-        tags.append((0, join(tb0, to0)))
-    write_tagged(buf, tags)
+            _w_FetchResponse_NodeEndpoint_v16(e, tb_0, to_0)
+        tags.append((0, join(tb_0, to_0)))
+        write_tagged(buf, tags)
+    else:
+        buf.append(0)
 
 
 _FetchRequest_READERS: dict[int, Callable[[memoryview, int], tuple[Any, int]]] = {

@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,15 +45,19 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
 _U_b = struct.Struct(">b").unpack_from
 _P_b = struct.Struct(">b").pack
+_U_bB = struct.Struct(">bB").unpack_from
 _U_hi = struct.Struct(">hi").unpack_from
 _P_hi = struct.Struct(">hi").pack
 _U_i = struct.Struct(">i").unpack_from
 _P_i = struct.Struct(">i").pack
+_U_iB = struct.Struct(">iB").unpack_from
 _U_ih = struct.Struct(">ih").unpack_from
 _P_ih = struct.Struct(">ih").pack
+_U_ihB = struct.Struct(">ihB").unpack_from
 
 
 @dataclass(slots=True)
@@ -214,25 +219,36 @@ _C_FindCoordinatorResponse_Coordinator = FindCoordinatorResponse.Coordinator
 
 
 def _r_FindCoordinatorRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_key, pos = read_string(buf, pos)
-    obj = _C_FindCoordinatorRequest(key=f_key)
+    obj = _new(_C_FindCoordinatorRequest)
+    obj.key_type = 0
+    obj.coordinator_keys = []
+    obj.key, pos = read_string(buf, pos)
     return obj, pos
 
 
 def _r_FindCoordinatorRequest_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_key, pos = read_string(buf, pos)
-    (f_key_type,) = _U_b(buf, pos)
+    obj = _new(_C_FindCoordinatorRequest)
+    obj.coordinator_keys = []
+    obj.key, pos = read_string(buf, pos)
+    (obj.key_type,) = _U_b(buf, pos)
     pos += 1
-    obj = _C_FindCoordinatorRequest(key=f_key, key_type=f_key_type)
     return obj, pos
 
 
 def _r_FindCoordinatorRequest_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_key, pos = read_compact_string(buf, pos)
-    (f_key_type,) = _U_b(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_FindCoordinatorRequest)
+    obj.coordinator_keys = []
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.key = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.key, pos = read_compact_string(buf, pos)
+    (obj.key_type, n) = _U_bB(buf, pos)
     pos += 1
-    obj = _C_FindCoordinatorRequest(key=f_key, key_type=f_key_type)
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -240,15 +256,28 @@ def _r_FindCoordinatorRequest_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
 
 
 def _r_FindCoordinatorRequest_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_key_type,) = _U_b(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_FindCoordinatorRequest)
+    obj.key = ""
+    (obj.key_type, n) = _U_bB(buf, pos)
     pos += 1
-    f_coordinator_keys: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_coordinator_keys = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_coordinator_keys: Any
+    a_coordinator_keys: list[Any] = []
     for _ in range(n):
-        e_coordinator_keys, pos = read_compact_string(buf, pos)
-        f_coordinator_keys.append(e_coordinator_keys)
-    obj = _C_FindCoordinatorRequest(key_type=f_key_type, coordinator_keys=f_coordinator_keys)
+        n = buf[pos]
+        if 0 < n < 0x80 and n <= buflen - pos:
+            end = pos + n
+            e_coordinator_keys = str(buf[pos + 1 : end], "utf-8")
+            pos = end
+        else:
+            e_coordinator_keys, pos = read_compact_string(buf, pos)
+        a_coordinator_keys.append(e_coordinator_keys)
+    obj.coordinator_keys = a_coordinator_keys
     if buf[pos] == 0:
         pos += 1
     else:
@@ -274,88 +303,66 @@ def _w_FindCoordinatorRequest_v3(o: Any, buf: bytearray, out: list[Any]) -> None
 def _w_FindCoordinatorRequest_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_b(o.key_type)
     a_coordinator_keys = o.coordinator_keys
-    buf += uvarint(len(a_coordinator_keys) + 1)
+    n = len(a_coordinator_keys) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_coordinator_keys:
         buf += write_compact_string(e)
     buf.append(0)
 
 
 def _r_FindCoordinatorResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_error_code, f_node_id) = _U_hi(buf, pos)
+    obj = _new(_C_FindCoordinatorResponse)
+    obj.throttle_time_ms = 0
+    obj.error_message = ""
+    obj.coordinators = []
+    (obj.error_code, obj.node_id) = _U_hi(buf, pos)
     pos += 6
-    f_host, pos = read_string(buf, pos)
-    (f_port,) = _U_i(buf, pos)
+    obj.host, pos = read_string(buf, pos)
+    (obj.port,) = _U_i(buf, pos)
     pos += 4
-    obj = _C_FindCoordinatorResponse(
-        error_code=f_error_code, node_id=f_node_id, host=f_host, port=f_port
-    )
     return obj, pos
 
 
 def _r_FindCoordinatorResponse_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code) = _U_ih(buf, pos)
+    obj = _new(_C_FindCoordinatorResponse)
+    obj.coordinators = []
+    (obj.throttle_time_ms, obj.error_code) = _U_ih(buf, pos)
     pos += 6
-    f_error_message: Any
-    f_error_message, pos = read_nullable_string(buf, pos)
-    (f_node_id,) = _U_i(buf, pos)
+    obj.error_message, pos = read_nullable_string(buf, pos)
+    (obj.node_id,) = _U_i(buf, pos)
     pos += 4
-    f_host, pos = read_string(buf, pos)
-    (f_port,) = _U_i(buf, pos)
+    obj.host, pos = read_string(buf, pos)
+    (obj.port,) = _U_i(buf, pos)
     pos += 4
-    obj = _C_FindCoordinatorResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        error_code=f_error_code,
-        error_message=f_error_message,
-        node_id=f_node_id,
-        host=f_host,
-        port=f_port,
-    )
     return obj, pos
 
 
 def _r_FindCoordinatorResponse_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code) = _U_ih(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_FindCoordinatorResponse)
+    obj.coordinators = []
+    (obj.throttle_time_ms, obj.error_code, n) = _U_ihB(buf, pos)
     pos += 6
-    f_error_message: Any
-    f_error_message, pos = read_compact_nullable_string(buf, pos)
-    (f_node_id,) = _U_i(buf, pos)
-    pos += 4
-    f_host, pos = read_compact_string(buf, pos)
-    (f_port,) = _U_i(buf, pos)
-    pos += 4
-    obj = _C_FindCoordinatorResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        error_code=f_error_code,
-        error_message=f_error_message,
-        node_id=f_node_id,
-        host=f_host,
-        port=f_port,
-    )
-    if buf[pos] == 0:
-        pos += 1
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.error_message = str(buf[pos + 1 : end], "utf-8")
+        pos = end
     else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_FindCoordinatorResponse_Coordinator_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_key, pos = read_compact_string(buf, pos)
-    (f_node_id,) = _U_i(buf, pos)
+        obj.error_message, pos = read_compact_nullable_string(buf, pos)
+    (obj.node_id, n) = _U_iB(buf, pos)
     pos += 4
-    f_host, pos = read_compact_string(buf, pos)
-    (f_port, f_error_code) = _U_ih(buf, pos)
-    pos += 6
-    f_error_message: Any
-    f_error_message, pos = read_compact_nullable_string(buf, pos)
-    obj = _C_FindCoordinatorResponse_Coordinator(
-        key=f_key,
-        node_id=f_node_id,
-        host=f_host,
-        port=f_port,
-        error_code=f_error_code,
-        error_message=f_error_message,
-    )
-    if buf[pos] == 0:
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.host = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.host, pos = read_compact_string(buf, pos)
+    (obj.port, n) = _U_iB(buf, pos)
+    pos += 4
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -363,17 +370,53 @@ def _r_FindCoordinatorResponse_Coordinator_v4(buf: memoryview, pos: int) -> tupl
 
 
 def _r_FindCoordinatorResponse_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_FindCoordinatorResponse)
+    obj.error_code = 0
+    obj.error_message = ""
+    obj.node_id = 0
+    obj.host = ""
+    obj.port = 0
+    (obj.throttle_time_ms, n) = _U_iB(buf, pos)
     pos += 4
-    f_coordinators: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_coordinators = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_coordinators: Any
+    a_coordinators: list[Any] = []
     for _ in range(n):
-        e_coordinators, pos = _r_FindCoordinatorResponse_Coordinator_v4(buf, pos)
-        f_coordinators.append(e_coordinators)
-    obj = _C_FindCoordinatorResponse(
-        throttle_time_ms=f_throttle_time_ms, coordinators=f_coordinators
-    )
+        e_coordinators = _new(_C_FindCoordinatorResponse_Coordinator)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_coordinators.key = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_coordinators.key, pos = read_compact_string(buf, pos)
+        (e_coordinators.node_id, n1) = _U_iB(buf, pos)
+        pos += 4
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_coordinators.host = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_coordinators.host, pos = read_compact_string(buf, pos)
+        (e_coordinators.port, e_coordinators.error_code, n1) = _U_ihB(buf, pos)
+        pos += 6
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_coordinators.error_message = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_coordinators.error_message, pos = read_compact_nullable_string(buf, pos)
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_coordinators.append(e_coordinators)
+    obj.coordinators = a_coordinators
     if buf[pos] == 0:
         pos += 1
     else:
@@ -404,21 +447,21 @@ def _w_FindCoordinatorResponse_v3(o: Any, buf: bytearray, out: list[Any]) -> Non
     buf.append(0)
 
 
-def _w_FindCoordinatorResponse_Coordinator_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_compact_string(o.key)
-    buf += _P_i(o.node_id)
-    buf += write_compact_string(o.host)
-    buf += _P_ih(o.port, o.error_code)
-    buf += write_compact_nullable_string(o.error_message)
-    buf.append(0)
-
-
 def _w_FindCoordinatorResponse_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
     a_coordinators = o.coordinators
-    buf += uvarint(len(a_coordinators) + 1)
+    n = len(a_coordinators) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_coordinators:
-        _w_FindCoordinatorResponse_Coordinator_v4(e, buf, out)
+        buf += write_compact_string(e.key)
+        buf += _P_i(e.node_id)
+        buf += write_compact_string(e.host)
+        buf += _P_ih(e.port, e.error_code)
+        buf += write_compact_nullable_string(e.error_message)
+        buf.append(0)
     buf.append(0)
 
 

@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,13 +45,16 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
 _U_h = struct.Struct(">h").unpack_from
 _P_h = struct.Struct(">h").pack
 _U_i = struct.Struct(">i").unpack_from
 _P_i = struct.Struct(">i").pack
+_U_iB = struct.Struct(">iB").unpack_from
 _U_ih = struct.Struct(">ih").unpack_from
 _P_ih = struct.Struct(">ih").pack
+_U_ihB = struct.Struct(">ihB").unpack_from
 
 
 @dataclass(slots=True)
@@ -186,45 +190,50 @@ _C_HeartbeatResponse = HeartbeatResponse
 
 
 def _r_HeartbeatRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_string(buf, pos)
-    (f_generation_id,) = _U_i(buf, pos)
+    obj = _new(_C_HeartbeatRequest)
+    obj.group_instance_id = None
+    obj.group_id, pos = read_string(buf, pos)
+    (obj.generation_id,) = _U_i(buf, pos)
     pos += 4
-    f_member_id, pos = read_string(buf, pos)
-    obj = _C_HeartbeatRequest(
-        group_id=f_group_id, generation_id=f_generation_id, member_id=f_member_id
-    )
+    obj.member_id, pos = read_string(buf, pos)
     return obj, pos
 
 
 def _r_HeartbeatRequest_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_string(buf, pos)
-    (f_generation_id,) = _U_i(buf, pos)
+    obj = _new(_C_HeartbeatRequest)
+    obj.group_id, pos = read_string(buf, pos)
+    (obj.generation_id,) = _U_i(buf, pos)
     pos += 4
-    f_member_id, pos = read_string(buf, pos)
-    f_group_instance_id: Any
-    f_group_instance_id, pos = read_nullable_string(buf, pos)
-    obj = _C_HeartbeatRequest(
-        group_id=f_group_id,
-        generation_id=f_generation_id,
-        member_id=f_member_id,
-        group_instance_id=f_group_instance_id,
-    )
+    obj.member_id, pos = read_string(buf, pos)
+    obj.group_instance_id, pos = read_nullable_string(buf, pos)
     return obj, pos
 
 
 def _r_HeartbeatRequest_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_compact_string(buf, pos)
-    (f_generation_id,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_HeartbeatRequest)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.group_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.group_id, pos = read_compact_string(buf, pos)
+    (obj.generation_id, n) = _U_iB(buf, pos)
     pos += 4
-    f_member_id, pos = read_compact_string(buf, pos)
-    f_group_instance_id: Any
-    f_group_instance_id, pos = read_compact_nullable_string(buf, pos)
-    obj = _C_HeartbeatRequest(
-        group_id=f_group_id,
-        generation_id=f_generation_id,
-        member_id=f_member_id,
-        group_instance_id=f_group_instance_id,
-    )
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.member_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.member_id, pos = read_compact_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.group_instance_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.group_instance_id, pos = read_compact_nullable_string(buf, pos)
     if buf[pos] == 0:
         pos += 1
     else:
@@ -254,24 +263,25 @@ def _w_HeartbeatRequest_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
 
 
 def _r_HeartbeatResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
+    obj = _new(_C_HeartbeatResponse)
+    obj.throttle_time_ms = 0
+    (obj.error_code,) = _U_h(buf, pos)
     pos += 2
-    obj = _C_HeartbeatResponse(error_code=f_error_code)
     return obj, pos
 
 
 def _r_HeartbeatResponse_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code) = _U_ih(buf, pos)
+    obj = _new(_C_HeartbeatResponse)
+    (obj.throttle_time_ms, obj.error_code) = _U_ih(buf, pos)
     pos += 6
-    obj = _C_HeartbeatResponse(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code)
     return obj, pos
 
 
 def _r_HeartbeatResponse_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code) = _U_ih(buf, pos)
+    obj = _new(_C_HeartbeatResponse)
+    (obj.throttle_time_ms, obj.error_code, n) = _U_ihB(buf, pos)
     pos += 6
-    obj = _C_HeartbeatResponse(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code)
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)

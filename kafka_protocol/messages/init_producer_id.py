@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,17 +45,20 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
 _U_i = struct.Struct(">i").unpack_from
 _P_i = struct.Struct(">i").pack
+_U_iB = struct.Struct(">iB").unpack_from
 _U_ihqh = struct.Struct(">ihqh").unpack_from
 _P_ihqh = struct.Struct(">ihqh").pack
-_U_ihqhqh = struct.Struct(">ihqhqh").unpack_from
+_U_ihqhB = struct.Struct(">ihqhB").unpack_from
 _P_ihqhqh = struct.Struct(">ihqhqh").pack
-_U_iqh = struct.Struct(">iqh").unpack_from
+_U_ihqhqhB = struct.Struct(">ihqhqhB").unpack_from
 _P_iqh = struct.Struct(">iqh").pack
-_U_iqhoo = struct.Struct(">iqh??").unpack_from
 _P_iqhoo = struct.Struct(">iqh??").pack
+_U_iqhooB = struct.Struct(">iqh??B").unpack_from
+_U_iqhB = struct.Struct(">iqhB").unpack_from
 
 
 @dataclass(slots=True)
@@ -202,25 +206,34 @@ _C_InitProducerIdResponse = InitProducerIdResponse
 
 
 def _r_InitProducerIdRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_transactional_id: Any
-    f_transactional_id, pos = read_nullable_string(buf, pos)
-    (f_transaction_timeout_ms,) = _U_i(buf, pos)
+    obj = _new(_C_InitProducerIdRequest)
+    obj.producer_id = -1
+    obj.producer_epoch = -1
+    obj.enable2_pc = False
+    obj.keep_prepared_txn = False
+    obj.transactional_id, pos = read_nullable_string(buf, pos)
+    (obj.transaction_timeout_ms,) = _U_i(buf, pos)
     pos += 4
-    obj = _C_InitProducerIdRequest(
-        transactional_id=f_transactional_id, transaction_timeout_ms=f_transaction_timeout_ms
-    )
     return obj, pos
 
 
 def _r_InitProducerIdRequest_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_transactional_id: Any
-    f_transactional_id, pos = read_compact_nullable_string(buf, pos)
-    (f_transaction_timeout_ms,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_InitProducerIdRequest)
+    obj.producer_id = -1
+    obj.producer_epoch = -1
+    obj.enable2_pc = False
+    obj.keep_prepared_txn = False
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.transactional_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.transactional_id, pos = read_compact_nullable_string(buf, pos)
+    (obj.transaction_timeout_ms, n) = _U_iB(buf, pos)
     pos += 4
-    obj = _C_InitProducerIdRequest(
-        transactional_id=f_transactional_id, transaction_timeout_ms=f_transaction_timeout_ms
-    )
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -228,17 +241,20 @@ def _r_InitProducerIdRequest_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
 
 
 def _r_InitProducerIdRequest_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_transactional_id: Any
-    f_transactional_id, pos = read_compact_nullable_string(buf, pos)
-    (f_transaction_timeout_ms, f_producer_id, f_producer_epoch) = _U_iqh(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_InitProducerIdRequest)
+    obj.enable2_pc = False
+    obj.keep_prepared_txn = False
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.transactional_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.transactional_id, pos = read_compact_nullable_string(buf, pos)
+    (obj.transaction_timeout_ms, obj.producer_id, obj.producer_epoch, n) = _U_iqhB(buf, pos)
     pos += 14
-    obj = _C_InitProducerIdRequest(
-        transactional_id=f_transactional_id,
-        transaction_timeout_ms=f_transaction_timeout_ms,
-        producer_id=f_producer_id,
-        producer_epoch=f_producer_epoch,
-    )
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -246,25 +262,25 @@ def _r_InitProducerIdRequest_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
 
 
 def _r_InitProducerIdRequest_v6(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_transactional_id: Any
-    f_transactional_id, pos = read_compact_nullable_string(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_InitProducerIdRequest)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.transactional_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.transactional_id, pos = read_compact_nullable_string(buf, pos)
     (
-        f_transaction_timeout_ms,
-        f_producer_id,
-        f_producer_epoch,
-        f_enable2_pc,
-        f_keep_prepared_txn,
-    ) = _U_iqhoo(buf, pos)
+        obj.transaction_timeout_ms,
+        obj.producer_id,
+        obj.producer_epoch,
+        obj.enable2_pc,
+        obj.keep_prepared_txn,
+        n,
+    ) = _U_iqhooB(buf, pos)
     pos += 16
-    obj = _C_InitProducerIdRequest(
-        transactional_id=f_transactional_id,
-        transaction_timeout_ms=f_transaction_timeout_ms,
-        producer_id=f_producer_id,
-        producer_epoch=f_producer_epoch,
-        enable2_pc=f_enable2_pc,
-        keep_prepared_txn=f_keep_prepared_txn,
-    )
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -297,27 +313,23 @@ def _w_InitProducerIdRequest_v6(o: Any, buf: bytearray, out: list[Any]) -> None:
 
 
 def _r_InitProducerIdResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code, f_producer_id, f_producer_epoch) = _U_ihqh(buf, pos)
+    obj = _new(_C_InitProducerIdResponse)
+    obj.ongoing_txn_producer_id = -1
+    obj.ongoing_txn_producer_epoch = -1
+    (obj.throttle_time_ms, obj.error_code, obj.producer_id, obj.producer_epoch) = _U_ihqh(buf, pos)
     pos += 16
-    obj = _C_InitProducerIdResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        error_code=f_error_code,
-        producer_id=f_producer_id,
-        producer_epoch=f_producer_epoch,
-    )
     return obj, pos
 
 
 def _r_InitProducerIdResponse_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code, f_producer_id, f_producer_epoch) = _U_ihqh(buf, pos)
-    pos += 16
-    obj = _C_InitProducerIdResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        error_code=f_error_code,
-        producer_id=f_producer_id,
-        producer_epoch=f_producer_epoch,
+    obj = _new(_C_InitProducerIdResponse)
+    obj.ongoing_txn_producer_id = -1
+    obj.ongoing_txn_producer_epoch = -1
+    (obj.throttle_time_ms, obj.error_code, obj.producer_id, obj.producer_epoch, n) = _U_ihqhB(
+        buf, pos
     )
-    if buf[pos] == 0:
+    pos += 16
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -325,24 +337,18 @@ def _r_InitProducerIdResponse_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
 
 
 def _r_InitProducerIdResponse_v6(buf: memoryview, pos: int) -> tuple[Any, int]:
+    obj = _new(_C_InitProducerIdResponse)
     (
-        f_throttle_time_ms,
-        f_error_code,
-        f_producer_id,
-        f_producer_epoch,
-        f_ongoing_txn_producer_id,
-        f_ongoing_txn_producer_epoch,
-    ) = _U_ihqhqh(buf, pos)
+        obj.throttle_time_ms,
+        obj.error_code,
+        obj.producer_id,
+        obj.producer_epoch,
+        obj.ongoing_txn_producer_id,
+        obj.ongoing_txn_producer_epoch,
+        n,
+    ) = _U_ihqhqhB(buf, pos)
     pos += 26
-    obj = _C_InitProducerIdResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        error_code=f_error_code,
-        producer_id=f_producer_id,
-        producer_epoch=f_producer_epoch,
-        ongoing_txn_producer_id=f_ongoing_txn_producer_id,
-        ongoing_txn_producer_epoch=f_ongoing_txn_producer_epoch,
-    )
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)

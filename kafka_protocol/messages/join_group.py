@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,17 +45,20 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
-_U_o = struct.Struct(">?").unpack_from
 _P_o = struct.Struct(">?").pack
+_U_oB = struct.Struct(">?B").unpack_from
 _U_hi = struct.Struct(">hi").unpack_from
 _P_hi = struct.Struct(">hi").pack
 _U_i = struct.Struct(">i").unpack_from
 _P_i = struct.Struct(">i").pack
 _U_ihi = struct.Struct(">ihi").unpack_from
 _P_ihi = struct.Struct(">ihi").pack
+_U_ihiB = struct.Struct(">ihiB").unpack_from
 _U_ii = struct.Struct(">ii").unpack_from
 _P_ii = struct.Struct(">ii").pack
+_U_iiB = struct.Struct(">iiB").unpack_from
 
 
 @dataclass(slots=True)
@@ -233,118 +237,144 @@ _C_JoinGroupResponse = JoinGroupResponse
 _C_JoinGroupResponse_JoinGroupResponseMember = JoinGroupResponse.JoinGroupResponseMember
 
 
-def _r_JoinGroupRequest_JoinGroupRequestProtocol_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    f_metadata, pos = read_bytes(buf, pos)
-    obj = _C_JoinGroupRequest_JoinGroupRequestProtocol(name=f_name, metadata=f_metadata)
-    return obj, pos
-
-
 def _r_JoinGroupRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_string(buf, pos)
-    (f_session_timeout_ms,) = _U_i(buf, pos)
+    obj = _new(_C_JoinGroupRequest)
+    obj.rebalance_timeout_ms = -1
+    obj.group_instance_id = None
+    obj.reason = None
+    obj.group_id, pos = read_string(buf, pos)
+    (obj.session_timeout_ms,) = _U_i(buf, pos)
     pos += 4
-    f_member_id, pos = read_string(buf, pos)
-    f_protocol_type, pos = read_string(buf, pos)
-    f_protocols: Any
+    obj.member_id, pos = read_string(buf, pos)
+    obj.protocol_type, pos = read_string(buf, pos)
     n, pos = read_array_len(buf, pos, False)
-    f_protocols = []
+    e_protocols: Any
+    a_protocols: list[Any] = []
     for _ in range(n):
-        e_protocols, pos = _r_JoinGroupRequest_JoinGroupRequestProtocol_v0(buf, pos)
-        f_protocols.append(e_protocols)
-    obj = _C_JoinGroupRequest(
-        group_id=f_group_id,
-        session_timeout_ms=f_session_timeout_ms,
-        member_id=f_member_id,
-        protocol_type=f_protocol_type,
-        protocols=f_protocols,
-    )
+        e_protocols = _new(_C_JoinGroupRequest_JoinGroupRequestProtocol)
+        e_protocols.name, pos = read_string(buf, pos)
+        e_protocols.metadata, pos = read_bytes(buf, pos)
+        a_protocols.append(e_protocols)
+    obj.protocols = a_protocols
     return obj, pos
 
 
 def _r_JoinGroupRequest_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_string(buf, pos)
-    (f_session_timeout_ms, f_rebalance_timeout_ms) = _U_ii(buf, pos)
+    obj = _new(_C_JoinGroupRequest)
+    obj.group_instance_id = None
+    obj.reason = None
+    obj.group_id, pos = read_string(buf, pos)
+    (obj.session_timeout_ms, obj.rebalance_timeout_ms) = _U_ii(buf, pos)
     pos += 8
-    f_member_id, pos = read_string(buf, pos)
-    f_protocol_type, pos = read_string(buf, pos)
-    f_protocols: Any
+    obj.member_id, pos = read_string(buf, pos)
+    obj.protocol_type, pos = read_string(buf, pos)
     n, pos = read_array_len(buf, pos, False)
-    f_protocols = []
+    e_protocols: Any
+    a_protocols: list[Any] = []
     for _ in range(n):
-        e_protocols, pos = _r_JoinGroupRequest_JoinGroupRequestProtocol_v0(buf, pos)
-        f_protocols.append(e_protocols)
-    obj = _C_JoinGroupRequest(
-        group_id=f_group_id,
-        session_timeout_ms=f_session_timeout_ms,
-        rebalance_timeout_ms=f_rebalance_timeout_ms,
-        member_id=f_member_id,
-        protocol_type=f_protocol_type,
-        protocols=f_protocols,
-    )
+        e_protocols = _new(_C_JoinGroupRequest_JoinGroupRequestProtocol)
+        e_protocols.name, pos = read_string(buf, pos)
+        e_protocols.metadata, pos = read_bytes(buf, pos)
+        a_protocols.append(e_protocols)
+    obj.protocols = a_protocols
     return obj, pos
 
 
 def _r_JoinGroupRequest_v5(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_string(buf, pos)
-    (f_session_timeout_ms, f_rebalance_timeout_ms) = _U_ii(buf, pos)
+    obj = _new(_C_JoinGroupRequest)
+    obj.reason = None
+    obj.group_id, pos = read_string(buf, pos)
+    (obj.session_timeout_ms, obj.rebalance_timeout_ms) = _U_ii(buf, pos)
     pos += 8
-    f_member_id, pos = read_string(buf, pos)
-    f_group_instance_id: Any
-    f_group_instance_id, pos = read_nullable_string(buf, pos)
-    f_protocol_type, pos = read_string(buf, pos)
-    f_protocols: Any
+    obj.member_id, pos = read_string(buf, pos)
+    obj.group_instance_id, pos = read_nullable_string(buf, pos)
+    obj.protocol_type, pos = read_string(buf, pos)
     n, pos = read_array_len(buf, pos, False)
-    f_protocols = []
+    e_protocols: Any
+    a_protocols: list[Any] = []
     for _ in range(n):
-        e_protocols, pos = _r_JoinGroupRequest_JoinGroupRequestProtocol_v0(buf, pos)
-        f_protocols.append(e_protocols)
-    obj = _C_JoinGroupRequest(
-        group_id=f_group_id,
-        session_timeout_ms=f_session_timeout_ms,
-        rebalance_timeout_ms=f_rebalance_timeout_ms,
-        member_id=f_member_id,
-        group_instance_id=f_group_instance_id,
-        protocol_type=f_protocol_type,
-        protocols=f_protocols,
-    )
-    return obj, pos
-
-
-def _r_JoinGroupRequest_JoinGroupRequestProtocol_v6(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    f_metadata, pos = read_compact_bytes(buf, pos)
-    obj = _C_JoinGroupRequest_JoinGroupRequestProtocol(name=f_name, metadata=f_metadata)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+        e_protocols = _new(_C_JoinGroupRequest_JoinGroupRequestProtocol)
+        e_protocols.name, pos = read_string(buf, pos)
+        e_protocols.metadata, pos = read_bytes(buf, pos)
+        a_protocols.append(e_protocols)
+    obj.protocols = a_protocols
     return obj, pos
 
 
 def _r_JoinGroupRequest_v6(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_compact_string(buf, pos)
-    (f_session_timeout_ms, f_rebalance_timeout_ms) = _U_ii(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_JoinGroupRequest)
+    obj.reason = None
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.group_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.group_id, pos = read_compact_string(buf, pos)
+    (obj.session_timeout_ms, obj.rebalance_timeout_ms, n) = _U_iiB(buf, pos)
     pos += 8
-    f_member_id, pos = read_compact_string(buf, pos)
-    f_group_instance_id: Any
-    f_group_instance_id, pos = read_compact_nullable_string(buf, pos)
-    f_protocol_type, pos = read_compact_string(buf, pos)
-    f_protocols: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_protocols = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.member_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.member_id, pos = read_compact_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.group_instance_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.group_instance_id, pos = read_compact_nullable_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.protocol_type = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.protocol_type, pos = read_compact_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_protocols: Any
+    a_protocols: list[Any] = []
     for _ in range(n):
-        e_protocols, pos = _r_JoinGroupRequest_JoinGroupRequestProtocol_v6(buf, pos)
-        f_protocols.append(e_protocols)
-    obj = _C_JoinGroupRequest(
-        group_id=f_group_id,
-        session_timeout_ms=f_session_timeout_ms,
-        rebalance_timeout_ms=f_rebalance_timeout_ms,
-        member_id=f_member_id,
-        group_instance_id=f_group_instance_id,
-        protocol_type=f_protocol_type,
-        protocols=f_protocols,
-    )
+        e_protocols = _new(_C_JoinGroupRequest_JoinGroupRequestProtocol)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_protocols.name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_protocols.name, pos = read_compact_string(buf, pos)
+        if (n1 := buf[pos]) < 0x80:
+            pos += 1
+        elif (b1 := buf[pos + 1]) < 0x80:
+            n1 = n1 & 0x7F | b1 << 7
+            pos += 2
+        elif (c1 := buf[pos + 2]) < 0x80:
+            n1 = n1 & 0x7F | (b1 & 0x7F) << 7 | c1 << 14
+            pos += 3
+        else:
+            n1, pos = read_uvarint(buf, pos)
+        if n1 == 0:
+            raise DecodeError("null compact bytes in a non-nullable field")
+        else:
+            end1 = pos + n1 - 1
+            if end1 > buflen:
+                raise_too_long(buf, pos, n1 - 1)
+            e_protocols.metadata = buf[pos:end1]
+            pos = end1
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_protocols.append(e_protocols)
+    obj.protocols = a_protocols
     if buf[pos] == 0:
         pos += 1
     else:
@@ -353,41 +383,90 @@ def _r_JoinGroupRequest_v6(buf: memoryview, pos: int) -> tuple[Any, int]:
 
 
 def _r_JoinGroupRequest_v8(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_compact_string(buf, pos)
-    (f_session_timeout_ms, f_rebalance_timeout_ms) = _U_ii(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_JoinGroupRequest)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.group_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.group_id, pos = read_compact_string(buf, pos)
+    (obj.session_timeout_ms, obj.rebalance_timeout_ms, n) = _U_iiB(buf, pos)
     pos += 8
-    f_member_id, pos = read_compact_string(buf, pos)
-    f_group_instance_id: Any
-    f_group_instance_id, pos = read_compact_nullable_string(buf, pos)
-    f_protocol_type, pos = read_compact_string(buf, pos)
-    f_protocols: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_protocols = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.member_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.member_id, pos = read_compact_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.group_instance_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.group_instance_id, pos = read_compact_nullable_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.protocol_type = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.protocol_type, pos = read_compact_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_protocols: Any
+    a_protocols: list[Any] = []
     for _ in range(n):
-        e_protocols, pos = _r_JoinGroupRequest_JoinGroupRequestProtocol_v6(buf, pos)
-        f_protocols.append(e_protocols)
-    f_reason: Any
-    f_reason, pos = read_compact_nullable_string(buf, pos)
-    obj = _C_JoinGroupRequest(
-        group_id=f_group_id,
-        session_timeout_ms=f_session_timeout_ms,
-        rebalance_timeout_ms=f_rebalance_timeout_ms,
-        member_id=f_member_id,
-        group_instance_id=f_group_instance_id,
-        protocol_type=f_protocol_type,
-        protocols=f_protocols,
-        reason=f_reason,
-    )
+        e_protocols = _new(_C_JoinGroupRequest_JoinGroupRequestProtocol)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_protocols.name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_protocols.name, pos = read_compact_string(buf, pos)
+        if (n1 := buf[pos]) < 0x80:
+            pos += 1
+        elif (b1 := buf[pos + 1]) < 0x80:
+            n1 = n1 & 0x7F | b1 << 7
+            pos += 2
+        elif (c1 := buf[pos + 2]) < 0x80:
+            n1 = n1 & 0x7F | (b1 & 0x7F) << 7 | c1 << 14
+            pos += 3
+        else:
+            n1, pos = read_uvarint(buf, pos)
+        if n1 == 0:
+            raise DecodeError("null compact bytes in a non-nullable field")
+        else:
+            end1 = pos + n1 - 1
+            if end1 > buflen:
+                raise_too_long(buf, pos, n1 - 1)
+            e_protocols.metadata = buf[pos:end1]
+            pos = end1
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_protocols.append(e_protocols)
+    obj.protocols = a_protocols
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.reason = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.reason, pos = read_compact_nullable_string(buf, pos)
     if buf[pos] == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
     return obj, pos
-
-
-def _w_JoinGroupRequest_JoinGroupRequestProtocol_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_string(o.name)
-    write_bytes(buf, out, o.metadata)
 
 
 def _w_JoinGroupRequest_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -398,7 +477,8 @@ def _w_JoinGroupRequest_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_protocols = o.protocols
     buf += _P_i(len(a_protocols))
     for e in a_protocols:
-        _w_JoinGroupRequest_JoinGroupRequestProtocol_v0(e, buf, out)
+        buf += write_string(e.name)
+        write_bytes(buf, out, e.metadata)
 
 
 def _w_JoinGroupRequest_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -409,7 +489,8 @@ def _w_JoinGroupRequest_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_protocols = o.protocols
     buf += _P_i(len(a_protocols))
     for e in a_protocols:
-        _w_JoinGroupRequest_JoinGroupRequestProtocol_v0(e, buf, out)
+        buf += write_string(e.name)
+        write_bytes(buf, out, e.metadata)
 
 
 def _w_JoinGroupRequest_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -421,13 +502,8 @@ def _w_JoinGroupRequest_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_protocols = o.protocols
     buf += _P_i(len(a_protocols))
     for e in a_protocols:
-        _w_JoinGroupRequest_JoinGroupRequestProtocol_v0(e, buf, out)
-
-
-def _w_JoinGroupRequest_JoinGroupRequestProtocol_v6(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_compact_string(o.name)
-    write_compact_bytes(buf, out, o.metadata)
-    buf.append(0)
+        buf += write_string(e.name)
+        write_bytes(buf, out, e.metadata)
 
 
 def _w_JoinGroupRequest_v6(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -437,9 +513,33 @@ def _w_JoinGroupRequest_v6(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += write_compact_nullable_string(o.group_instance_id)
     buf += write_compact_string(o.protocol_type)
     a_protocols = o.protocols
-    buf += uvarint(len(a_protocols) + 1)
+    n = len(a_protocols) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_protocols:
-        _w_JoinGroupRequest_JoinGroupRequestProtocol_v6(e, buf, out)
+        buf += write_compact_string(e.name)
+        v1_metadata = e.metadata
+        m1 = len(v1_metadata) + 1
+        if m1 < 0x80:
+            buf.append(m1)
+        elif m1 < 0x200000:
+            buf.append(m1 & 0x7F | 0x80)
+            if m1 < 0x4000:
+                buf.append(m1 >> 7)
+            else:
+                buf.append(m1 >> 7 & 0x7F | 0x80)
+                buf.append(m1 >> 14)
+        else:
+            buf += uvarint(m1)
+        if m1 > ZERO_COPY_THRESHOLD:
+            out.append(bytes(buf))
+            buf.clear()
+            out.append(v1_metadata)
+        else:
+            buf += v1_metadata
+        buf.append(0)
     buf.append(0)
 
 
@@ -450,138 +550,179 @@ def _w_JoinGroupRequest_v8(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += write_compact_nullable_string(o.group_instance_id)
     buf += write_compact_string(o.protocol_type)
     a_protocols = o.protocols
-    buf += uvarint(len(a_protocols) + 1)
+    n = len(a_protocols) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_protocols:
-        _w_JoinGroupRequest_JoinGroupRequestProtocol_v6(e, buf, out)
+        buf += write_compact_string(e.name)
+        v1_metadata = e.metadata
+        m1 = len(v1_metadata) + 1
+        if m1 < 0x80:
+            buf.append(m1)
+        elif m1 < 0x200000:
+            buf.append(m1 & 0x7F | 0x80)
+            if m1 < 0x4000:
+                buf.append(m1 >> 7)
+            else:
+                buf.append(m1 >> 7 & 0x7F | 0x80)
+                buf.append(m1 >> 14)
+        else:
+            buf += uvarint(m1)
+        if m1 > ZERO_COPY_THRESHOLD:
+            out.append(bytes(buf))
+            buf.clear()
+            out.append(v1_metadata)
+        else:
+            buf += v1_metadata
+        buf.append(0)
     buf += write_compact_nullable_string(o.reason)
     buf.append(0)
 
 
-def _r_JoinGroupResponse_JoinGroupResponseMember_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_member_id, pos = read_string(buf, pos)
-    f_metadata, pos = read_bytes(buf, pos)
-    obj = _C_JoinGroupResponse_JoinGroupResponseMember(member_id=f_member_id, metadata=f_metadata)
-    return obj, pos
-
-
 def _r_JoinGroupResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_error_code, f_generation_id) = _U_hi(buf, pos)
+    obj = _new(_C_JoinGroupResponse)
+    obj.throttle_time_ms = 0
+    obj.protocol_type = None
+    obj.skip_assignment = False
+    (obj.error_code, obj.generation_id) = _U_hi(buf, pos)
     pos += 6
-    f_protocol_name, pos = read_string(buf, pos)
-    f_leader, pos = read_string(buf, pos)
-    f_member_id, pos = read_string(buf, pos)
-    f_members: Any
+    obj.protocol_name, pos = read_string(buf, pos)
+    obj.leader, pos = read_string(buf, pos)
+    obj.member_id, pos = read_string(buf, pos)
     n, pos = read_array_len(buf, pos, False)
-    f_members = []
+    e_members: Any
+    a_members: list[Any] = []
     for _ in range(n):
-        e_members, pos = _r_JoinGroupResponse_JoinGroupResponseMember_v0(buf, pos)
-        f_members.append(e_members)
-    obj = _C_JoinGroupResponse(
-        error_code=f_error_code,
-        generation_id=f_generation_id,
-        protocol_name=f_protocol_name,
-        leader=f_leader,
-        member_id=f_member_id,
-        members=f_members,
-    )
+        e_members = _new(_C_JoinGroupResponse_JoinGroupResponseMember)
+        e_members.group_instance_id = None
+        e_members.member_id, pos = read_string(buf, pos)
+        e_members.metadata, pos = read_bytes(buf, pos)
+        a_members.append(e_members)
+    obj.members = a_members
     return obj, pos
 
 
 def _r_JoinGroupResponse_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code, f_generation_id) = _U_ihi(buf, pos)
+    obj = _new(_C_JoinGroupResponse)
+    obj.protocol_type = None
+    obj.skip_assignment = False
+    (obj.throttle_time_ms, obj.error_code, obj.generation_id) = _U_ihi(buf, pos)
     pos += 10
-    f_protocol_name, pos = read_string(buf, pos)
-    f_leader, pos = read_string(buf, pos)
-    f_member_id, pos = read_string(buf, pos)
-    f_members: Any
+    obj.protocol_name, pos = read_string(buf, pos)
+    obj.leader, pos = read_string(buf, pos)
+    obj.member_id, pos = read_string(buf, pos)
     n, pos = read_array_len(buf, pos, False)
-    f_members = []
+    e_members: Any
+    a_members: list[Any] = []
     for _ in range(n):
-        e_members, pos = _r_JoinGroupResponse_JoinGroupResponseMember_v0(buf, pos)
-        f_members.append(e_members)
-    obj = _C_JoinGroupResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        error_code=f_error_code,
-        generation_id=f_generation_id,
-        protocol_name=f_protocol_name,
-        leader=f_leader,
-        member_id=f_member_id,
-        members=f_members,
-    )
-    return obj, pos
-
-
-def _r_JoinGroupResponse_JoinGroupResponseMember_v5(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_member_id, pos = read_string(buf, pos)
-    f_group_instance_id: Any
-    f_group_instance_id, pos = read_nullable_string(buf, pos)
-    f_metadata, pos = read_bytes(buf, pos)
-    obj = _C_JoinGroupResponse_JoinGroupResponseMember(
-        member_id=f_member_id, group_instance_id=f_group_instance_id, metadata=f_metadata
-    )
+        e_members = _new(_C_JoinGroupResponse_JoinGroupResponseMember)
+        e_members.group_instance_id = None
+        e_members.member_id, pos = read_string(buf, pos)
+        e_members.metadata, pos = read_bytes(buf, pos)
+        a_members.append(e_members)
+    obj.members = a_members
     return obj, pos
 
 
 def _r_JoinGroupResponse_v5(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code, f_generation_id) = _U_ihi(buf, pos)
+    obj = _new(_C_JoinGroupResponse)
+    obj.protocol_type = None
+    obj.skip_assignment = False
+    (obj.throttle_time_ms, obj.error_code, obj.generation_id) = _U_ihi(buf, pos)
     pos += 10
-    f_protocol_name, pos = read_string(buf, pos)
-    f_leader, pos = read_string(buf, pos)
-    f_member_id, pos = read_string(buf, pos)
-    f_members: Any
+    obj.protocol_name, pos = read_string(buf, pos)
+    obj.leader, pos = read_string(buf, pos)
+    obj.member_id, pos = read_string(buf, pos)
     n, pos = read_array_len(buf, pos, False)
-    f_members = []
+    e_members: Any
+    a_members: list[Any] = []
     for _ in range(n):
-        e_members, pos = _r_JoinGroupResponse_JoinGroupResponseMember_v5(buf, pos)
-        f_members.append(e_members)
-    obj = _C_JoinGroupResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        error_code=f_error_code,
-        generation_id=f_generation_id,
-        protocol_name=f_protocol_name,
-        leader=f_leader,
-        member_id=f_member_id,
-        members=f_members,
-    )
-    return obj, pos
-
-
-def _r_JoinGroupResponse_JoinGroupResponseMember_v6(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_member_id, pos = read_compact_string(buf, pos)
-    f_group_instance_id: Any
-    f_group_instance_id, pos = read_compact_nullable_string(buf, pos)
-    f_metadata, pos = read_compact_bytes(buf, pos)
-    obj = _C_JoinGroupResponse_JoinGroupResponseMember(
-        member_id=f_member_id, group_instance_id=f_group_instance_id, metadata=f_metadata
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+        e_members = _new(_C_JoinGroupResponse_JoinGroupResponseMember)
+        e_members.member_id, pos = read_string(buf, pos)
+        e_members.group_instance_id, pos = read_nullable_string(buf, pos)
+        e_members.metadata, pos = read_bytes(buf, pos)
+        a_members.append(e_members)
+    obj.members = a_members
     return obj, pos
 
 
 def _r_JoinGroupResponse_v6(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code, f_generation_id) = _U_ihi(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_JoinGroupResponse)
+    obj.protocol_type = None
+    obj.skip_assignment = False
+    (obj.throttle_time_ms, obj.error_code, obj.generation_id, n) = _U_ihiB(buf, pos)
     pos += 10
-    f_protocol_name, pos = read_compact_string(buf, pos)
-    f_leader, pos = read_compact_string(buf, pos)
-    f_member_id, pos = read_compact_string(buf, pos)
-    f_members: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_members = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.protocol_name = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.protocol_name, pos = read_compact_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.leader = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.leader, pos = read_compact_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.member_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.member_id, pos = read_compact_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_members: Any
+    a_members: list[Any] = []
     for _ in range(n):
-        e_members, pos = _r_JoinGroupResponse_JoinGroupResponseMember_v6(buf, pos)
-        f_members.append(e_members)
-    obj = _C_JoinGroupResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        error_code=f_error_code,
-        generation_id=f_generation_id,
-        protocol_name=f_protocol_name,
-        leader=f_leader,
-        member_id=f_member_id,
-        members=f_members,
-    )
+        e_members = _new(_C_JoinGroupResponse_JoinGroupResponseMember)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_members.member_id = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_members.member_id, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_members.group_instance_id = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_members.group_instance_id, pos = read_compact_nullable_string(buf, pos)
+        if (n1 := buf[pos]) < 0x80:
+            pos += 1
+        elif (b1 := buf[pos + 1]) < 0x80:
+            n1 = n1 & 0x7F | b1 << 7
+            pos += 2
+        elif (c1 := buf[pos + 2]) < 0x80:
+            n1 = n1 & 0x7F | (b1 & 0x7F) << 7 | c1 << 14
+            pos += 3
+        else:
+            n1, pos = read_uvarint(buf, pos)
+        if n1 == 0:
+            raise DecodeError("null compact bytes in a non-nullable field")
+        else:
+            end1 = pos + n1 - 1
+            if end1 > buflen:
+                raise_too_long(buf, pos, n1 - 1)
+            e_members.metadata = buf[pos:end1]
+            pos = end1
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_members.append(e_members)
+    obj.members = a_members
     if buf[pos] == 0:
         pos += 1
     else:
@@ -590,30 +731,86 @@ def _r_JoinGroupResponse_v6(buf: memoryview, pos: int) -> tuple[Any, int]:
 
 
 def _r_JoinGroupResponse_v7(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code, f_generation_id) = _U_ihi(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_JoinGroupResponse)
+    obj.skip_assignment = False
+    (obj.throttle_time_ms, obj.error_code, obj.generation_id, n) = _U_ihiB(buf, pos)
     pos += 10
-    f_protocol_type: Any
-    f_protocol_type, pos = read_compact_nullable_string(buf, pos)
-    f_protocol_name: Any
-    f_protocol_name, pos = read_compact_nullable_string(buf, pos)
-    f_leader, pos = read_compact_string(buf, pos)
-    f_member_id, pos = read_compact_string(buf, pos)
-    f_members: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_members = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.protocol_type = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.protocol_type, pos = read_compact_nullable_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.protocol_name = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.protocol_name, pos = read_compact_nullable_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.leader = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.leader, pos = read_compact_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.member_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.member_id, pos = read_compact_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_members: Any
+    a_members: list[Any] = []
     for _ in range(n):
-        e_members, pos = _r_JoinGroupResponse_JoinGroupResponseMember_v6(buf, pos)
-        f_members.append(e_members)
-    obj = _C_JoinGroupResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        error_code=f_error_code,
-        generation_id=f_generation_id,
-        protocol_type=f_protocol_type,
-        protocol_name=f_protocol_name,
-        leader=f_leader,
-        member_id=f_member_id,
-        members=f_members,
-    )
+        e_members = _new(_C_JoinGroupResponse_JoinGroupResponseMember)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_members.member_id = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_members.member_id, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_members.group_instance_id = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_members.group_instance_id, pos = read_compact_nullable_string(buf, pos)
+        if (n1 := buf[pos]) < 0x80:
+            pos += 1
+        elif (b1 := buf[pos + 1]) < 0x80:
+            n1 = n1 & 0x7F | b1 << 7
+            pos += 2
+        elif (c1 := buf[pos + 2]) < 0x80:
+            n1 = n1 & 0x7F | (b1 & 0x7F) << 7 | c1 << 14
+            pos += 3
+        else:
+            n1, pos = read_uvarint(buf, pos)
+        if n1 == 0:
+            raise DecodeError("null compact bytes in a non-nullable field")
+        else:
+            end1 = pos + n1 - 1
+            if end1 > buflen:
+                raise_too_long(buf, pos, n1 - 1)
+            e_members.metadata = buf[pos:end1]
+            pos = end1
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_members.append(e_members)
+    obj.members = a_members
     if buf[pos] == 0:
         pos += 1
     else:
@@ -622,43 +819,91 @@ def _r_JoinGroupResponse_v7(buf: memoryview, pos: int) -> tuple[Any, int]:
 
 
 def _r_JoinGroupResponse_v9(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code, f_generation_id) = _U_ihi(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_JoinGroupResponse)
+    (obj.throttle_time_ms, obj.error_code, obj.generation_id, n) = _U_ihiB(buf, pos)
     pos += 10
-    f_protocol_type: Any
-    f_protocol_type, pos = read_compact_nullable_string(buf, pos)
-    f_protocol_name: Any
-    f_protocol_name, pos = read_compact_nullable_string(buf, pos)
-    f_leader, pos = read_compact_string(buf, pos)
-    (f_skip_assignment,) = _U_o(buf, pos)
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.protocol_type = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.protocol_type, pos = read_compact_nullable_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.protocol_name = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.protocol_name, pos = read_compact_nullable_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.leader = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.leader, pos = read_compact_string(buf, pos)
+    (obj.skip_assignment, n) = _U_oB(buf, pos)
     pos += 1
-    f_member_id, pos = read_compact_string(buf, pos)
-    f_members: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_members = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.member_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.member_id, pos = read_compact_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_members: Any
+    a_members: list[Any] = []
     for _ in range(n):
-        e_members, pos = _r_JoinGroupResponse_JoinGroupResponseMember_v6(buf, pos)
-        f_members.append(e_members)
-    obj = _C_JoinGroupResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        error_code=f_error_code,
-        generation_id=f_generation_id,
-        protocol_type=f_protocol_type,
-        protocol_name=f_protocol_name,
-        leader=f_leader,
-        skip_assignment=f_skip_assignment,
-        member_id=f_member_id,
-        members=f_members,
-    )
+        e_members = _new(_C_JoinGroupResponse_JoinGroupResponseMember)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_members.member_id = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_members.member_id, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_members.group_instance_id = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_members.group_instance_id, pos = read_compact_nullable_string(buf, pos)
+        if (n1 := buf[pos]) < 0x80:
+            pos += 1
+        elif (b1 := buf[pos + 1]) < 0x80:
+            n1 = n1 & 0x7F | b1 << 7
+            pos += 2
+        elif (c1 := buf[pos + 2]) < 0x80:
+            n1 = n1 & 0x7F | (b1 & 0x7F) << 7 | c1 << 14
+            pos += 3
+        else:
+            n1, pos = read_uvarint(buf, pos)
+        if n1 == 0:
+            raise DecodeError("null compact bytes in a non-nullable field")
+        else:
+            end1 = pos + n1 - 1
+            if end1 > buflen:
+                raise_too_long(buf, pos, n1 - 1)
+            e_members.metadata = buf[pos:end1]
+            pos = end1
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_members.append(e_members)
+    obj.members = a_members
     if buf[pos] == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
     return obj, pos
-
-
-def _w_JoinGroupResponse_JoinGroupResponseMember_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_string(o.member_id)
-    write_bytes(buf, out, o.metadata)
 
 
 def _w_JoinGroupResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -669,7 +914,8 @@ def _w_JoinGroupResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_members = o.members
     buf += _P_i(len(a_members))
     for e in a_members:
-        _w_JoinGroupResponse_JoinGroupResponseMember_v0(e, buf, out)
+        buf += write_string(e.member_id)
+        write_bytes(buf, out, e.metadata)
 
 
 def _w_JoinGroupResponse_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -680,13 +926,8 @@ def _w_JoinGroupResponse_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_members = o.members
     buf += _P_i(len(a_members))
     for e in a_members:
-        _w_JoinGroupResponse_JoinGroupResponseMember_v0(e, buf, out)
-
-
-def _w_JoinGroupResponse_JoinGroupResponseMember_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_string(o.member_id)
-    buf += write_nullable_string(o.group_instance_id)
-    write_bytes(buf, out, o.metadata)
+        buf += write_string(e.member_id)
+        write_bytes(buf, out, e.metadata)
 
 
 def _w_JoinGroupResponse_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -697,14 +938,9 @@ def _w_JoinGroupResponse_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_members = o.members
     buf += _P_i(len(a_members))
     for e in a_members:
-        _w_JoinGroupResponse_JoinGroupResponseMember_v5(e, buf, out)
-
-
-def _w_JoinGroupResponse_JoinGroupResponseMember_v6(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_compact_string(o.member_id)
-    buf += write_compact_nullable_string(o.group_instance_id)
-    write_compact_bytes(buf, out, o.metadata)
-    buf.append(0)
+        buf += write_string(e.member_id)
+        buf += write_nullable_string(e.group_instance_id)
+        write_bytes(buf, out, e.metadata)
 
 
 def _w_JoinGroupResponse_v6(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -713,9 +949,34 @@ def _w_JoinGroupResponse_v6(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += write_compact_string(o.leader)
     buf += write_compact_string(o.member_id)
     a_members = o.members
-    buf += uvarint(len(a_members) + 1)
+    n = len(a_members) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_members:
-        _w_JoinGroupResponse_JoinGroupResponseMember_v6(e, buf, out)
+        buf += write_compact_string(e.member_id)
+        buf += write_compact_nullable_string(e.group_instance_id)
+        v1_metadata = e.metadata
+        m1 = len(v1_metadata) + 1
+        if m1 < 0x80:
+            buf.append(m1)
+        elif m1 < 0x200000:
+            buf.append(m1 & 0x7F | 0x80)
+            if m1 < 0x4000:
+                buf.append(m1 >> 7)
+            else:
+                buf.append(m1 >> 7 & 0x7F | 0x80)
+                buf.append(m1 >> 14)
+        else:
+            buf += uvarint(m1)
+        if m1 > ZERO_COPY_THRESHOLD:
+            out.append(bytes(buf))
+            buf.clear()
+            out.append(v1_metadata)
+        else:
+            buf += v1_metadata
+        buf.append(0)
     buf.append(0)
 
 
@@ -726,9 +987,34 @@ def _w_JoinGroupResponse_v7(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += write_compact_string(o.leader)
     buf += write_compact_string(o.member_id)
     a_members = o.members
-    buf += uvarint(len(a_members) + 1)
+    n = len(a_members) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_members:
-        _w_JoinGroupResponse_JoinGroupResponseMember_v6(e, buf, out)
+        buf += write_compact_string(e.member_id)
+        buf += write_compact_nullable_string(e.group_instance_id)
+        v1_metadata = e.metadata
+        m1 = len(v1_metadata) + 1
+        if m1 < 0x80:
+            buf.append(m1)
+        elif m1 < 0x200000:
+            buf.append(m1 & 0x7F | 0x80)
+            if m1 < 0x4000:
+                buf.append(m1 >> 7)
+            else:
+                buf.append(m1 >> 7 & 0x7F | 0x80)
+                buf.append(m1 >> 14)
+        else:
+            buf += uvarint(m1)
+        if m1 > ZERO_COPY_THRESHOLD:
+            out.append(bytes(buf))
+            buf.clear()
+            out.append(v1_metadata)
+        else:
+            buf += v1_metadata
+        buf.append(0)
     buf.append(0)
 
 
@@ -740,9 +1026,34 @@ def _w_JoinGroupResponse_v9(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_o(o.skip_assignment)
     buf += write_compact_string(o.member_id)
     a_members = o.members
-    buf += uvarint(len(a_members) + 1)
+    n = len(a_members) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_members:
-        _w_JoinGroupResponse_JoinGroupResponseMember_v6(e, buf, out)
+        buf += write_compact_string(e.member_id)
+        buf += write_compact_nullable_string(e.group_instance_id)
+        v1_metadata = e.metadata
+        m1 = len(v1_metadata) + 1
+        if m1 < 0x80:
+            buf.append(m1)
+        elif m1 < 0x200000:
+            buf.append(m1 & 0x7F | 0x80)
+            if m1 < 0x4000:
+                buf.append(m1 >> 7)
+            else:
+                buf.append(m1 >> 7 & 0x7F | 0x80)
+                buf.append(m1 >> 14)
+        else:
+            buf += uvarint(m1)
+        if m1 > ZERO_COPY_THRESHOLD:
+            out.append(bytes(buf))
+            buf.clear()
+            out.append(v1_metadata)
+        else:
+            buf += v1_metadata
+        buf.append(0)
     buf.append(0)
 
 

@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,13 +45,15 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
 _U_h = struct.Struct(">h").unpack_from
 _P_h = struct.Struct(">h").pack
-_U_i = struct.Struct(">i").unpack_from
+_U_hB = struct.Struct(">hB").unpack_from
 _P_i = struct.Struct(">i").pack
 _U_ih = struct.Struct(">ih").unpack_from
 _P_ih = struct.Struct(">ih").pack
+_U_ihB = struct.Struct(">ihB").unpack_from
 
 
 @dataclass(slots=True)
@@ -210,73 +213,72 @@ _C_LeaveGroupResponse_MemberResponse = LeaveGroupResponse.MemberResponse
 
 
 def _r_LeaveGroupRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_string(buf, pos)
-    f_member_id, pos = read_string(buf, pos)
-    obj = _C_LeaveGroupRequest(group_id=f_group_id, member_id=f_member_id)
-    return obj, pos
-
-
-def _r_LeaveGroupRequest_MemberIdentity_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_member_id, pos = read_string(buf, pos)
-    f_group_instance_id: Any
-    f_group_instance_id, pos = read_nullable_string(buf, pos)
-    obj = _C_LeaveGroupRequest_MemberIdentity(
-        member_id=f_member_id, group_instance_id=f_group_instance_id
-    )
+    obj = _new(_C_LeaveGroupRequest)
+    obj.members = []
+    obj.group_id, pos = read_string(buf, pos)
+    obj.member_id, pos = read_string(buf, pos)
     return obj, pos
 
 
 def _r_LeaveGroupRequest_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_string(buf, pos)
-    f_members: Any
+    obj = _new(_C_LeaveGroupRequest)
+    obj.member_id = ""
+    obj.group_id, pos = read_string(buf, pos)
     n, pos = read_array_len(buf, pos, False)
-    f_members = []
+    e_members: Any
+    a_members: list[Any] = []
     for _ in range(n):
-        e_members, pos = _r_LeaveGroupRequest_MemberIdentity_v3(buf, pos)
-        f_members.append(e_members)
-    obj = _C_LeaveGroupRequest(group_id=f_group_id, members=f_members)
-    return obj, pos
-
-
-def _r_LeaveGroupRequest_MemberIdentity_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_member_id, pos = read_compact_string(buf, pos)
-    f_group_instance_id: Any
-    f_group_instance_id, pos = read_compact_nullable_string(buf, pos)
-    obj = _C_LeaveGroupRequest_MemberIdentity(
-        member_id=f_member_id, group_instance_id=f_group_instance_id
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+        e_members = _new(_C_LeaveGroupRequest_MemberIdentity)
+        e_members.reason = None
+        e_members.member_id, pos = read_string(buf, pos)
+        e_members.group_instance_id, pos = read_nullable_string(buf, pos)
+        a_members.append(e_members)
+    obj.members = a_members
     return obj, pos
 
 
 def _r_LeaveGroupRequest_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_compact_string(buf, pos)
-    f_members: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_members = []
-    for _ in range(n):
-        e_members, pos = _r_LeaveGroupRequest_MemberIdentity_v4(buf, pos)
-        f_members.append(e_members)
-    obj = _C_LeaveGroupRequest(group_id=f_group_id, members=f_members)
-    if buf[pos] == 0:
+    buflen = len(buf)
+    obj = _new(_C_LeaveGroupRequest)
+    obj.member_id = ""
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.group_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.group_id, pos = read_compact_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
         pos += 1
     else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_LeaveGroupRequest_MemberIdentity_v5(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_member_id, pos = read_compact_string(buf, pos)
-    f_group_instance_id: Any
-    f_group_instance_id, pos = read_compact_nullable_string(buf, pos)
-    f_reason: Any
-    f_reason, pos = read_compact_nullable_string(buf, pos)
-    obj = _C_LeaveGroupRequest_MemberIdentity(
-        member_id=f_member_id, group_instance_id=f_group_instance_id, reason=f_reason
-    )
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_members: Any
+    a_members: list[Any] = []
+    for _ in range(n):
+        e_members = _new(_C_LeaveGroupRequest_MemberIdentity)
+        e_members.reason = None
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_members.member_id = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_members.member_id, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_members.group_instance_id = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_members.group_instance_id, pos = read_compact_nullable_string(buf, pos)
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_members.append(e_members)
+    obj.members = a_members
     if buf[pos] == 0:
         pos += 1
     else:
@@ -285,14 +287,53 @@ def _r_LeaveGroupRequest_MemberIdentity_v5(buf: memoryview, pos: int) -> tuple[A
 
 
 def _r_LeaveGroupRequest_v5(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_compact_string(buf, pos)
-    f_members: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_members = []
+    buflen = len(buf)
+    obj = _new(_C_LeaveGroupRequest)
+    obj.member_id = ""
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.group_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.group_id, pos = read_compact_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_members: Any
+    a_members: list[Any] = []
     for _ in range(n):
-        e_members, pos = _r_LeaveGroupRequest_MemberIdentity_v5(buf, pos)
-        f_members.append(e_members)
-    obj = _C_LeaveGroupRequest(group_id=f_group_id, members=f_members)
+        e_members = _new(_C_LeaveGroupRequest_MemberIdentity)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_members.member_id = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_members.member_id, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_members.group_instance_id = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_members.group_instance_id, pos = read_compact_nullable_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_members.reason = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_members.reason, pos = read_compact_nullable_string(buf, pos)
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_members.append(e_members)
+    obj.members = a_members
     if buf[pos] == 0:
         pos += 1
     else:
@@ -305,119 +346,117 @@ def _w_LeaveGroupRequest_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += write_string(o.member_id)
 
 
-def _w_LeaveGroupRequest_MemberIdentity_v3(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_string(o.member_id)
-    buf += write_nullable_string(o.group_instance_id)
-
-
 def _w_LeaveGroupRequest_v3(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += write_string(o.group_id)
     a_members = o.members
     buf += _P_i(len(a_members))
     for e in a_members:
-        _w_LeaveGroupRequest_MemberIdentity_v3(e, buf, out)
-
-
-def _w_LeaveGroupRequest_MemberIdentity_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_compact_string(o.member_id)
-    buf += write_compact_nullable_string(o.group_instance_id)
-    buf.append(0)
+        buf += write_string(e.member_id)
+        buf += write_nullable_string(e.group_instance_id)
 
 
 def _w_LeaveGroupRequest_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += write_compact_string(o.group_id)
     a_members = o.members
-    buf += uvarint(len(a_members) + 1)
+    n = len(a_members) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_members:
-        _w_LeaveGroupRequest_MemberIdentity_v4(e, buf, out)
-    buf.append(0)
-
-
-def _w_LeaveGroupRequest_MemberIdentity_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_compact_string(o.member_id)
-    buf += write_compact_nullable_string(o.group_instance_id)
-    buf += write_compact_nullable_string(o.reason)
+        buf += write_compact_string(e.member_id)
+        buf += write_compact_nullable_string(e.group_instance_id)
+        buf.append(0)
     buf.append(0)
 
 
 def _w_LeaveGroupRequest_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += write_compact_string(o.group_id)
     a_members = o.members
-    buf += uvarint(len(a_members) + 1)
+    n = len(a_members) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_members:
-        _w_LeaveGroupRequest_MemberIdentity_v5(e, buf, out)
+        buf += write_compact_string(e.member_id)
+        buf += write_compact_nullable_string(e.group_instance_id)
+        buf += write_compact_nullable_string(e.reason)
+        buf.append(0)
     buf.append(0)
 
 
 def _r_LeaveGroupResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
+    obj = _new(_C_LeaveGroupResponse)
+    obj.throttle_time_ms = 0
+    obj.members = []
+    (obj.error_code,) = _U_h(buf, pos)
     pos += 2
-    obj = _C_LeaveGroupResponse(error_code=f_error_code)
     return obj, pos
 
 
 def _r_LeaveGroupResponse_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code) = _U_ih(buf, pos)
+    obj = _new(_C_LeaveGroupResponse)
+    obj.members = []
+    (obj.throttle_time_ms, obj.error_code) = _U_ih(buf, pos)
     pos += 6
-    obj = _C_LeaveGroupResponse(throttle_time_ms=f_throttle_time_ms, error_code=f_error_code)
-    return obj, pos
-
-
-def _r_LeaveGroupResponse_MemberResponse_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_member_id, pos = read_string(buf, pos)
-    f_group_instance_id: Any
-    f_group_instance_id, pos = read_nullable_string(buf, pos)
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    obj = _C_LeaveGroupResponse_MemberResponse(
-        member_id=f_member_id, group_instance_id=f_group_instance_id, error_code=f_error_code
-    )
     return obj, pos
 
 
 def _r_LeaveGroupResponse_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code) = _U_ih(buf, pos)
+    obj = _new(_C_LeaveGroupResponse)
+    (obj.throttle_time_ms, obj.error_code) = _U_ih(buf, pos)
     pos += 6
-    f_members: Any
     n, pos = read_array_len(buf, pos, False)
-    f_members = []
+    e_members: Any
+    a_members: list[Any] = []
     for _ in range(n):
-        e_members, pos = _r_LeaveGroupResponse_MemberResponse_v3(buf, pos)
-        f_members.append(e_members)
-    obj = _C_LeaveGroupResponse(
-        throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, members=f_members
-    )
-    return obj, pos
-
-
-def _r_LeaveGroupResponse_MemberResponse_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_member_id, pos = read_compact_string(buf, pos)
-    f_group_instance_id: Any
-    f_group_instance_id, pos = read_compact_nullable_string(buf, pos)
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    obj = _C_LeaveGroupResponse_MemberResponse(
-        member_id=f_member_id, group_instance_id=f_group_instance_id, error_code=f_error_code
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+        e_members = _new(_C_LeaveGroupResponse_MemberResponse)
+        e_members.member_id, pos = read_string(buf, pos)
+        e_members.group_instance_id, pos = read_nullable_string(buf, pos)
+        (e_members.error_code,) = _U_h(buf, pos)
+        pos += 2
+        a_members.append(e_members)
+    obj.members = a_members
     return obj, pos
 
 
 def _r_LeaveGroupResponse_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code) = _U_ih(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_LeaveGroupResponse)
+    (obj.throttle_time_ms, obj.error_code, n) = _U_ihB(buf, pos)
     pos += 6
-    f_members: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_members = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_members: Any
+    a_members: list[Any] = []
     for _ in range(n):
-        e_members, pos = _r_LeaveGroupResponse_MemberResponse_v4(buf, pos)
-        f_members.append(e_members)
-    obj = _C_LeaveGroupResponse(
-        throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, members=f_members
-    )
+        e_members = _new(_C_LeaveGroupResponse_MemberResponse)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_members.member_id = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_members.member_id, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_members.group_instance_id = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_members.group_instance_id, pos = read_compact_nullable_string(buf, pos)
+        (e_members.error_code, n1) = _U_hB(buf, pos)
+        pos += 2
+        if n1 == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_members.append(e_members)
+    obj.members = a_members
     if buf[pos] == 0:
         pos += 1
     else:
@@ -433,33 +472,29 @@ def _w_LeaveGroupResponse_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_ih(o.throttle_time_ms, o.error_code)
 
 
-def _w_LeaveGroupResponse_MemberResponse_v3(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_string(o.member_id)
-    buf += write_nullable_string(o.group_instance_id)
-    buf += _P_h(o.error_code)
-
-
 def _w_LeaveGroupResponse_v3(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_ih(o.throttle_time_ms, o.error_code)
     a_members = o.members
     buf += _P_i(len(a_members))
     for e in a_members:
-        _w_LeaveGroupResponse_MemberResponse_v3(e, buf, out)
-
-
-def _w_LeaveGroupResponse_MemberResponse_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_compact_string(o.member_id)
-    buf += write_compact_nullable_string(o.group_instance_id)
-    buf += _P_h(o.error_code)
-    buf.append(0)
+        buf += write_string(e.member_id)
+        buf += write_nullable_string(e.group_instance_id)
+        buf += _P_h(e.error_code)
 
 
 def _w_LeaveGroupResponse_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_ih(o.throttle_time_ms, o.error_code)
     a_members = o.members
-    buf += uvarint(len(a_members) + 1)
+    n = len(a_members) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_members:
-        _w_LeaveGroupResponse_MemberResponse_v4(e, buf, out)
+        buf += write_compact_string(e.member_id)
+        buf += write_compact_nullable_string(e.group_instance_id)
+        buf += _P_h(e.error_code)
+        buf.append(0)
     buf.append(0)
 
 

@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,13 +45,14 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
 _U_h = struct.Struct(">h").unpack_from
 _P_h = struct.Struct(">h").pack
-_U_i = struct.Struct(">i").unpack_from
 _P_i = struct.Struct(">i").pack
 _U_ih = struct.Struct(">ih").unpack_from
 _P_ih = struct.Struct(">ih").pack
+_U_ihB = struct.Struct(">ihB").unpack_from
 
 
 @dataclass(slots=True)
@@ -198,12 +200,16 @@ _C_ListGroupsResponse_ListedGroup = ListGroupsResponse.ListedGroup
 
 
 def _r_ListGroupsRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    obj = _C_ListGroupsRequest()
+    obj = _new(_C_ListGroupsRequest)
+    obj.states_filter = []
+    obj.types_filter = []
     return obj, pos
 
 
 def _r_ListGroupsRequest_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    obj = _C_ListGroupsRequest()
+    obj = _new(_C_ListGroupsRequest)
+    obj.states_filter = []
+    obj.types_filter = []
     if buf[pos] == 0:
         pos += 1
     else:
@@ -212,13 +218,27 @@ def _r_ListGroupsRequest_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
 
 
 def _r_ListGroupsRequest_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_states_filter: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_states_filter = []
+    buflen = len(buf)
+    obj = _new(_C_ListGroupsRequest)
+    obj.types_filter = []
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_states_filter: Any
+    a_states_filter: list[Any] = []
     for _ in range(n):
-        e_states_filter, pos = read_compact_string(buf, pos)
-        f_states_filter.append(e_states_filter)
-    obj = _C_ListGroupsRequest(states_filter=f_states_filter)
+        n = buf[pos]
+        if 0 < n < 0x80 and n <= buflen - pos:
+            end = pos + n
+            e_states_filter = str(buf[pos + 1 : end], "utf-8")
+            pos = end
+        else:
+            e_states_filter, pos = read_compact_string(buf, pos)
+        a_states_filter.append(e_states_filter)
+    obj.states_filter = a_states_filter
     if buf[pos] == 0:
         pos += 1
     else:
@@ -227,19 +247,44 @@ def _r_ListGroupsRequest_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
 
 
 def _r_ListGroupsRequest_v5(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_states_filter: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_states_filter = []
+    buflen = len(buf)
+    obj = _new(_C_ListGroupsRequest)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_states_filter: Any
+    a_states_filter: list[Any] = []
     for _ in range(n):
-        e_states_filter, pos = read_compact_string(buf, pos)
-        f_states_filter.append(e_states_filter)
-    f_types_filter: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_types_filter = []
+        n = buf[pos]
+        if 0 < n < 0x80 and n <= buflen - pos:
+            end = pos + n
+            e_states_filter = str(buf[pos + 1 : end], "utf-8")
+            pos = end
+        else:
+            e_states_filter, pos = read_compact_string(buf, pos)
+        a_states_filter.append(e_states_filter)
+    obj.states_filter = a_states_filter
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_types_filter: Any
+    a_types_filter: list[Any] = []
     for _ in range(n):
-        e_types_filter, pos = read_compact_string(buf, pos)
-        f_types_filter.append(e_types_filter)
-    obj = _C_ListGroupsRequest(states_filter=f_states_filter, types_filter=f_types_filter)
+        n = buf[pos]
+        if 0 < n < 0x80 and n <= buflen - pos:
+            end = pos + n
+            e_types_filter = str(buf[pos + 1 : end], "utf-8")
+            pos = end
+        else:
+            e_types_filter, pos = read_compact_string(buf, pos)
+        a_types_filter.append(e_types_filter)
+    obj.types_filter = a_types_filter
     if buf[pos] == 0:
         pos += 1
     else:
@@ -257,7 +302,11 @@ def _w_ListGroupsRequest_v3(o: Any, buf: bytearray, out: list[Any]) -> None:
 
 def _w_ListGroupsRequest_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_states_filter = o.states_filter
-    buf += uvarint(len(a_states_filter) + 1)
+    n = len(a_states_filter) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_states_filter:
         buf += write_compact_string(e)
     buf.append(0)
@@ -265,88 +314,97 @@ def _w_ListGroupsRequest_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
 
 def _w_ListGroupsRequest_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_states_filter = o.states_filter
-    buf += uvarint(len(a_states_filter) + 1)
+    n = len(a_states_filter) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_states_filter:
         buf += write_compact_string(e)
     a_types_filter = o.types_filter
-    buf += uvarint(len(a_types_filter) + 1)
+    n = len(a_types_filter) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_types_filter:
         buf += write_compact_string(e)
     buf.append(0)
 
 
-def _r_ListGroupsResponse_ListedGroup_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_string(buf, pos)
-    f_protocol_type, pos = read_string(buf, pos)
-    obj = _C_ListGroupsResponse_ListedGroup(group_id=f_group_id, protocol_type=f_protocol_type)
-    return obj, pos
-
-
 def _r_ListGroupsResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
+    obj = _new(_C_ListGroupsResponse)
+    obj.throttle_time_ms = 0
+    (obj.error_code,) = _U_h(buf, pos)
     pos += 2
-    f_groups: Any
     n, pos = read_array_len(buf, pos, False)
-    f_groups = []
+    e_groups: Any
+    a_groups: list[Any] = []
     for _ in range(n):
-        e_groups, pos = _r_ListGroupsResponse_ListedGroup_v0(buf, pos)
-        f_groups.append(e_groups)
-    obj = _C_ListGroupsResponse(error_code=f_error_code, groups=f_groups)
+        e_groups = _new(_C_ListGroupsResponse_ListedGroup)
+        e_groups.group_state = ""
+        e_groups.group_type = ""
+        e_groups.group_id, pos = read_string(buf, pos)
+        e_groups.protocol_type, pos = read_string(buf, pos)
+        a_groups.append(e_groups)
+    obj.groups = a_groups
     return obj, pos
 
 
 def _r_ListGroupsResponse_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code) = _U_ih(buf, pos)
+    obj = _new(_C_ListGroupsResponse)
+    (obj.throttle_time_ms, obj.error_code) = _U_ih(buf, pos)
     pos += 6
-    f_groups: Any
     n, pos = read_array_len(buf, pos, False)
-    f_groups = []
+    e_groups: Any
+    a_groups: list[Any] = []
     for _ in range(n):
-        e_groups, pos = _r_ListGroupsResponse_ListedGroup_v0(buf, pos)
-        f_groups.append(e_groups)
-    obj = _C_ListGroupsResponse(
-        throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, groups=f_groups
-    )
-    return obj, pos
-
-
-def _r_ListGroupsResponse_ListedGroup_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_compact_string(buf, pos)
-    f_protocol_type, pos = read_compact_string(buf, pos)
-    obj = _C_ListGroupsResponse_ListedGroup(group_id=f_group_id, protocol_type=f_protocol_type)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+        e_groups = _new(_C_ListGroupsResponse_ListedGroup)
+        e_groups.group_state = ""
+        e_groups.group_type = ""
+        e_groups.group_id, pos = read_string(buf, pos)
+        e_groups.protocol_type, pos = read_string(buf, pos)
+        a_groups.append(e_groups)
+    obj.groups = a_groups
     return obj, pos
 
 
 def _r_ListGroupsResponse_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code) = _U_ih(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_ListGroupsResponse)
+    (obj.throttle_time_ms, obj.error_code, n) = _U_ihB(buf, pos)
     pos += 6
-    f_groups: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_groups = []
-    for _ in range(n):
-        e_groups, pos = _r_ListGroupsResponse_ListedGroup_v3(buf, pos)
-        f_groups.append(e_groups)
-    obj = _C_ListGroupsResponse(
-        throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, groups=f_groups
-    )
-    if buf[pos] == 0:
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
         pos += 1
     else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_ListGroupsResponse_ListedGroup_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_compact_string(buf, pos)
-    f_protocol_type, pos = read_compact_string(buf, pos)
-    f_group_state, pos = read_compact_string(buf, pos)
-    obj = _C_ListGroupsResponse_ListedGroup(
-        group_id=f_group_id, protocol_type=f_protocol_type, group_state=f_group_state
-    )
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_groups: Any
+    a_groups: list[Any] = []
+    for _ in range(n):
+        e_groups = _new(_C_ListGroupsResponse_ListedGroup)
+        e_groups.group_state = ""
+        e_groups.group_type = ""
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_groups.group_id = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_groups.group_id, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_groups.protocol_type = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_groups.protocol_type, pos = read_compact_string(buf, pos)
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_groups.append(e_groups)
+    obj.groups = a_groups
     if buf[pos] == 0:
         pos += 1
     else:
@@ -355,35 +413,47 @@ def _r_ListGroupsResponse_ListedGroup_v4(buf: memoryview, pos: int) -> tuple[Any
 
 
 def _r_ListGroupsResponse_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code) = _U_ih(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_ListGroupsResponse)
+    (obj.throttle_time_ms, obj.error_code, n) = _U_ihB(buf, pos)
     pos += 6
-    f_groups: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_groups = []
-    for _ in range(n):
-        e_groups, pos = _r_ListGroupsResponse_ListedGroup_v4(buf, pos)
-        f_groups.append(e_groups)
-    obj = _C_ListGroupsResponse(
-        throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, groups=f_groups
-    )
-    if buf[pos] == 0:
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
         pos += 1
     else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_ListGroupsResponse_ListedGroup_v5(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_compact_string(buf, pos)
-    f_protocol_type, pos = read_compact_string(buf, pos)
-    f_group_state, pos = read_compact_string(buf, pos)
-    f_group_type, pos = read_compact_string(buf, pos)
-    obj = _C_ListGroupsResponse_ListedGroup(
-        group_id=f_group_id,
-        protocol_type=f_protocol_type,
-        group_state=f_group_state,
-        group_type=f_group_type,
-    )
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_groups: Any
+    a_groups: list[Any] = []
+    for _ in range(n):
+        e_groups = _new(_C_ListGroupsResponse_ListedGroup)
+        e_groups.group_type = ""
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_groups.group_id = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_groups.group_id, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_groups.protocol_type = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_groups.protocol_type, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_groups.group_state = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_groups.group_state, pos = read_compact_string(buf, pos)
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_groups.append(e_groups)
+    obj.groups = a_groups
     if buf[pos] == 0:
         pos += 1
     else:
@@ -392,17 +462,53 @@ def _r_ListGroupsResponse_ListedGroup_v5(buf: memoryview, pos: int) -> tuple[Any
 
 
 def _r_ListGroupsResponse_v5(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code) = _U_ih(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_ListGroupsResponse)
+    (obj.throttle_time_ms, obj.error_code, n) = _U_ihB(buf, pos)
     pos += 6
-    f_groups: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_groups = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_groups: Any
+    a_groups: list[Any] = []
     for _ in range(n):
-        e_groups, pos = _r_ListGroupsResponse_ListedGroup_v5(buf, pos)
-        f_groups.append(e_groups)
-    obj = _C_ListGroupsResponse(
-        throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, groups=f_groups
-    )
+        e_groups = _new(_C_ListGroupsResponse_ListedGroup)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_groups.group_id = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_groups.group_id, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_groups.protocol_type = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_groups.protocol_type, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_groups.group_state = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_groups.group_state, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_groups.group_type = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_groups.group_type, pos = read_compact_string(buf, pos)
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_groups.append(e_groups)
+    obj.groups = a_groups
     if buf[pos] == 0:
         pos += 1
     else:
@@ -410,17 +516,13 @@ def _r_ListGroupsResponse_v5(buf: memoryview, pos: int) -> tuple[Any, int]:
     return obj, pos
 
 
-def _w_ListGroupsResponse_ListedGroup_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_string(o.group_id)
-    buf += write_string(o.protocol_type)
-
-
 def _w_ListGroupsResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_h(o.error_code)
     a_groups = o.groups
     buf += _P_i(len(a_groups))
     for e in a_groups:
-        _w_ListGroupsResponse_ListedGroup_v0(e, buf, out)
+        buf += write_string(e.group_id)
+        buf += write_string(e.protocol_type)
 
 
 def _w_ListGroupsResponse_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -428,54 +530,55 @@ def _w_ListGroupsResponse_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_groups = o.groups
     buf += _P_i(len(a_groups))
     for e in a_groups:
-        _w_ListGroupsResponse_ListedGroup_v0(e, buf, out)
-
-
-def _w_ListGroupsResponse_ListedGroup_v3(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_compact_string(o.group_id)
-    buf += write_compact_string(o.protocol_type)
-    buf.append(0)
+        buf += write_string(e.group_id)
+        buf += write_string(e.protocol_type)
 
 
 def _w_ListGroupsResponse_v3(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_ih(o.throttle_time_ms, o.error_code)
     a_groups = o.groups
-    buf += uvarint(len(a_groups) + 1)
+    n = len(a_groups) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_groups:
-        _w_ListGroupsResponse_ListedGroup_v3(e, buf, out)
-    buf.append(0)
-
-
-def _w_ListGroupsResponse_ListedGroup_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_compact_string(o.group_id)
-    buf += write_compact_string(o.protocol_type)
-    buf += write_compact_string(o.group_state)
+        buf += write_compact_string(e.group_id)
+        buf += write_compact_string(e.protocol_type)
+        buf.append(0)
     buf.append(0)
 
 
 def _w_ListGroupsResponse_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_ih(o.throttle_time_ms, o.error_code)
     a_groups = o.groups
-    buf += uvarint(len(a_groups) + 1)
+    n = len(a_groups) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_groups:
-        _w_ListGroupsResponse_ListedGroup_v4(e, buf, out)
-    buf.append(0)
-
-
-def _w_ListGroupsResponse_ListedGroup_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_compact_string(o.group_id)
-    buf += write_compact_string(o.protocol_type)
-    buf += write_compact_string(o.group_state)
-    buf += write_compact_string(o.group_type)
+        buf += write_compact_string(e.group_id)
+        buf += write_compact_string(e.protocol_type)
+        buf += write_compact_string(e.group_state)
+        buf.append(0)
     buf.append(0)
 
 
 def _w_ListGroupsResponse_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_ih(o.throttle_time_ms, o.error_code)
     a_groups = o.groups
-    buf += uvarint(len(a_groups) + 1)
+    n = len(a_groups) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_groups:
-        _w_ListGroupsResponse_ListedGroup_v5(e, buf, out)
+        buf += write_compact_string(e.group_id)
+        buf += write_compact_string(e.protocol_type)
+        buf += write_compact_string(e.group_state)
+        buf += write_compact_string(e.group_type)
+        buf.append(0)
     buf.append(0)
 
 

@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,19 +45,24 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
 _U_i = struct.Struct(">i").unpack_from
 _P_i = struct.Struct(">i").pack
+_U_iB = struct.Struct(">iB").unpack_from
 _U_ib = struct.Struct(">ib").unpack_from
 _P_ib = struct.Struct(">ib").pack
+_U_ibB = struct.Struct(">ibB").unpack_from
 _U_ih = struct.Struct(">ih").unpack_from
 _P_ih = struct.Struct(">ih").pack
 _U_ihqq = struct.Struct(">ihqq").unpack_from
 _P_ihqq = struct.Struct(">ihqq").pack
 _U_ihqqi = struct.Struct(">ihqqi").unpack_from
 _P_ihqqi = struct.Struct(">ihqqi").pack
+_U_ihqqiB = struct.Struct(">ihqqiB").unpack_from
 _U_iiq = struct.Struct(">iiq").unpack_from
 _P_iiq = struct.Struct(">iiq").pack
+_U_iiqB = struct.Struct(">iiqB").unpack_from
 _U_iq = struct.Struct(">iq").unpack_from
 _P_iq = struct.Struct(">iq").pack
 _U_iqi = struct.Struct(">iqi").unpack_from
@@ -255,178 +261,174 @@ _C_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse = (
 )
 
 
-def _r_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index, f_timestamp, f_max_num_offsets) = _U_iqi(buf, pos)
-    pos += 16
-    obj = _C_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition(
-        partition_index=f_partition_index, timestamp=f_timestamp, max_num_offsets=f_max_num_offsets
-    )
-    return obj, pos
-
-
-def _r_ListOffsetsRequest_ListOffsetsTopic_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = _r_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition_v0(buf, pos)
-        f_partitions.append(e_partitions)
-    obj = _C_ListOffsetsRequest_ListOffsetsTopic(name=f_name, partitions=f_partitions)
-    return obj, pos
-
-
 def _r_ListOffsetsRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_replica_id,) = _U_i(buf, pos)
+    obj = _new(_C_ListOffsetsRequest)
+    obj.isolation_level = 0
+    obj.timeout_ms = 0
+    (obj.replica_id,) = _U_i(buf, pos)
     pos += 4
-    f_topics: Any
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_ListOffsetsRequest_ListOffsetsTopic_v0(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_ListOffsetsRequest(replica_id=f_replica_id, topics=f_topics)
-    return obj, pos
-
-
-def _r_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition_v1(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index, f_timestamp) = _U_iq(buf, pos)
-    pos += 12
-    obj = _C_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition(
-        partition_index=f_partition_index, timestamp=f_timestamp
-    )
-    return obj, pos
-
-
-def _r_ListOffsetsRequest_ListOffsetsTopic_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = _r_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition_v1(buf, pos)
-        f_partitions.append(e_partitions)
-    obj = _C_ListOffsetsRequest_ListOffsetsTopic(name=f_name, partitions=f_partitions)
+        e_topics = _new(_C_ListOffsetsRequest_ListOffsetsTopic)
+        e_topics.name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(_C_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition)
+            e1_partitions.current_leader_epoch = -1
+            (
+                e1_partitions.partition_index,
+                e1_partitions.timestamp,
+                e1_partitions.max_num_offsets,
+            ) = _U_iqi(buf, pos)
+            pos += 16
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_ListOffsetsRequest_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_replica_id,) = _U_i(buf, pos)
+    obj = _new(_C_ListOffsetsRequest)
+    obj.isolation_level = 0
+    obj.timeout_ms = 0
+    (obj.replica_id,) = _U_i(buf, pos)
     pos += 4
-    f_topics: Any
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_ListOffsetsRequest_ListOffsetsTopic_v1(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_ListOffsetsRequest(replica_id=f_replica_id, topics=f_topics)
+        e_topics = _new(_C_ListOffsetsRequest_ListOffsetsTopic)
+        e_topics.name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(_C_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition)
+            e1_partitions.current_leader_epoch = -1
+            e1_partitions.max_num_offsets = 1
+            (e1_partitions.partition_index, e1_partitions.timestamp) = _U_iq(buf, pos)
+            pos += 12
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_ListOffsetsRequest_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_replica_id, f_isolation_level) = _U_ib(buf, pos)
+    obj = _new(_C_ListOffsetsRequest)
+    obj.timeout_ms = 0
+    (obj.replica_id, obj.isolation_level) = _U_ib(buf, pos)
     pos += 5
-    f_topics: Any
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_ListOffsetsRequest_ListOffsetsTopic_v1(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_ListOffsetsRequest(
-        replica_id=f_replica_id, isolation_level=f_isolation_level, topics=f_topics
-    )
-    return obj, pos
-
-
-def _r_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition_v4(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index, f_current_leader_epoch, f_timestamp) = _U_iiq(buf, pos)
-    pos += 16
-    obj = _C_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition(
-        partition_index=f_partition_index,
-        current_leader_epoch=f_current_leader_epoch,
-        timestamp=f_timestamp,
-    )
-    return obj, pos
-
-
-def _r_ListOffsetsRequest_ListOffsetsTopic_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = _r_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition_v4(buf, pos)
-        f_partitions.append(e_partitions)
-    obj = _C_ListOffsetsRequest_ListOffsetsTopic(name=f_name, partitions=f_partitions)
+        e_topics = _new(_C_ListOffsetsRequest_ListOffsetsTopic)
+        e_topics.name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(_C_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition)
+            e1_partitions.current_leader_epoch = -1
+            e1_partitions.max_num_offsets = 1
+            (e1_partitions.partition_index, e1_partitions.timestamp) = _U_iq(buf, pos)
+            pos += 12
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_ListOffsetsRequest_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_replica_id, f_isolation_level) = _U_ib(buf, pos)
+    obj = _new(_C_ListOffsetsRequest)
+    obj.timeout_ms = 0
+    (obj.replica_id, obj.isolation_level) = _U_ib(buf, pos)
     pos += 5
-    f_topics: Any
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_ListOffsetsRequest_ListOffsetsTopic_v4(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_ListOffsetsRequest(
-        replica_id=f_replica_id, isolation_level=f_isolation_level, topics=f_topics
-    )
-    return obj, pos
-
-
-def _r_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition_v6(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index, f_current_leader_epoch, f_timestamp) = _U_iiq(buf, pos)
-    pos += 16
-    obj = _C_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition(
-        partition_index=f_partition_index,
-        current_leader_epoch=f_current_leader_epoch,
-        timestamp=f_timestamp,
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_ListOffsetsRequest_ListOffsetsTopic_v6(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = _r_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition_v6(buf, pos)
-        f_partitions.append(e_partitions)
-    obj = _C_ListOffsetsRequest_ListOffsetsTopic(name=f_name, partitions=f_partitions)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+        e_topics = _new(_C_ListOffsetsRequest_ListOffsetsTopic)
+        e_topics.name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(_C_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition)
+            e1_partitions.max_num_offsets = 1
+            (
+                e1_partitions.partition_index,
+                e1_partitions.current_leader_epoch,
+                e1_partitions.timestamp,
+            ) = _U_iiq(buf, pos)
+            pos += 16
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_ListOffsetsRequest_v6(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_replica_id, f_isolation_level) = _U_ib(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_ListOffsetsRequest)
+    obj.timeout_ms = 0
+    (obj.replica_id, obj.isolation_level, n) = _U_ibB(buf, pos)
     pos += 5
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_ListOffsetsRequest_ListOffsetsTopic_v6(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_ListOffsetsRequest(
-        replica_id=f_replica_id, isolation_level=f_isolation_level, topics=f_topics
-    )
+        e_topics = _new(_C_ListOffsetsRequest_ListOffsetsTopic)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_topics.name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_topics.name, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(_C_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition)
+            e1_partitions.max_num_offsets = 1
+            (
+                e1_partitions.partition_index,
+                e1_partitions.current_leader_epoch,
+                e1_partitions.timestamp,
+                n2,
+            ) = _U_iiqB(buf, pos)
+            pos += 16
+            if n2 == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     if buf[pos] == 0:
         pos += 1
     else:
@@ -435,41 +437,63 @@ def _r_ListOffsetsRequest_v6(buf: memoryview, pos: int) -> tuple[Any, int]:
 
 
 def _r_ListOffsetsRequest_v10(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_replica_id, f_isolation_level) = _U_ib(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_ListOffsetsRequest)
+    (obj.replica_id, obj.isolation_level, n) = _U_ibB(buf, pos)
     pos += 5
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_ListOffsetsRequest_ListOffsetsTopic_v6(buf, pos)
-        f_topics.append(e_topics)
-    (f_timeout_ms,) = _U_i(buf, pos)
+        e_topics = _new(_C_ListOffsetsRequest_ListOffsetsTopic)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_topics.name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_topics.name, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(_C_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition)
+            e1_partitions.max_num_offsets = 1
+            (
+                e1_partitions.partition_index,
+                e1_partitions.current_leader_epoch,
+                e1_partitions.timestamp,
+                n2,
+            ) = _U_iiqB(buf, pos)
+            pos += 16
+            if n2 == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
+    (obj.timeout_ms, n) = _U_iB(buf, pos)
     pos += 4
-    obj = _C_ListOffsetsRequest(
-        replica_id=f_replica_id,
-        isolation_level=f_isolation_level,
-        topics=f_topics,
-        timeout_ms=f_timeout_ms,
-    )
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
     return obj, pos
-
-
-def _w_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_iqi(o.partition_index, o.timestamp, o.max_num_offsets)
-
-
-def _w_ListOffsetsRequest_ListOffsetsTopic_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_string(o.name)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    for e in a_partitions:
-        _w_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition_v0(e, buf, out)
 
 
 def _w_ListOffsetsRequest_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -477,21 +501,11 @@ def _w_ListOffsetsRequest_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_ListOffsetsRequest_ListOffsetsTopic_v0(e, buf, out)
-
-
-def _w_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition_v1(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_iq(o.partition_index, o.timestamp)
-
-
-def _w_ListOffsetsRequest_ListOffsetsTopic_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_string(o.name)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    for e in a_partitions:
-        _w_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition_v1(e, buf, out)
+        buf += write_string(e.name)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_iqi(e1.partition_index, e1.timestamp, e1.max_num_offsets)
 
 
 def _w_ListOffsetsRequest_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -499,7 +513,11 @@ def _w_ListOffsetsRequest_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_ListOffsetsRequest_ListOffsetsTopic_v1(e, buf, out)
+        buf += write_string(e.name)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_iq(e1.partition_index, e1.timestamp)
 
 
 def _w_ListOffsetsRequest_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -507,21 +525,11 @@ def _w_ListOffsetsRequest_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_ListOffsetsRequest_ListOffsetsTopic_v1(e, buf, out)
-
-
-def _w_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition_v4(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_iiq(o.partition_index, o.current_leader_epoch, o.timestamp)
-
-
-def _w_ListOffsetsRequest_ListOffsetsTopic_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_string(o.name)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    for e in a_partitions:
-        _w_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition_v4(e, buf, out)
+        buf += write_string(e.name)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_iq(e1.partition_index, e1.timestamp)
 
 
 def _w_ListOffsetsRequest_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -529,297 +537,274 @@ def _w_ListOffsetsRequest_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_ListOffsetsRequest_ListOffsetsTopic_v4(e, buf, out)
-
-
-def _w_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition_v6(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_iiq(o.partition_index, o.current_leader_epoch, o.timestamp)
-    buf.append(0)
-
-
-def _w_ListOffsetsRequest_ListOffsetsTopic_v6(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_compact_string(o.name)
-    a_partitions = o.partitions
-    buf += uvarint(len(a_partitions) + 1)
-    for e in a_partitions:
-        _w_ListOffsetsRequest_ListOffsetsTopic_ListOffsetsPartition_v6(e, buf, out)
-    buf.append(0)
+        buf += write_string(e.name)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_iiq(e1.partition_index, e1.current_leader_epoch, e1.timestamp)
 
 
 def _w_ListOffsetsRequest_v6(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_ib(o.replica_id, o.isolation_level)
     a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
+    n = len(a_topics) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topics:
-        _w_ListOffsetsRequest_ListOffsetsTopic_v6(e, buf, out)
+        buf += write_compact_string(e.name)
+        a1_partitions = e.partitions
+        n1 = len(a1_partitions) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_partitions:
+            buf += _P_iiq(e1.partition_index, e1.current_leader_epoch, e1.timestamp)
+            buf.append(0)
+        buf.append(0)
     buf.append(0)
 
 
 def _w_ListOffsetsRequest_v10(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_ib(o.replica_id, o.isolation_level)
     a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
+    n = len(a_topics) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topics:
-        _w_ListOffsetsRequest_ListOffsetsTopic_v6(e, buf, out)
+        buf += write_compact_string(e.name)
+        a1_partitions = e.partitions
+        n1 = len(a1_partitions) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_partitions:
+            buf += _P_iiq(e1.partition_index, e1.current_leader_epoch, e1.timestamp)
+            buf.append(0)
+        buf.append(0)
     buf += _P_i(o.timeout_ms)
     buf.append(0)
 
 
-def _r_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index, f_error_code) = _U_ih(buf, pos)
-    pos += 6
-    f_old_style_offsets: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_old_style_offsets = list(_unpack_from(">%dq" % n, buf, pos))
-    pos += n * 8
-    obj = _C_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse(
-        partition_index=f_partition_index,
-        error_code=f_error_code,
-        old_style_offsets=f_old_style_offsets,
-    )
-    return obj, pos
-
-
-def _r_ListOffsetsResponse_ListOffsetsTopicResponse_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = (
-            _r_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse_v0(
-                buf, pos
-            )
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_ListOffsetsResponse_ListOffsetsTopicResponse(name=f_name, partitions=f_partitions)
-    return obj, pos
-
-
 def _r_ListOffsetsResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topics: Any
+    obj = _new(_C_ListOffsetsResponse)
+    obj.throttle_time_ms = 0
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_ListOffsetsResponse_ListOffsetsTopicResponse_v0(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_ListOffsetsResponse(topics=f_topics)
-    return obj, pos
-
-
-def _r_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse_v1(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index, f_error_code, f_timestamp, f_offset) = _U_ihqq(buf, pos)
-    pos += 22
-    obj = _C_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse(
-        partition_index=f_partition_index,
-        error_code=f_error_code,
-        timestamp=f_timestamp,
-        offset=f_offset,
-    )
-    return obj, pos
-
-
-def _r_ListOffsetsResponse_ListOffsetsTopicResponse_v1(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = (
-            _r_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse_v1(
-                buf, pos
+        e_topics = _new(_C_ListOffsetsResponse_ListOffsetsTopicResponse)
+        e_topics.name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse
             )
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_ListOffsetsResponse_ListOffsetsTopicResponse(name=f_name, partitions=f_partitions)
+            e1_partitions.timestamp = -1
+            e1_partitions.offset = -1
+            e1_partitions.leader_epoch = -1
+            (e1_partitions.partition_index, e1_partitions.error_code) = _U_ih(buf, pos)
+            pos += 6
+            n2, pos = read_array_len(buf, pos, False)
+            e1_partitions.old_style_offsets = list(_unpack_from(">%dq" % n2, buf, pos))
+            pos += n2 * 8
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_ListOffsetsResponse_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topics: Any
+    obj = _new(_C_ListOffsetsResponse)
+    obj.throttle_time_ms = 0
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_ListOffsetsResponse_ListOffsetsTopicResponse_v1(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_ListOffsetsResponse(topics=f_topics)
+        e_topics = _new(_C_ListOffsetsResponse_ListOffsetsTopicResponse)
+        e_topics.name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse
+            )
+            e1_partitions.old_style_offsets = []
+            e1_partitions.leader_epoch = -1
+            (
+                e1_partitions.partition_index,
+                e1_partitions.error_code,
+                e1_partitions.timestamp,
+                e1_partitions.offset,
+            ) = _U_ihqq(buf, pos)
+            pos += 22
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_ListOffsetsResponse_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    obj = _new(_C_ListOffsetsResponse)
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    f_topics: Any
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_ListOffsetsResponse_ListOffsetsTopicResponse_v1(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_ListOffsetsResponse(throttle_time_ms=f_throttle_time_ms, topics=f_topics)
-    return obj, pos
-
-
-def _r_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse_v4(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index, f_error_code, f_timestamp, f_offset, f_leader_epoch) = _U_ihqqi(buf, pos)
-    pos += 26
-    obj = _C_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse(
-        partition_index=f_partition_index,
-        error_code=f_error_code,
-        timestamp=f_timestamp,
-        offset=f_offset,
-        leader_epoch=f_leader_epoch,
-    )
-    return obj, pos
-
-
-def _r_ListOffsetsResponse_ListOffsetsTopicResponse_v4(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = (
-            _r_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse_v4(
-                buf, pos
+        e_topics = _new(_C_ListOffsetsResponse_ListOffsetsTopicResponse)
+        e_topics.name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse
             )
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_ListOffsetsResponse_ListOffsetsTopicResponse(name=f_name, partitions=f_partitions)
+            e1_partitions.old_style_offsets = []
+            e1_partitions.leader_epoch = -1
+            (
+                e1_partitions.partition_index,
+                e1_partitions.error_code,
+                e1_partitions.timestamp,
+                e1_partitions.offset,
+            ) = _U_ihqq(buf, pos)
+            pos += 22
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_ListOffsetsResponse_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    obj = _new(_C_ListOffsetsResponse)
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    f_topics: Any
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_ListOffsetsResponse_ListOffsetsTopicResponse_v4(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_ListOffsetsResponse(throttle_time_ms=f_throttle_time_ms, topics=f_topics)
-    return obj, pos
-
-
-def _r_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse_v6(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index, f_error_code, f_timestamp, f_offset, f_leader_epoch) = _U_ihqqi(buf, pos)
-    pos += 26
-    obj = _C_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse(
-        partition_index=f_partition_index,
-        error_code=f_error_code,
-        timestamp=f_timestamp,
-        offset=f_offset,
-        leader_epoch=f_leader_epoch,
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_ListOffsetsResponse_ListOffsetsTopicResponse_v6(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = (
-            _r_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse_v6(
-                buf, pos
+        e_topics = _new(_C_ListOffsetsResponse_ListOffsetsTopicResponse)
+        e_topics.name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse
             )
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_ListOffsetsResponse_ListOffsetsTopicResponse(name=f_name, partitions=f_partitions)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+            e1_partitions.old_style_offsets = []
+            (
+                e1_partitions.partition_index,
+                e1_partitions.error_code,
+                e1_partitions.timestamp,
+                e1_partitions.offset,
+                e1_partitions.leader_epoch,
+            ) = _U_ihqqi(buf, pos)
+            pos += 26
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_ListOffsetsResponse_v6(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_ListOffsetsResponse)
+    (obj.throttle_time_ms, n) = _U_iB(buf, pos)
     pos += 4
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_ListOffsetsResponse_ListOffsetsTopicResponse_v6(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_ListOffsetsResponse(throttle_time_ms=f_throttle_time_ms, topics=f_topics)
+        e_topics = _new(_C_ListOffsetsResponse_ListOffsetsTopicResponse)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_topics.name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_topics.name, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse
+            )
+            e1_partitions.old_style_offsets = []
+            (
+                e1_partitions.partition_index,
+                e1_partitions.error_code,
+                e1_partitions.timestamp,
+                e1_partitions.offset,
+                e1_partitions.leader_epoch,
+                n2,
+            ) = _U_ihqqiB(buf, pos)
+            pos += 26
+            if n2 == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     if buf[pos] == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
     return obj, pos
-
-
-def _w_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_ih(o.partition_index, o.error_code)
-    a_old_style_offsets = o.old_style_offsets
-    buf += _P_i(len(a_old_style_offsets))
-    buf += _pack(">%dq" % len(a_old_style_offsets), *a_old_style_offsets)
-
-
-def _w_ListOffsetsResponse_ListOffsetsTopicResponse_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.name)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    for e in a_partitions:
-        _w_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse_v0(e, buf, out)
 
 
 def _w_ListOffsetsResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_ListOffsetsResponse_ListOffsetsTopicResponse_v0(e, buf, out)
-
-
-def _w_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse_v1(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_ihqq(o.partition_index, o.error_code, o.timestamp, o.offset)
-
-
-def _w_ListOffsetsResponse_ListOffsetsTopicResponse_v1(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.name)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    for e in a_partitions:
-        _w_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse_v1(e, buf, out)
+        buf += write_string(e.name)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_ih(e1.partition_index, e1.error_code)
+            a2_old_style_offsets = e1.old_style_offsets
+            buf += _P_i(len(a2_old_style_offsets))
+            buf += _pack(">%dq" % len(a2_old_style_offsets), *a2_old_style_offsets)
 
 
 def _w_ListOffsetsResponse_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_ListOffsetsResponse_ListOffsetsTopicResponse_v1(e, buf, out)
+        buf += write_string(e.name)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_ihqq(e1.partition_index, e1.error_code, e1.timestamp, e1.offset)
 
 
 def _w_ListOffsetsResponse_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -827,23 +812,11 @@ def _w_ListOffsetsResponse_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_ListOffsetsResponse_ListOffsetsTopicResponse_v1(e, buf, out)
-
-
-def _w_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse_v4(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_ihqqi(o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch)
-
-
-def _w_ListOffsetsResponse_ListOffsetsTopicResponse_v4(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.name)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    for e in a_partitions:
-        _w_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse_v4(e, buf, out)
+        buf += write_string(e.name)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_ihqq(e1.partition_index, e1.error_code, e1.timestamp, e1.offset)
 
 
 def _w_ListOffsetsResponse_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -851,33 +824,37 @@ def _w_ListOffsetsResponse_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_ListOffsetsResponse_ListOffsetsTopicResponse_v4(e, buf, out)
-
-
-def _w_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse_v6(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_ihqqi(o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch)
-    buf.append(0)
-
-
-def _w_ListOffsetsResponse_ListOffsetsTopicResponse_v6(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_compact_string(o.name)
-    a_partitions = o.partitions
-    buf += uvarint(len(a_partitions) + 1)
-    for e in a_partitions:
-        _w_ListOffsetsResponse_ListOffsetsTopicResponse_ListOffsetsPartitionResponse_v6(e, buf, out)
-    buf.append(0)
+        buf += write_string(e.name)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_ihqqi(
+                e1.partition_index, e1.error_code, e1.timestamp, e1.offset, e1.leader_epoch
+            )
 
 
 def _w_ListOffsetsResponse_v6(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
     a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
+    n = len(a_topics) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topics:
-        _w_ListOffsetsResponse_ListOffsetsTopicResponse_v6(e, buf, out)
+        buf += write_compact_string(e.name)
+        a1_partitions = e.partitions
+        n1 = len(a1_partitions) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_partitions:
+            buf += _P_ihqqi(
+                e1.partition_index, e1.error_code, e1.timestamp, e1.offset, e1.leader_epoch
+            )
+            buf.append(0)
+        buf.append(0)
     buf.append(0)
 
 

@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,21 +45,27 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
 _U_o = struct.Struct(">?").unpack_from
 _P_o = struct.Struct(">?").pack
-_U_oo = struct.Struct(">??").unpack_from
 _P_oo = struct.Struct(">??").pack
 _U_ooo = struct.Struct(">???").unpack_from
 _P_ooo = struct.Struct(">???").pack
+_U_oooB = struct.Struct(">???B").unpack_from
+_U_ooB = struct.Struct(">??B").unpack_from
+_U_oB = struct.Struct(">?B").unpack_from
 _U_h = struct.Struct(">h").unpack_from
 _P_h = struct.Struct(">h").pack
+_U_hB = struct.Struct(">hB").unpack_from
 _U_hii = struct.Struct(">hii").unpack_from
 _P_hii = struct.Struct(">hii").pack
 _U_hiii = struct.Struct(">hiii").unpack_from
 _P_hiii = struct.Struct(">hiii").pack
+_U_hiiiB = struct.Struct(">hiiiB").unpack_from
 _U_i = struct.Struct(">i").unpack_from
 _P_i = struct.Struct(">i").pack
+_U_iB = struct.Struct(">iB").unpack_from
 
 
 @dataclass(slots=True)
@@ -269,123 +276,125 @@ _C_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition = (
 )
 
 
-def _r_MetadataRequest_MetadataRequestTopic_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    obj = _C_MetadataRequest_MetadataRequestTopic(name=f_name)
-    return obj, pos
-
-
 def _r_MetadataRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topics: Any
+    obj = _new(_C_MetadataRequest)
+    obj.allow_auto_topic_creation = True
+    obj.include_cluster_authorized_operations = False
+    obj.include_topic_authorized_operations = False
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_MetadataRequest_MetadataRequestTopic_v0(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_MetadataRequest(topics=f_topics)
+        e_topics = _new(_C_MetadataRequest_MetadataRequestTopic)
+        e_topics.topic_id = ZERO_UUID
+        e_topics.name, pos = read_string(buf, pos)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_MetadataRequest_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topics: Any
+    obj = _new(_C_MetadataRequest)
+    obj.allow_auto_topic_creation = True
+    obj.include_cluster_authorized_operations = False
+    obj.include_topic_authorized_operations = False
     n, pos = read_array_len(buf, pos, True)
     if n < 0:
-        f_topics = None
+        obj.topics = None
     else:
-        f_topics = []
+        e_topics: Any
+        a_topics: list[Any] = []
         for _ in range(n):
-            e_topics, pos = _r_MetadataRequest_MetadataRequestTopic_v0(buf, pos)
-            f_topics.append(e_topics)
-    obj = _C_MetadataRequest(topics=f_topics)
+            e_topics = _new(_C_MetadataRequest_MetadataRequestTopic)
+            e_topics.topic_id = ZERO_UUID
+            e_topics.name, pos = read_string(buf, pos)
+            a_topics.append(e_topics)
+        obj.topics = a_topics
     return obj, pos
 
 
 def _r_MetadataRequest_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topics: Any
+    obj = _new(_C_MetadataRequest)
+    obj.include_cluster_authorized_operations = False
+    obj.include_topic_authorized_operations = False
     n, pos = read_array_len(buf, pos, True)
     if n < 0:
-        f_topics = None
+        obj.topics = None
     else:
-        f_topics = []
+        e_topics: Any
+        a_topics: list[Any] = []
         for _ in range(n):
-            e_topics, pos = _r_MetadataRequest_MetadataRequestTopic_v0(buf, pos)
-            f_topics.append(e_topics)
-    (f_allow_auto_topic_creation,) = _U_o(buf, pos)
+            e_topics = _new(_C_MetadataRequest_MetadataRequestTopic)
+            e_topics.topic_id = ZERO_UUID
+            e_topics.name, pos = read_string(buf, pos)
+            a_topics.append(e_topics)
+        obj.topics = a_topics
+    (obj.allow_auto_topic_creation,) = _U_o(buf, pos)
     pos += 1
-    obj = _C_MetadataRequest(topics=f_topics, allow_auto_topic_creation=f_allow_auto_topic_creation)
     return obj, pos
 
 
 def _r_MetadataRequest_v8(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topics: Any
+    obj = _new(_C_MetadataRequest)
     n, pos = read_array_len(buf, pos, True)
     if n < 0:
-        f_topics = None
+        obj.topics = None
     else:
-        f_topics = []
+        e_topics: Any
+        a_topics: list[Any] = []
         for _ in range(n):
-            e_topics, pos = _r_MetadataRequest_MetadataRequestTopic_v0(buf, pos)
-            f_topics.append(e_topics)
+            e_topics = _new(_C_MetadataRequest_MetadataRequestTopic)
+            e_topics.topic_id = ZERO_UUID
+            e_topics.name, pos = read_string(buf, pos)
+            a_topics.append(e_topics)
+        obj.topics = a_topics
     (
-        f_allow_auto_topic_creation,
-        f_include_cluster_authorized_operations,
-        f_include_topic_authorized_operations,
+        obj.allow_auto_topic_creation,
+        obj.include_cluster_authorized_operations,
+        obj.include_topic_authorized_operations,
     ) = _U_ooo(buf, pos)
     pos += 3
-    obj = _C_MetadataRequest(
-        topics=f_topics,
-        allow_auto_topic_creation=f_allow_auto_topic_creation,
-        include_cluster_authorized_operations=f_include_cluster_authorized_operations,
-        include_topic_authorized_operations=f_include_topic_authorized_operations,
-    )
-    return obj, pos
-
-
-def _r_MetadataRequest_MetadataRequestTopic_v9(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    obj = _C_MetadataRequest_MetadataRequestTopic(name=f_name)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
     return obj, pos
 
 
 def _r_MetadataRequest_v9(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, True)
-    if n < 0:
-        f_topics = None
-    else:
-        f_topics = []
-        for _ in range(n):
-            e_topics, pos = _r_MetadataRequest_MetadataRequestTopic_v9(buf, pos)
-            f_topics.append(e_topics)
-    (
-        f_allow_auto_topic_creation,
-        f_include_cluster_authorized_operations,
-        f_include_topic_authorized_operations,
-    ) = _U_ooo(buf, pos)
-    pos += 3
-    obj = _C_MetadataRequest(
-        topics=f_topics,
-        allow_auto_topic_creation=f_allow_auto_topic_creation,
-        include_cluster_authorized_operations=f_include_cluster_authorized_operations,
-        include_topic_authorized_operations=f_include_topic_authorized_operations,
-    )
-    if buf[pos] == 0:
+    buflen = len(buf)
+    obj = _new(_C_MetadataRequest)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
         pos += 1
     else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_MetadataRequest_MetadataRequestTopic_v10(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topic_id, pos = read_uuid(buf, pos)
-    f_name: Any
-    f_name, pos = read_compact_nullable_string(buf, pos)
-    obj = _C_MetadataRequest_MetadataRequestTopic(topic_id=f_topic_id, name=f_name)
-    if buf[pos] == 0:
+        n, pos = read_compact_array_len(buf, pos, True)
+    if n < 0:
+        obj.topics = None
+    else:
+        e_topics: Any
+        a_topics: list[Any] = []
+        for _ in range(n):
+            e_topics = _new(_C_MetadataRequest_MetadataRequestTopic)
+            e_topics.topic_id = ZERO_UUID
+            n1 = buf[pos]
+            if 0 < n1 < 0x80 and n1 <= buflen - pos:
+                end1 = pos + n1
+                e_topics.name = str(buf[pos + 1 : end1], "utf-8")
+                pos = end1
+            else:
+                e_topics.name, pos = read_compact_string(buf, pos)
+            if buf[pos] == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a_topics.append(e_topics)
+        obj.topics = a_topics
+    (
+        obj.allow_auto_topic_creation,
+        obj.include_cluster_authorized_operations,
+        obj.include_topic_authorized_operations,
+        n,
+    ) = _U_oooB(buf, pos)
+    pos += 3
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -393,28 +402,43 @@ def _r_MetadataRequest_MetadataRequestTopic_v10(buf: memoryview, pos: int) -> tu
 
 
 def _r_MetadataRequest_v10(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, True)
-    if n < 0:
-        f_topics = None
+    buflen = len(buf)
+    obj = _new(_C_MetadataRequest)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
     else:
-        f_topics = []
+        n, pos = read_compact_array_len(buf, pos, True)
+    if n < 0:
+        obj.topics = None
+    else:
+        e_topics: Any
+        a_topics: list[Any] = []
         for _ in range(n):
-            e_topics, pos = _r_MetadataRequest_MetadataRequestTopic_v10(buf, pos)
-            f_topics.append(e_topics)
+            e_topics = _new(_C_MetadataRequest_MetadataRequestTopic)
+            e_topics.topic_id, pos = read_uuid(buf, pos)
+            n1 = buf[pos]
+            if 0 < n1 < 0x80 and n1 <= buflen - pos:
+                end1 = pos + n1
+                e_topics.name = str(buf[pos + 1 : end1], "utf-8")
+                pos = end1
+            else:
+                e_topics.name, pos = read_compact_nullable_string(buf, pos)
+            if buf[pos] == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a_topics.append(e_topics)
+        obj.topics = a_topics
     (
-        f_allow_auto_topic_creation,
-        f_include_cluster_authorized_operations,
-        f_include_topic_authorized_operations,
-    ) = _U_ooo(buf, pos)
+        obj.allow_auto_topic_creation,
+        obj.include_cluster_authorized_operations,
+        obj.include_topic_authorized_operations,
+        n,
+    ) = _U_oooB(buf, pos)
     pos += 3
-    obj = _C_MetadataRequest(
-        topics=f_topics,
-        allow_auto_topic_creation=f_allow_auto_topic_creation,
-        include_cluster_authorized_operations=f_include_cluster_authorized_operations,
-        include_topic_authorized_operations=f_include_topic_authorized_operations,
-    )
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -422,38 +446,50 @@ def _r_MetadataRequest_v10(buf: memoryview, pos: int) -> tuple[Any, int]:
 
 
 def _r_MetadataRequest_v11(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, True)
-    if n < 0:
-        f_topics = None
+    buflen = len(buf)
+    obj = _new(_C_MetadataRequest)
+    obj.include_cluster_authorized_operations = False
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
     else:
-        f_topics = []
+        n, pos = read_compact_array_len(buf, pos, True)
+    if n < 0:
+        obj.topics = None
+    else:
+        e_topics: Any
+        a_topics: list[Any] = []
         for _ in range(n):
-            e_topics, pos = _r_MetadataRequest_MetadataRequestTopic_v10(buf, pos)
-            f_topics.append(e_topics)
-    (f_allow_auto_topic_creation, f_include_topic_authorized_operations) = _U_oo(buf, pos)
+            e_topics = _new(_C_MetadataRequest_MetadataRequestTopic)
+            e_topics.topic_id, pos = read_uuid(buf, pos)
+            n1 = buf[pos]
+            if 0 < n1 < 0x80 and n1 <= buflen - pos:
+                end1 = pos + n1
+                e_topics.name = str(buf[pos + 1 : end1], "utf-8")
+                pos = end1
+            else:
+                e_topics.name, pos = read_compact_nullable_string(buf, pos)
+            if buf[pos] == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a_topics.append(e_topics)
+        obj.topics = a_topics
+    (obj.allow_auto_topic_creation, obj.include_topic_authorized_operations, n) = _U_ooB(buf, pos)
     pos += 2
-    obj = _C_MetadataRequest(
-        topics=f_topics,
-        allow_auto_topic_creation=f_allow_auto_topic_creation,
-        include_topic_authorized_operations=f_include_topic_authorized_operations,
-    )
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
     return obj, pos
 
 
-def _w_MetadataRequest_MetadataRequestTopic_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_string(o.name)
-
-
 def _w_MetadataRequest_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_MetadataRequest_MetadataRequestTopic_v0(e, buf, out)
+        buf += write_string(e.name)
 
 
 def _w_MetadataRequest_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -463,7 +499,7 @@ def _w_MetadataRequest_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
     else:
         buf += _P_i(len(a_topics))
         for e in a_topics:
-            _w_MetadataRequest_MetadataRequestTopic_v0(e, buf, out)
+            buf += write_string(e.name)
 
 
 def _w_MetadataRequest_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -473,7 +509,7 @@ def _w_MetadataRequest_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
     else:
         buf += _P_i(len(a_topics))
         for e in a_topics:
-            _w_MetadataRequest_MetadataRequestTopic_v0(e, buf, out)
+            buf += write_string(e.name)
     buf += _P_o(o.allow_auto_topic_creation)
 
 
@@ -484,49 +520,49 @@ def _w_MetadataRequest_v8(o: Any, buf: bytearray, out: list[Any]) -> None:
     else:
         buf += _P_i(len(a_topics))
         for e in a_topics:
-            _w_MetadataRequest_MetadataRequestTopic_v0(e, buf, out)
+            buf += write_string(e.name)
     buf += _P_ooo(
         o.allow_auto_topic_creation,
         o.include_cluster_authorized_operations,
         o.include_topic_authorized_operations,
     )
-
-
-def _w_MetadataRequest_MetadataRequestTopic_v9(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_compact_string(o.name)
-    buf.append(0)
 
 
 def _w_MetadataRequest_v9(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     if a_topics is None:
-        buf += b"\x00"
+        buf.append(0)
     else:
-        buf += uvarint(len(a_topics) + 1)
+        n = len(a_topics) + 1
+        if n < 0x80:
+            buf.append(n)
+        else:
+            buf += uvarint(n)
         for e in a_topics:
-            _w_MetadataRequest_MetadataRequestTopic_v9(e, buf, out)
+            buf += write_compact_string(e.name)
+            buf.append(0)
     buf += _P_ooo(
         o.allow_auto_topic_creation,
         o.include_cluster_authorized_operations,
         o.include_topic_authorized_operations,
     )
-    buf.append(0)
-
-
-def _w_MetadataRequest_MetadataRequestTopic_v10(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += o.topic_id.bytes
-    buf += write_compact_nullable_string(o.name)
     buf.append(0)
 
 
 def _w_MetadataRequest_v10(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     if a_topics is None:
-        buf += b"\x00"
+        buf.append(0)
     else:
-        buf += uvarint(len(a_topics) + 1)
+        n = len(a_topics) + 1
+        if n < 0x80:
+            buf.append(n)
+        else:
+            buf += uvarint(n)
         for e in a_topics:
-            _w_MetadataRequest_MetadataRequestTopic_v10(e, buf, out)
+            buf += e.topic_id.bytes
+            buf += write_compact_nullable_string(e.name)
+            buf.append(0)
     buf += _P_ooo(
         o.allow_auto_topic_creation,
         o.include_cluster_authorized_operations,
@@ -538,544 +574,573 @@ def _w_MetadataRequest_v10(o: Any, buf: bytearray, out: list[Any]) -> None:
 def _w_MetadataRequest_v11(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     if a_topics is None:
-        buf += b"\x00"
+        buf.append(0)
     else:
-        buf += uvarint(len(a_topics) + 1)
+        n = len(a_topics) + 1
+        if n < 0x80:
+            buf.append(n)
+        else:
+            buf += uvarint(n)
         for e in a_topics:
-            _w_MetadataRequest_MetadataRequestTopic_v10(e, buf, out)
+            buf += e.topic_id.bytes
+            buf += write_compact_nullable_string(e.name)
+            buf.append(0)
     buf += _P_oo(o.allow_auto_topic_creation, o.include_topic_authorized_operations)
     buf.append(0)
 
 
-def _r_MetadataResponse_MetadataResponseBroker_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_node_id,) = _U_i(buf, pos)
-    pos += 4
-    f_host, pos = read_string(buf, pos)
-    (f_port,) = _U_i(buf, pos)
-    pos += 4
-    obj = _C_MetadataResponse_MetadataResponseBroker(node_id=f_node_id, host=f_host, port=f_port)
-    return obj, pos
-
-
-def _r_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_error_code, f_partition_index, f_leader_id) = _U_hii(buf, pos)
-    pos += 10
-    f_replica_nodes: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_replica_nodes = list(_unpack_from(">%di" % n, buf, pos))
-    pos += n * 4
-    f_isr_nodes: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_isr_nodes = list(_unpack_from(">%di" % n, buf, pos))
-    pos += n * 4
-    obj = _C_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition(
-        error_code=f_error_code,
-        partition_index=f_partition_index,
-        leader_id=f_leader_id,
-        replica_nodes=f_replica_nodes,
-        isr_nodes=f_isr_nodes,
-    )
-    return obj, pos
-
-
-def _r_MetadataResponse_MetadataResponseTopic_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    f_name, pos = read_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = _r_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition_v0(
-            buf, pos
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_MetadataResponse_MetadataResponseTopic(
-        error_code=f_error_code, name=f_name, partitions=f_partitions
-    )
-    return obj, pos
-
-
 def _r_MetadataResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_brokers: Any
+    obj = _new(_C_MetadataResponse)
+    obj.throttle_time_ms = 0
+    obj.cluster_id = None
+    obj.controller_id = -1
+    obj.cluster_authorized_operations = -2147483648
+    obj.error_code = 0
     n, pos = read_array_len(buf, pos, False)
-    f_brokers = []
+    e_brokers: Any
+    a_brokers: list[Any] = []
     for _ in range(n):
-        e_brokers, pos = _r_MetadataResponse_MetadataResponseBroker_v0(buf, pos)
-        f_brokers.append(e_brokers)
-    f_topics: Any
+        e_brokers = _new(_C_MetadataResponse_MetadataResponseBroker)
+        e_brokers.rack = None
+        (e_brokers.node_id,) = _U_i(buf, pos)
+        pos += 4
+        e_brokers.host, pos = read_string(buf, pos)
+        (e_brokers.port,) = _U_i(buf, pos)
+        pos += 4
+        a_brokers.append(e_brokers)
+    obj.brokers = a_brokers
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_MetadataResponse_MetadataResponseTopic_v0(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_MetadataResponse(brokers=f_brokers, topics=f_topics)
-    return obj, pos
-
-
-def _r_MetadataResponse_MetadataResponseBroker_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_node_id,) = _U_i(buf, pos)
-    pos += 4
-    f_host, pos = read_string(buf, pos)
-    (f_port,) = _U_i(buf, pos)
-    pos += 4
-    f_rack: Any
-    f_rack, pos = read_nullable_string(buf, pos)
-    obj = _C_MetadataResponse_MetadataResponseBroker(
-        node_id=f_node_id, host=f_host, port=f_port, rack=f_rack
-    )
-    return obj, pos
-
-
-def _r_MetadataResponse_MetadataResponseTopic_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    f_name, pos = read_string(buf, pos)
-    (f_is_internal,) = _U_o(buf, pos)
-    pos += 1
-    f_partitions: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = _r_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition_v0(
-            buf, pos
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_MetadataResponse_MetadataResponseTopic(
-        error_code=f_error_code, name=f_name, is_internal=f_is_internal, partitions=f_partitions
-    )
+        e_topics = _new(_C_MetadataResponse_MetadataResponseTopic)
+        e_topics.topic_id = ZERO_UUID
+        e_topics.is_internal = False
+        e_topics.topic_authorized_operations = -2147483648
+        (e_topics.error_code,) = _U_h(buf, pos)
+        pos += 2
+        e_topics.name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition
+            )
+            e1_partitions.leader_epoch = -1
+            e1_partitions.offline_replicas = []
+            (e1_partitions.error_code, e1_partitions.partition_index, e1_partitions.leader_id) = (
+                _U_hii(buf, pos)
+            )
+            pos += 10
+            n2, pos = read_array_len(buf, pos, False)
+            e1_partitions.replica_nodes = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            n2, pos = read_array_len(buf, pos, False)
+            e1_partitions.isr_nodes = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_MetadataResponse_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_brokers: Any
+    obj = _new(_C_MetadataResponse)
+    obj.throttle_time_ms = 0
+    obj.cluster_id = None
+    obj.cluster_authorized_operations = -2147483648
+    obj.error_code = 0
     n, pos = read_array_len(buf, pos, False)
-    f_brokers = []
+    e_brokers: Any
+    a_brokers: list[Any] = []
     for _ in range(n):
-        e_brokers, pos = _r_MetadataResponse_MetadataResponseBroker_v1(buf, pos)
-        f_brokers.append(e_brokers)
-    (f_controller_id,) = _U_i(buf, pos)
+        e_brokers = _new(_C_MetadataResponse_MetadataResponseBroker)
+        (e_brokers.node_id,) = _U_i(buf, pos)
+        pos += 4
+        e_brokers.host, pos = read_string(buf, pos)
+        (e_brokers.port,) = _U_i(buf, pos)
+        pos += 4
+        e_brokers.rack, pos = read_nullable_string(buf, pos)
+        a_brokers.append(e_brokers)
+    obj.brokers = a_brokers
+    (obj.controller_id,) = _U_i(buf, pos)
     pos += 4
-    f_topics: Any
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_MetadataResponse_MetadataResponseTopic_v1(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_MetadataResponse(brokers=f_brokers, controller_id=f_controller_id, topics=f_topics)
+        e_topics = _new(_C_MetadataResponse_MetadataResponseTopic)
+        e_topics.topic_id = ZERO_UUID
+        e_topics.topic_authorized_operations = -2147483648
+        (e_topics.error_code,) = _U_h(buf, pos)
+        pos += 2
+        e_topics.name, pos = read_string(buf, pos)
+        (e_topics.is_internal,) = _U_o(buf, pos)
+        pos += 1
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition
+            )
+            e1_partitions.leader_epoch = -1
+            e1_partitions.offline_replicas = []
+            (e1_partitions.error_code, e1_partitions.partition_index, e1_partitions.leader_id) = (
+                _U_hii(buf, pos)
+            )
+            pos += 10
+            n2, pos = read_array_len(buf, pos, False)
+            e1_partitions.replica_nodes = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            n2, pos = read_array_len(buf, pos, False)
+            e1_partitions.isr_nodes = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_MetadataResponse_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_brokers: Any
+    obj = _new(_C_MetadataResponse)
+    obj.throttle_time_ms = 0
+    obj.cluster_authorized_operations = -2147483648
+    obj.error_code = 0
     n, pos = read_array_len(buf, pos, False)
-    f_brokers = []
+    e_brokers: Any
+    a_brokers: list[Any] = []
     for _ in range(n):
-        e_brokers, pos = _r_MetadataResponse_MetadataResponseBroker_v1(buf, pos)
-        f_brokers.append(e_brokers)
-    f_cluster_id: Any
-    f_cluster_id, pos = read_nullable_string(buf, pos)
-    (f_controller_id,) = _U_i(buf, pos)
+        e_brokers = _new(_C_MetadataResponse_MetadataResponseBroker)
+        (e_brokers.node_id,) = _U_i(buf, pos)
+        pos += 4
+        e_brokers.host, pos = read_string(buf, pos)
+        (e_brokers.port,) = _U_i(buf, pos)
+        pos += 4
+        e_brokers.rack, pos = read_nullable_string(buf, pos)
+        a_brokers.append(e_brokers)
+    obj.brokers = a_brokers
+    obj.cluster_id, pos = read_nullable_string(buf, pos)
+    (obj.controller_id,) = _U_i(buf, pos)
     pos += 4
-    f_topics: Any
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_MetadataResponse_MetadataResponseTopic_v1(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_MetadataResponse(
-        brokers=f_brokers, cluster_id=f_cluster_id, controller_id=f_controller_id, topics=f_topics
-    )
+        e_topics = _new(_C_MetadataResponse_MetadataResponseTopic)
+        e_topics.topic_id = ZERO_UUID
+        e_topics.topic_authorized_operations = -2147483648
+        (e_topics.error_code,) = _U_h(buf, pos)
+        pos += 2
+        e_topics.name, pos = read_string(buf, pos)
+        (e_topics.is_internal,) = _U_o(buf, pos)
+        pos += 1
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition
+            )
+            e1_partitions.leader_epoch = -1
+            e1_partitions.offline_replicas = []
+            (e1_partitions.error_code, e1_partitions.partition_index, e1_partitions.leader_id) = (
+                _U_hii(buf, pos)
+            )
+            pos += 10
+            n2, pos = read_array_len(buf, pos, False)
+            e1_partitions.replica_nodes = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            n2, pos = read_array_len(buf, pos, False)
+            e1_partitions.isr_nodes = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_MetadataResponse_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    obj = _new(_C_MetadataResponse)
+    obj.cluster_authorized_operations = -2147483648
+    obj.error_code = 0
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    f_brokers: Any
     n, pos = read_array_len(buf, pos, False)
-    f_brokers = []
+    e_brokers: Any
+    a_brokers: list[Any] = []
     for _ in range(n):
-        e_brokers, pos = _r_MetadataResponse_MetadataResponseBroker_v1(buf, pos)
-        f_brokers.append(e_brokers)
-    f_cluster_id: Any
-    f_cluster_id, pos = read_nullable_string(buf, pos)
-    (f_controller_id,) = _U_i(buf, pos)
+        e_brokers = _new(_C_MetadataResponse_MetadataResponseBroker)
+        (e_brokers.node_id,) = _U_i(buf, pos)
+        pos += 4
+        e_brokers.host, pos = read_string(buf, pos)
+        (e_brokers.port,) = _U_i(buf, pos)
+        pos += 4
+        e_brokers.rack, pos = read_nullable_string(buf, pos)
+        a_brokers.append(e_brokers)
+    obj.brokers = a_brokers
+    obj.cluster_id, pos = read_nullable_string(buf, pos)
+    (obj.controller_id,) = _U_i(buf, pos)
     pos += 4
-    f_topics: Any
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_MetadataResponse_MetadataResponseTopic_v1(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_MetadataResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        brokers=f_brokers,
-        cluster_id=f_cluster_id,
-        controller_id=f_controller_id,
-        topics=f_topics,
-    )
-    return obj, pos
-
-
-def _r_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition_v5(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_error_code, f_partition_index, f_leader_id) = _U_hii(buf, pos)
-    pos += 10
-    f_replica_nodes: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_replica_nodes = list(_unpack_from(">%di" % n, buf, pos))
-    pos += n * 4
-    f_isr_nodes: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_isr_nodes = list(_unpack_from(">%di" % n, buf, pos))
-    pos += n * 4
-    f_offline_replicas: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_offline_replicas = list(_unpack_from(">%di" % n, buf, pos))
-    pos += n * 4
-    obj = _C_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition(
-        error_code=f_error_code,
-        partition_index=f_partition_index,
-        leader_id=f_leader_id,
-        replica_nodes=f_replica_nodes,
-        isr_nodes=f_isr_nodes,
-        offline_replicas=f_offline_replicas,
-    )
-    return obj, pos
-
-
-def _r_MetadataResponse_MetadataResponseTopic_v5(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    f_name, pos = read_string(buf, pos)
-    (f_is_internal,) = _U_o(buf, pos)
-    pos += 1
-    f_partitions: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = _r_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition_v5(
-            buf, pos
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_MetadataResponse_MetadataResponseTopic(
-        error_code=f_error_code, name=f_name, is_internal=f_is_internal, partitions=f_partitions
-    )
+        e_topics = _new(_C_MetadataResponse_MetadataResponseTopic)
+        e_topics.topic_id = ZERO_UUID
+        e_topics.topic_authorized_operations = -2147483648
+        (e_topics.error_code,) = _U_h(buf, pos)
+        pos += 2
+        e_topics.name, pos = read_string(buf, pos)
+        (e_topics.is_internal,) = _U_o(buf, pos)
+        pos += 1
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition
+            )
+            e1_partitions.leader_epoch = -1
+            e1_partitions.offline_replicas = []
+            (e1_partitions.error_code, e1_partitions.partition_index, e1_partitions.leader_id) = (
+                _U_hii(buf, pos)
+            )
+            pos += 10
+            n2, pos = read_array_len(buf, pos, False)
+            e1_partitions.replica_nodes = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            n2, pos = read_array_len(buf, pos, False)
+            e1_partitions.isr_nodes = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_MetadataResponse_v5(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    obj = _new(_C_MetadataResponse)
+    obj.cluster_authorized_operations = -2147483648
+    obj.error_code = 0
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    f_brokers: Any
     n, pos = read_array_len(buf, pos, False)
-    f_brokers = []
+    e_brokers: Any
+    a_brokers: list[Any] = []
     for _ in range(n):
-        e_brokers, pos = _r_MetadataResponse_MetadataResponseBroker_v1(buf, pos)
-        f_brokers.append(e_brokers)
-    f_cluster_id: Any
-    f_cluster_id, pos = read_nullable_string(buf, pos)
-    (f_controller_id,) = _U_i(buf, pos)
+        e_brokers = _new(_C_MetadataResponse_MetadataResponseBroker)
+        (e_brokers.node_id,) = _U_i(buf, pos)
+        pos += 4
+        e_brokers.host, pos = read_string(buf, pos)
+        (e_brokers.port,) = _U_i(buf, pos)
+        pos += 4
+        e_brokers.rack, pos = read_nullable_string(buf, pos)
+        a_brokers.append(e_brokers)
+    obj.brokers = a_brokers
+    obj.cluster_id, pos = read_nullable_string(buf, pos)
+    (obj.controller_id,) = _U_i(buf, pos)
     pos += 4
-    f_topics: Any
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_MetadataResponse_MetadataResponseTopic_v5(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_MetadataResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        brokers=f_brokers,
-        cluster_id=f_cluster_id,
-        controller_id=f_controller_id,
-        topics=f_topics,
-    )
-    return obj, pos
-
-
-def _r_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition_v7(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_error_code, f_partition_index, f_leader_id, f_leader_epoch) = _U_hiii(buf, pos)
-    pos += 14
-    f_replica_nodes: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_replica_nodes = list(_unpack_from(">%di" % n, buf, pos))
-    pos += n * 4
-    f_isr_nodes: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_isr_nodes = list(_unpack_from(">%di" % n, buf, pos))
-    pos += n * 4
-    f_offline_replicas: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_offline_replicas = list(_unpack_from(">%di" % n, buf, pos))
-    pos += n * 4
-    obj = _C_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition(
-        error_code=f_error_code,
-        partition_index=f_partition_index,
-        leader_id=f_leader_id,
-        leader_epoch=f_leader_epoch,
-        replica_nodes=f_replica_nodes,
-        isr_nodes=f_isr_nodes,
-        offline_replicas=f_offline_replicas,
-    )
-    return obj, pos
-
-
-def _r_MetadataResponse_MetadataResponseTopic_v7(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    f_name, pos = read_string(buf, pos)
-    (f_is_internal,) = _U_o(buf, pos)
-    pos += 1
-    f_partitions: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = _r_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition_v7(
-            buf, pos
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_MetadataResponse_MetadataResponseTopic(
-        error_code=f_error_code, name=f_name, is_internal=f_is_internal, partitions=f_partitions
-    )
+        e_topics = _new(_C_MetadataResponse_MetadataResponseTopic)
+        e_topics.topic_id = ZERO_UUID
+        e_topics.topic_authorized_operations = -2147483648
+        (e_topics.error_code,) = _U_h(buf, pos)
+        pos += 2
+        e_topics.name, pos = read_string(buf, pos)
+        (e_topics.is_internal,) = _U_o(buf, pos)
+        pos += 1
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition
+            )
+            e1_partitions.leader_epoch = -1
+            (e1_partitions.error_code, e1_partitions.partition_index, e1_partitions.leader_id) = (
+                _U_hii(buf, pos)
+            )
+            pos += 10
+            n2, pos = read_array_len(buf, pos, False)
+            e1_partitions.replica_nodes = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            n2, pos = read_array_len(buf, pos, False)
+            e1_partitions.isr_nodes = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            n2, pos = read_array_len(buf, pos, False)
+            e1_partitions.offline_replicas = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_MetadataResponse_v7(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    obj = _new(_C_MetadataResponse)
+    obj.cluster_authorized_operations = -2147483648
+    obj.error_code = 0
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    f_brokers: Any
     n, pos = read_array_len(buf, pos, False)
-    f_brokers = []
+    e_brokers: Any
+    a_brokers: list[Any] = []
     for _ in range(n):
-        e_brokers, pos = _r_MetadataResponse_MetadataResponseBroker_v1(buf, pos)
-        f_brokers.append(e_brokers)
-    f_cluster_id: Any
-    f_cluster_id, pos = read_nullable_string(buf, pos)
-    (f_controller_id,) = _U_i(buf, pos)
+        e_brokers = _new(_C_MetadataResponse_MetadataResponseBroker)
+        (e_brokers.node_id,) = _U_i(buf, pos)
+        pos += 4
+        e_brokers.host, pos = read_string(buf, pos)
+        (e_brokers.port,) = _U_i(buf, pos)
+        pos += 4
+        e_brokers.rack, pos = read_nullable_string(buf, pos)
+        a_brokers.append(e_brokers)
+    obj.brokers = a_brokers
+    obj.cluster_id, pos = read_nullable_string(buf, pos)
+    (obj.controller_id,) = _U_i(buf, pos)
     pos += 4
-    f_topics: Any
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_MetadataResponse_MetadataResponseTopic_v7(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_MetadataResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        brokers=f_brokers,
-        cluster_id=f_cluster_id,
-        controller_id=f_controller_id,
-        topics=f_topics,
-    )
-    return obj, pos
-
-
-def _r_MetadataResponse_MetadataResponseTopic_v8(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    f_name, pos = read_string(buf, pos)
-    (f_is_internal,) = _U_o(buf, pos)
-    pos += 1
-    f_partitions: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = _r_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition_v7(
-            buf, pos
-        )
-        f_partitions.append(e_partitions)
-    (f_topic_authorized_operations,) = _U_i(buf, pos)
-    pos += 4
-    obj = _C_MetadataResponse_MetadataResponseTopic(
-        error_code=f_error_code,
-        name=f_name,
-        is_internal=f_is_internal,
-        partitions=f_partitions,
-        topic_authorized_operations=f_topic_authorized_operations,
-    )
+        e_topics = _new(_C_MetadataResponse_MetadataResponseTopic)
+        e_topics.topic_id = ZERO_UUID
+        e_topics.topic_authorized_operations = -2147483648
+        (e_topics.error_code,) = _U_h(buf, pos)
+        pos += 2
+        e_topics.name, pos = read_string(buf, pos)
+        (e_topics.is_internal,) = _U_o(buf, pos)
+        pos += 1
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition
+            )
+            (
+                e1_partitions.error_code,
+                e1_partitions.partition_index,
+                e1_partitions.leader_id,
+                e1_partitions.leader_epoch,
+            ) = _U_hiii(buf, pos)
+            pos += 14
+            n2, pos = read_array_len(buf, pos, False)
+            e1_partitions.replica_nodes = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            n2, pos = read_array_len(buf, pos, False)
+            e1_partitions.isr_nodes = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            n2, pos = read_array_len(buf, pos, False)
+            e1_partitions.offline_replicas = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_MetadataResponse_v8(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    obj = _new(_C_MetadataResponse)
+    obj.error_code = 0
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    f_brokers: Any
     n, pos = read_array_len(buf, pos, False)
-    f_brokers = []
+    e_brokers: Any
+    a_brokers: list[Any] = []
     for _ in range(n):
-        e_brokers, pos = _r_MetadataResponse_MetadataResponseBroker_v1(buf, pos)
-        f_brokers.append(e_brokers)
-    f_cluster_id: Any
-    f_cluster_id, pos = read_nullable_string(buf, pos)
-    (f_controller_id,) = _U_i(buf, pos)
+        e_brokers = _new(_C_MetadataResponse_MetadataResponseBroker)
+        (e_brokers.node_id,) = _U_i(buf, pos)
+        pos += 4
+        e_brokers.host, pos = read_string(buf, pos)
+        (e_brokers.port,) = _U_i(buf, pos)
+        pos += 4
+        e_brokers.rack, pos = read_nullable_string(buf, pos)
+        a_brokers.append(e_brokers)
+    obj.brokers = a_brokers
+    obj.cluster_id, pos = read_nullable_string(buf, pos)
+    (obj.controller_id,) = _U_i(buf, pos)
     pos += 4
-    f_topics: Any
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_MetadataResponse_MetadataResponseTopic_v8(buf, pos)
-        f_topics.append(e_topics)
-    (f_cluster_authorized_operations,) = _U_i(buf, pos)
-    pos += 4
-    obj = _C_MetadataResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        brokers=f_brokers,
-        cluster_id=f_cluster_id,
-        controller_id=f_controller_id,
-        topics=f_topics,
-        cluster_authorized_operations=f_cluster_authorized_operations,
-    )
-    return obj, pos
-
-
-def _r_MetadataResponse_MetadataResponseBroker_v9(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_node_id,) = _U_i(buf, pos)
-    pos += 4
-    f_host, pos = read_compact_string(buf, pos)
-    (f_port,) = _U_i(buf, pos)
-    pos += 4
-    f_rack: Any
-    f_rack, pos = read_compact_nullable_string(buf, pos)
-    obj = _C_MetadataResponse_MetadataResponseBroker(
-        node_id=f_node_id, host=f_host, port=f_port, rack=f_rack
-    )
-    if buf[pos] == 0:
+        e_topics = _new(_C_MetadataResponse_MetadataResponseTopic)
+        e_topics.topic_id = ZERO_UUID
+        (e_topics.error_code,) = _U_h(buf, pos)
+        pos += 2
+        e_topics.name, pos = read_string(buf, pos)
+        (e_topics.is_internal,) = _U_o(buf, pos)
         pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition_v9(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_error_code, f_partition_index, f_leader_id, f_leader_epoch) = _U_hiii(buf, pos)
-    pos += 14
-    f_replica_nodes: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_replica_nodes = list(_unpack_from(">%di" % n, buf, pos))
-    pos += n * 4
-    f_isr_nodes: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_isr_nodes = list(_unpack_from(">%di" % n, buf, pos))
-    pos += n * 4
-    f_offline_replicas: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_offline_replicas = list(_unpack_from(">%di" % n, buf, pos))
-    pos += n * 4
-    obj = _C_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition(
-        error_code=f_error_code,
-        partition_index=f_partition_index,
-        leader_id=f_leader_id,
-        leader_epoch=f_leader_epoch,
-        replica_nodes=f_replica_nodes,
-        isr_nodes=f_isr_nodes,
-        offline_replicas=f_offline_replicas,
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_MetadataResponse_MetadataResponseTopic_v9(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    f_name, pos = read_compact_string(buf, pos)
-    (f_is_internal,) = _U_o(buf, pos)
-    pos += 1
-    f_partitions: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = _r_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition_v9(
-            buf, pos
-        )
-        f_partitions.append(e_partitions)
-    (f_topic_authorized_operations,) = _U_i(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition
+            )
+            (
+                e1_partitions.error_code,
+                e1_partitions.partition_index,
+                e1_partitions.leader_id,
+                e1_partitions.leader_epoch,
+            ) = _U_hiii(buf, pos)
+            pos += 14
+            n2, pos = read_array_len(buf, pos, False)
+            e1_partitions.replica_nodes = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            n2, pos = read_array_len(buf, pos, False)
+            e1_partitions.isr_nodes = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            n2, pos = read_array_len(buf, pos, False)
+            e1_partitions.offline_replicas = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        (e_topics.topic_authorized_operations,) = _U_i(buf, pos)
+        pos += 4
+        a_topics.append(e_topics)
+    obj.topics = a_topics
+    (obj.cluster_authorized_operations,) = _U_i(buf, pos)
     pos += 4
-    obj = _C_MetadataResponse_MetadataResponseTopic(
-        error_code=f_error_code,
-        name=f_name,
-        is_internal=f_is_internal,
-        partitions=f_partitions,
-        topic_authorized_operations=f_topic_authorized_operations,
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
     return obj, pos
 
 
 def _r_MetadataResponse_v9(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_MetadataResponse)
+    obj.error_code = 0
+    (obj.throttle_time_ms, n) = _U_iB(buf, pos)
     pos += 4
-    f_brokers: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_brokers = []
-    for _ in range(n):
-        e_brokers, pos = _r_MetadataResponse_MetadataResponseBroker_v9(buf, pos)
-        f_brokers.append(e_brokers)
-    f_cluster_id: Any
-    f_cluster_id, pos = read_compact_nullable_string(buf, pos)
-    (f_controller_id,) = _U_i(buf, pos)
-    pos += 4
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
-    for _ in range(n):
-        e_topics, pos = _r_MetadataResponse_MetadataResponseTopic_v9(buf, pos)
-        f_topics.append(e_topics)
-    (f_cluster_authorized_operations,) = _U_i(buf, pos)
-    pos += 4
-    obj = _C_MetadataResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        brokers=f_brokers,
-        cluster_id=f_cluster_id,
-        controller_id=f_controller_id,
-        topics=f_topics,
-        cluster_authorized_operations=f_cluster_authorized_operations,
-    )
-    if buf[pos] == 0:
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
         pos += 1
     else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_MetadataResponse_MetadataResponseTopic_v10(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    f_name, pos = read_compact_string(buf, pos)
-    f_topic_id, pos = read_uuid(buf, pos)
-    (f_is_internal,) = _U_o(buf, pos)
-    pos += 1
-    f_partitions: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partitions = []
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_brokers: Any
+    a_brokers: list[Any] = []
     for _ in range(n):
-        e_partitions, pos = _r_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition_v9(
-            buf, pos
-        )
-        f_partitions.append(e_partitions)
-    (f_topic_authorized_operations,) = _U_i(buf, pos)
+        e_brokers = _new(_C_MetadataResponse_MetadataResponseBroker)
+        (e_brokers.node_id, n1) = _U_iB(buf, pos)
+        pos += 4
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_brokers.host = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_brokers.host, pos = read_compact_string(buf, pos)
+        (e_brokers.port, n1) = _U_iB(buf, pos)
+        pos += 4
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_brokers.rack = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_brokers.rack, pos = read_compact_nullable_string(buf, pos)
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_brokers.append(e_brokers)
+    obj.brokers = a_brokers
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.cluster_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.cluster_id, pos = read_compact_nullable_string(buf, pos)
+    (obj.controller_id, n) = _U_iB(buf, pos)
     pos += 4
-    obj = _C_MetadataResponse_MetadataResponseTopic(
-        error_code=f_error_code,
-        name=f_name,
-        topic_id=f_topic_id,
-        is_internal=f_is_internal,
-        partitions=f_partitions,
-        topic_authorized_operations=f_topic_authorized_operations,
-    )
-    if buf[pos] == 0:
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topics: Any
+    a_topics: list[Any] = []
+    for _ in range(n):
+        e_topics = _new(_C_MetadataResponse_MetadataResponseTopic)
+        e_topics.topic_id = ZERO_UUID
+        (e_topics.error_code, n1) = _U_hB(buf, pos)
+        pos += 2
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_topics.name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_topics.name, pos = read_compact_string(buf, pos)
+        (e_topics.is_internal, n1) = _U_oB(buf, pos)
+        pos += 1
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition
+            )
+            (
+                e1_partitions.error_code,
+                e1_partitions.partition_index,
+                e1_partitions.leader_id,
+                e1_partitions.leader_epoch,
+                n2,
+            ) = _U_hiiiB(buf, pos)
+            pos += 14
+            if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                n2 -= 1
+                pos += 1
+            else:
+                n2, pos = read_compact_array_len(buf, pos, False)
+            e1_partitions.replica_nodes = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            n2 = buf[pos]
+            if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                n2 -= 1
+                pos += 1
+            else:
+                n2, pos = read_compact_array_len(buf, pos, False)
+            e1_partitions.isr_nodes = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            n2 = buf[pos]
+            if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                n2 -= 1
+                pos += 1
+            else:
+                n2, pos = read_compact_array_len(buf, pos, False)
+            e1_partitions.offline_replicas = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            if buf[pos] == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        (e_topics.topic_authorized_operations, n1) = _U_iB(buf, pos)
+        pos += 4
+        if n1 == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
+    (obj.cluster_authorized_operations, n) = _U_iB(buf, pos)
+    pos += 4
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -1083,35 +1148,130 @@ def _r_MetadataResponse_MetadataResponseTopic_v10(buf: memoryview, pos: int) -> 
 
 
 def _r_MetadataResponse_v10(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_MetadataResponse)
+    obj.error_code = 0
+    (obj.throttle_time_ms, n) = _U_iB(buf, pos)
     pos += 4
-    f_brokers: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_brokers = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_brokers: Any
+    a_brokers: list[Any] = []
     for _ in range(n):
-        e_brokers, pos = _r_MetadataResponse_MetadataResponseBroker_v9(buf, pos)
-        f_brokers.append(e_brokers)
-    f_cluster_id: Any
-    f_cluster_id, pos = read_compact_nullable_string(buf, pos)
-    (f_controller_id,) = _U_i(buf, pos)
+        e_brokers = _new(_C_MetadataResponse_MetadataResponseBroker)
+        (e_brokers.node_id, n1) = _U_iB(buf, pos)
+        pos += 4
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_brokers.host = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_brokers.host, pos = read_compact_string(buf, pos)
+        (e_brokers.port, n1) = _U_iB(buf, pos)
+        pos += 4
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_brokers.rack = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_brokers.rack, pos = read_compact_nullable_string(buf, pos)
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_brokers.append(e_brokers)
+    obj.brokers = a_brokers
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.cluster_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.cluster_id, pos = read_compact_nullable_string(buf, pos)
+    (obj.controller_id, n) = _U_iB(buf, pos)
     pos += 4
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_MetadataResponse_MetadataResponseTopic_v10(buf, pos)
-        f_topics.append(e_topics)
-    (f_cluster_authorized_operations,) = _U_i(buf, pos)
+        e_topics = _new(_C_MetadataResponse_MetadataResponseTopic)
+        (e_topics.error_code, n1) = _U_hB(buf, pos)
+        pos += 2
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_topics.name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_topics.name, pos = read_compact_string(buf, pos)
+        e_topics.topic_id, pos = read_uuid(buf, pos)
+        (e_topics.is_internal, n1) = _U_oB(buf, pos)
+        pos += 1
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition
+            )
+            (
+                e1_partitions.error_code,
+                e1_partitions.partition_index,
+                e1_partitions.leader_id,
+                e1_partitions.leader_epoch,
+                n2,
+            ) = _U_hiiiB(buf, pos)
+            pos += 14
+            if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                n2 -= 1
+                pos += 1
+            else:
+                n2, pos = read_compact_array_len(buf, pos, False)
+            e1_partitions.replica_nodes = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            n2 = buf[pos]
+            if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                n2 -= 1
+                pos += 1
+            else:
+                n2, pos = read_compact_array_len(buf, pos, False)
+            e1_partitions.isr_nodes = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            n2 = buf[pos]
+            if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                n2 -= 1
+                pos += 1
+            else:
+                n2, pos = read_compact_array_len(buf, pos, False)
+            e1_partitions.offline_replicas = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            if buf[pos] == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        (e_topics.topic_authorized_operations, n1) = _U_iB(buf, pos)
+        pos += 4
+        if n1 == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
+    (obj.cluster_authorized_operations, n) = _U_iB(buf, pos)
     pos += 4
-    obj = _C_MetadataResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        brokers=f_brokers,
-        cluster_id=f_cluster_id,
-        controller_id=f_controller_id,
-        topics=f_topics,
-        cluster_authorized_operations=f_cluster_authorized_operations,
-    )
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -1119,64 +1279,128 @@ def _r_MetadataResponse_v10(buf: memoryview, pos: int) -> tuple[Any, int]:
 
 
 def _r_MetadataResponse_v11(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_MetadataResponse)
+    obj.cluster_authorized_operations = -2147483648
+    obj.error_code = 0
+    (obj.throttle_time_ms, n) = _U_iB(buf, pos)
     pos += 4
-    f_brokers: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_brokers = []
-    for _ in range(n):
-        e_brokers, pos = _r_MetadataResponse_MetadataResponseBroker_v9(buf, pos)
-        f_brokers.append(e_brokers)
-    f_cluster_id: Any
-    f_cluster_id, pos = read_compact_nullable_string(buf, pos)
-    (f_controller_id,) = _U_i(buf, pos)
-    pos += 4
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
-    for _ in range(n):
-        e_topics, pos = _r_MetadataResponse_MetadataResponseTopic_v10(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_MetadataResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        brokers=f_brokers,
-        cluster_id=f_cluster_id,
-        controller_id=f_controller_id,
-        topics=f_topics,
-    )
-    if buf[pos] == 0:
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
         pos += 1
     else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_MetadataResponse_MetadataResponseTopic_v12(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    f_name: Any
-    f_name, pos = read_compact_nullable_string(buf, pos)
-    f_topic_id, pos = read_uuid(buf, pos)
-    (f_is_internal,) = _U_o(buf, pos)
-    pos += 1
-    f_partitions: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partitions = []
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_brokers: Any
+    a_brokers: list[Any] = []
     for _ in range(n):
-        e_partitions, pos = _r_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition_v9(
-            buf, pos
-        )
-        f_partitions.append(e_partitions)
-    (f_topic_authorized_operations,) = _U_i(buf, pos)
+        e_brokers = _new(_C_MetadataResponse_MetadataResponseBroker)
+        (e_brokers.node_id, n1) = _U_iB(buf, pos)
+        pos += 4
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_brokers.host = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_brokers.host, pos = read_compact_string(buf, pos)
+        (e_brokers.port, n1) = _U_iB(buf, pos)
+        pos += 4
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_brokers.rack = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_brokers.rack, pos = read_compact_nullable_string(buf, pos)
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_brokers.append(e_brokers)
+    obj.brokers = a_brokers
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.cluster_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.cluster_id, pos = read_compact_nullable_string(buf, pos)
+    (obj.controller_id, n) = _U_iB(buf, pos)
     pos += 4
-    obj = _C_MetadataResponse_MetadataResponseTopic(
-        error_code=f_error_code,
-        name=f_name,
-        topic_id=f_topic_id,
-        is_internal=f_is_internal,
-        partitions=f_partitions,
-        topic_authorized_operations=f_topic_authorized_operations,
-    )
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topics: Any
+    a_topics: list[Any] = []
+    for _ in range(n):
+        e_topics = _new(_C_MetadataResponse_MetadataResponseTopic)
+        (e_topics.error_code, n1) = _U_hB(buf, pos)
+        pos += 2
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_topics.name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_topics.name, pos = read_compact_string(buf, pos)
+        e_topics.topic_id, pos = read_uuid(buf, pos)
+        (e_topics.is_internal, n1) = _U_oB(buf, pos)
+        pos += 1
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition
+            )
+            (
+                e1_partitions.error_code,
+                e1_partitions.partition_index,
+                e1_partitions.leader_id,
+                e1_partitions.leader_epoch,
+                n2,
+            ) = _U_hiiiB(buf, pos)
+            pos += 14
+            if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                n2 -= 1
+                pos += 1
+            else:
+                n2, pos = read_compact_array_len(buf, pos, False)
+            e1_partitions.replica_nodes = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            n2 = buf[pos]
+            if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                n2 -= 1
+                pos += 1
+            else:
+                n2, pos = read_compact_array_len(buf, pos, False)
+            e1_partitions.isr_nodes = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            n2 = buf[pos]
+            if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                n2 -= 1
+                pos += 1
+            else:
+                n2, pos = read_compact_array_len(buf, pos, False)
+            e1_partitions.offline_replicas = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            if buf[pos] == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        (e_topics.topic_authorized_operations, n1) = _U_iB(buf, pos)
+        pos += 4
+        if n1 == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     if buf[pos] == 0:
         pos += 1
     else:
@@ -1185,31 +1409,128 @@ def _r_MetadataResponse_MetadataResponseTopic_v12(buf: memoryview, pos: int) -> 
 
 
 def _r_MetadataResponse_v12(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_MetadataResponse)
+    obj.cluster_authorized_operations = -2147483648
+    obj.error_code = 0
+    (obj.throttle_time_ms, n) = _U_iB(buf, pos)
     pos += 4
-    f_brokers: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_brokers = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_brokers: Any
+    a_brokers: list[Any] = []
     for _ in range(n):
-        e_brokers, pos = _r_MetadataResponse_MetadataResponseBroker_v9(buf, pos)
-        f_brokers.append(e_brokers)
-    f_cluster_id: Any
-    f_cluster_id, pos = read_compact_nullable_string(buf, pos)
-    (f_controller_id,) = _U_i(buf, pos)
+        e_brokers = _new(_C_MetadataResponse_MetadataResponseBroker)
+        (e_brokers.node_id, n1) = _U_iB(buf, pos)
+        pos += 4
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_brokers.host = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_brokers.host, pos = read_compact_string(buf, pos)
+        (e_brokers.port, n1) = _U_iB(buf, pos)
+        pos += 4
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_brokers.rack = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_brokers.rack, pos = read_compact_nullable_string(buf, pos)
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_brokers.append(e_brokers)
+    obj.brokers = a_brokers
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.cluster_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.cluster_id, pos = read_compact_nullable_string(buf, pos)
+    (obj.controller_id, n) = _U_iB(buf, pos)
     pos += 4
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_MetadataResponse_MetadataResponseTopic_v12(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_MetadataResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        brokers=f_brokers,
-        cluster_id=f_cluster_id,
-        controller_id=f_controller_id,
-        topics=f_topics,
-    )
+        e_topics = _new(_C_MetadataResponse_MetadataResponseTopic)
+        (e_topics.error_code, n1) = _U_hB(buf, pos)
+        pos += 2
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_topics.name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_topics.name, pos = read_compact_nullable_string(buf, pos)
+        e_topics.topic_id, pos = read_uuid(buf, pos)
+        (e_topics.is_internal, n1) = _U_oB(buf, pos)
+        pos += 1
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition
+            )
+            (
+                e1_partitions.error_code,
+                e1_partitions.partition_index,
+                e1_partitions.leader_id,
+                e1_partitions.leader_epoch,
+                n2,
+            ) = _U_hiiiB(buf, pos)
+            pos += 14
+            if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                n2 -= 1
+                pos += 1
+            else:
+                n2, pos = read_compact_array_len(buf, pos, False)
+            e1_partitions.replica_nodes = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            n2 = buf[pos]
+            if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                n2 -= 1
+                pos += 1
+            else:
+                n2, pos = read_compact_array_len(buf, pos, False)
+            e1_partitions.isr_nodes = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            n2 = buf[pos]
+            if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                n2 -= 1
+                pos += 1
+            else:
+                n2, pos = read_compact_array_len(buf, pos, False)
+            e1_partitions.offline_replicas = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            if buf[pos] == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        (e_topics.topic_authorized_operations, n1) = _U_iB(buf, pos)
+        pos += 4
+        if n1 == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     if buf[pos] == 0:
         pos += 1
     else:
@@ -1218,119 +1539,213 @@ def _r_MetadataResponse_v12(buf: memoryview, pos: int) -> tuple[Any, int]:
 
 
 def _r_MetadataResponse_v13(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_MetadataResponse)
+    obj.cluster_authorized_operations = -2147483648
+    (obj.throttle_time_ms, n) = _U_iB(buf, pos)
     pos += 4
-    f_brokers: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_brokers = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_brokers: Any
+    a_brokers: list[Any] = []
     for _ in range(n):
-        e_brokers, pos = _r_MetadataResponse_MetadataResponseBroker_v9(buf, pos)
-        f_brokers.append(e_brokers)
-    f_cluster_id: Any
-    f_cluster_id, pos = read_compact_nullable_string(buf, pos)
-    (f_controller_id,) = _U_i(buf, pos)
+        e_brokers = _new(_C_MetadataResponse_MetadataResponseBroker)
+        (e_brokers.node_id, n1) = _U_iB(buf, pos)
+        pos += 4
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_brokers.host = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_brokers.host, pos = read_compact_string(buf, pos)
+        (e_brokers.port, n1) = _U_iB(buf, pos)
+        pos += 4
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_brokers.rack = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_brokers.rack, pos = read_compact_nullable_string(buf, pos)
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_brokers.append(e_brokers)
+    obj.brokers = a_brokers
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.cluster_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.cluster_id, pos = read_compact_nullable_string(buf, pos)
+    (obj.controller_id, n) = _U_iB(buf, pos)
     pos += 4
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_MetadataResponse_MetadataResponseTopic_v12(buf, pos)
-        f_topics.append(e_topics)
-    (f_error_code,) = _U_h(buf, pos)
+        e_topics = _new(_C_MetadataResponse_MetadataResponseTopic)
+        (e_topics.error_code, n1) = _U_hB(buf, pos)
+        pos += 2
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_topics.name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_topics.name, pos = read_compact_nullable_string(buf, pos)
+        e_topics.topic_id, pos = read_uuid(buf, pos)
+        (e_topics.is_internal, n1) = _U_oB(buf, pos)
+        pos += 1
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition
+            )
+            (
+                e1_partitions.error_code,
+                e1_partitions.partition_index,
+                e1_partitions.leader_id,
+                e1_partitions.leader_epoch,
+                n2,
+            ) = _U_hiiiB(buf, pos)
+            pos += 14
+            if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                n2 -= 1
+                pos += 1
+            else:
+                n2, pos = read_compact_array_len(buf, pos, False)
+            e1_partitions.replica_nodes = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            n2 = buf[pos]
+            if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                n2 -= 1
+                pos += 1
+            else:
+                n2, pos = read_compact_array_len(buf, pos, False)
+            e1_partitions.isr_nodes = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            n2 = buf[pos]
+            if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                n2 -= 1
+                pos += 1
+            else:
+                n2, pos = read_compact_array_len(buf, pos, False)
+            e1_partitions.offline_replicas = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            if buf[pos] == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        (e_topics.topic_authorized_operations, n1) = _U_iB(buf, pos)
+        pos += 4
+        if n1 == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
+    (obj.error_code, n) = _U_hB(buf, pos)
     pos += 2
-    obj = _C_MetadataResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        brokers=f_brokers,
-        cluster_id=f_cluster_id,
-        controller_id=f_controller_id,
-        topics=f_topics,
-        error_code=f_error_code,
-    )
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
     return obj, pos
 
 
-def _w_MetadataResponse_MetadataResponseBroker_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_i(o.node_id)
-    buf += write_string(o.host)
-    buf += _P_i(o.port)
-
-
-def _w_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_hii(o.error_code, o.partition_index, o.leader_id)
-    a_replica_nodes = o.replica_nodes
-    buf += _P_i(len(a_replica_nodes))
-    buf += _pack(">%di" % len(a_replica_nodes), *a_replica_nodes)
-    a_isr_nodes = o.isr_nodes
-    buf += _P_i(len(a_isr_nodes))
-    buf += _pack(">%di" % len(a_isr_nodes), *a_isr_nodes)
-
-
-def _w_MetadataResponse_MetadataResponseTopic_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_h(o.error_code)
-    buf += write_string(o.name)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    for e in a_partitions:
-        _w_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition_v0(e, buf, out)
-
-
 def _w_MetadataResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_brokers = o.brokers
     buf += _P_i(len(a_brokers))
     for e in a_brokers:
-        _w_MetadataResponse_MetadataResponseBroker_v0(e, buf, out)
+        buf += _P_i(e.node_id)
+        buf += write_string(e.host)
+        buf += _P_i(e.port)
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_MetadataResponse_MetadataResponseTopic_v0(e, buf, out)
-
-
-def _w_MetadataResponse_MetadataResponseBroker_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_i(o.node_id)
-    buf += write_string(o.host)
-    buf += _P_i(o.port)
-    buf += write_nullable_string(o.rack)
-
-
-def _w_MetadataResponse_MetadataResponseTopic_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_h(o.error_code)
-    buf += write_string(o.name)
-    buf += _P_o(o.is_internal)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    for e in a_partitions:
-        _w_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition_v0(e, buf, out)
+        buf += _P_h(e.error_code)
+        buf += write_string(e.name)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_hii(e1.error_code, e1.partition_index, e1.leader_id)
+            a2_replica_nodes = e1.replica_nodes
+            buf += _P_i(len(a2_replica_nodes))
+            buf += _pack(">%di" % len(a2_replica_nodes), *a2_replica_nodes)
+            a2_isr_nodes = e1.isr_nodes
+            buf += _P_i(len(a2_isr_nodes))
+            buf += _pack(">%di" % len(a2_isr_nodes), *a2_isr_nodes)
 
 
 def _w_MetadataResponse_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_brokers = o.brokers
     buf += _P_i(len(a_brokers))
     for e in a_brokers:
-        _w_MetadataResponse_MetadataResponseBroker_v1(e, buf, out)
+        buf += _P_i(e.node_id)
+        buf += write_string(e.host)
+        buf += _P_i(e.port)
+        buf += write_nullable_string(e.rack)
     buf += _P_i(o.controller_id)
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_MetadataResponse_MetadataResponseTopic_v1(e, buf, out)
+        buf += _P_h(e.error_code)
+        buf += write_string(e.name)
+        buf += _P_o(e.is_internal)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_hii(e1.error_code, e1.partition_index, e1.leader_id)
+            a2_replica_nodes = e1.replica_nodes
+            buf += _P_i(len(a2_replica_nodes))
+            buf += _pack(">%di" % len(a2_replica_nodes), *a2_replica_nodes)
+            a2_isr_nodes = e1.isr_nodes
+            buf += _P_i(len(a2_isr_nodes))
+            buf += _pack(">%di" % len(a2_isr_nodes), *a2_isr_nodes)
 
 
 def _w_MetadataResponse_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_brokers = o.brokers
     buf += _P_i(len(a_brokers))
     for e in a_brokers:
-        _w_MetadataResponse_MetadataResponseBroker_v1(e, buf, out)
+        buf += _P_i(e.node_id)
+        buf += write_string(e.host)
+        buf += _P_i(e.port)
+        buf += write_nullable_string(e.rack)
     buf += write_nullable_string(o.cluster_id)
     buf += _P_i(o.controller_id)
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_MetadataResponse_MetadataResponseTopic_v1(e, buf, out)
+        buf += _P_h(e.error_code)
+        buf += write_string(e.name)
+        buf += _P_o(e.is_internal)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_hii(e1.error_code, e1.partition_index, e1.leader_id)
+            a2_replica_nodes = e1.replica_nodes
+            buf += _P_i(len(a2_replica_nodes))
+            buf += _pack(">%di" % len(a2_replica_nodes), *a2_replica_nodes)
+            a2_isr_nodes = e1.isr_nodes
+            buf += _P_i(len(a2_isr_nodes))
+            buf += _pack(">%di" % len(a2_isr_nodes), *a2_isr_nodes)
 
 
 def _w_MetadataResponse_v3(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -1338,38 +1753,28 @@ def _w_MetadataResponse_v3(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_brokers = o.brokers
     buf += _P_i(len(a_brokers))
     for e in a_brokers:
-        _w_MetadataResponse_MetadataResponseBroker_v1(e, buf, out)
+        buf += _P_i(e.node_id)
+        buf += write_string(e.host)
+        buf += _P_i(e.port)
+        buf += write_nullable_string(e.rack)
     buf += write_nullable_string(o.cluster_id)
     buf += _P_i(o.controller_id)
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_MetadataResponse_MetadataResponseTopic_v1(e, buf, out)
-
-
-def _w_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition_v5(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_hii(o.error_code, o.partition_index, o.leader_id)
-    a_replica_nodes = o.replica_nodes
-    buf += _P_i(len(a_replica_nodes))
-    buf += _pack(">%di" % len(a_replica_nodes), *a_replica_nodes)
-    a_isr_nodes = o.isr_nodes
-    buf += _P_i(len(a_isr_nodes))
-    buf += _pack(">%di" % len(a_isr_nodes), *a_isr_nodes)
-    a_offline_replicas = o.offline_replicas
-    buf += _P_i(len(a_offline_replicas))
-    buf += _pack(">%di" % len(a_offline_replicas), *a_offline_replicas)
-
-
-def _w_MetadataResponse_MetadataResponseTopic_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_h(o.error_code)
-    buf += write_string(o.name)
-    buf += _P_o(o.is_internal)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    for e in a_partitions:
-        _w_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition_v5(e, buf, out)
+        buf += _P_h(e.error_code)
+        buf += write_string(e.name)
+        buf += _P_o(e.is_internal)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_hii(e1.error_code, e1.partition_index, e1.leader_id)
+            a2_replica_nodes = e1.replica_nodes
+            buf += _P_i(len(a2_replica_nodes))
+            buf += _pack(">%di" % len(a2_replica_nodes), *a2_replica_nodes)
+            a2_isr_nodes = e1.isr_nodes
+            buf += _P_i(len(a2_isr_nodes))
+            buf += _pack(">%di" % len(a2_isr_nodes), *a2_isr_nodes)
 
 
 def _w_MetadataResponse_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -1377,38 +1782,31 @@ def _w_MetadataResponse_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_brokers = o.brokers
     buf += _P_i(len(a_brokers))
     for e in a_brokers:
-        _w_MetadataResponse_MetadataResponseBroker_v1(e, buf, out)
+        buf += _P_i(e.node_id)
+        buf += write_string(e.host)
+        buf += _P_i(e.port)
+        buf += write_nullable_string(e.rack)
     buf += write_nullable_string(o.cluster_id)
     buf += _P_i(o.controller_id)
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_MetadataResponse_MetadataResponseTopic_v5(e, buf, out)
-
-
-def _w_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition_v7(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_hiii(o.error_code, o.partition_index, o.leader_id, o.leader_epoch)
-    a_replica_nodes = o.replica_nodes
-    buf += _P_i(len(a_replica_nodes))
-    buf += _pack(">%di" % len(a_replica_nodes), *a_replica_nodes)
-    a_isr_nodes = o.isr_nodes
-    buf += _P_i(len(a_isr_nodes))
-    buf += _pack(">%di" % len(a_isr_nodes), *a_isr_nodes)
-    a_offline_replicas = o.offline_replicas
-    buf += _P_i(len(a_offline_replicas))
-    buf += _pack(">%di" % len(a_offline_replicas), *a_offline_replicas)
-
-
-def _w_MetadataResponse_MetadataResponseTopic_v7(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_h(o.error_code)
-    buf += write_string(o.name)
-    buf += _P_o(o.is_internal)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    for e in a_partitions:
-        _w_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition_v7(e, buf, out)
+        buf += _P_h(e.error_code)
+        buf += write_string(e.name)
+        buf += _P_o(e.is_internal)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_hii(e1.error_code, e1.partition_index, e1.leader_id)
+            a2_replica_nodes = e1.replica_nodes
+            buf += _P_i(len(a2_replica_nodes))
+            buf += _pack(">%di" % len(a2_replica_nodes), *a2_replica_nodes)
+            a2_isr_nodes = e1.isr_nodes
+            buf += _P_i(len(a2_isr_nodes))
+            buf += _pack(">%di" % len(a2_isr_nodes), *a2_isr_nodes)
+            a2_offline_replicas = e1.offline_replicas
+            buf += _P_i(len(a2_offline_replicas))
+            buf += _pack(">%di" % len(a2_offline_replicas), *a2_offline_replicas)
 
 
 def _w_MetadataResponse_v7(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -1416,24 +1814,31 @@ def _w_MetadataResponse_v7(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_brokers = o.brokers
     buf += _P_i(len(a_brokers))
     for e in a_brokers:
-        _w_MetadataResponse_MetadataResponseBroker_v1(e, buf, out)
+        buf += _P_i(e.node_id)
+        buf += write_string(e.host)
+        buf += _P_i(e.port)
+        buf += write_nullable_string(e.rack)
     buf += write_nullable_string(o.cluster_id)
     buf += _P_i(o.controller_id)
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_MetadataResponse_MetadataResponseTopic_v7(e, buf, out)
-
-
-def _w_MetadataResponse_MetadataResponseTopic_v8(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_h(o.error_code)
-    buf += write_string(o.name)
-    buf += _P_o(o.is_internal)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    for e in a_partitions:
-        _w_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition_v7(e, buf, out)
-    buf += _P_i(o.topic_authorized_operations)
+        buf += _P_h(e.error_code)
+        buf += write_string(e.name)
+        buf += _P_o(e.is_internal)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_hiii(e1.error_code, e1.partition_index, e1.leader_id, e1.leader_epoch)
+            a2_replica_nodes = e1.replica_nodes
+            buf += _P_i(len(a2_replica_nodes))
+            buf += _pack(">%di" % len(a2_replica_nodes), *a2_replica_nodes)
+            a2_isr_nodes = e1.isr_nodes
+            buf += _P_i(len(a2_isr_nodes))
+            buf += _pack(">%di" % len(a2_isr_nodes), *a2_isr_nodes)
+            a2_offline_replicas = e1.offline_replicas
+            buf += _P_i(len(a2_offline_replicas))
+            buf += _pack(">%di" % len(a2_offline_replicas), *a2_offline_replicas)
 
 
 def _w_MetadataResponse_v8(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -1441,93 +1846,156 @@ def _w_MetadataResponse_v8(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_brokers = o.brokers
     buf += _P_i(len(a_brokers))
     for e in a_brokers:
-        _w_MetadataResponse_MetadataResponseBroker_v1(e, buf, out)
+        buf += _P_i(e.node_id)
+        buf += write_string(e.host)
+        buf += _P_i(e.port)
+        buf += write_nullable_string(e.rack)
     buf += write_nullable_string(o.cluster_id)
     buf += _P_i(o.controller_id)
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_MetadataResponse_MetadataResponseTopic_v8(e, buf, out)
+        buf += _P_h(e.error_code)
+        buf += write_string(e.name)
+        buf += _P_o(e.is_internal)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_hiii(e1.error_code, e1.partition_index, e1.leader_id, e1.leader_epoch)
+            a2_replica_nodes = e1.replica_nodes
+            buf += _P_i(len(a2_replica_nodes))
+            buf += _pack(">%di" % len(a2_replica_nodes), *a2_replica_nodes)
+            a2_isr_nodes = e1.isr_nodes
+            buf += _P_i(len(a2_isr_nodes))
+            buf += _pack(">%di" % len(a2_isr_nodes), *a2_isr_nodes)
+            a2_offline_replicas = e1.offline_replicas
+            buf += _P_i(len(a2_offline_replicas))
+            buf += _pack(">%di" % len(a2_offline_replicas), *a2_offline_replicas)
+        buf += _P_i(e.topic_authorized_operations)
     buf += _P_i(o.cluster_authorized_operations)
-
-
-def _w_MetadataResponse_MetadataResponseBroker_v9(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_i(o.node_id)
-    buf += write_compact_string(o.host)
-    buf += _P_i(o.port)
-    buf += write_compact_nullable_string(o.rack)
-    buf.append(0)
-
-
-def _w_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition_v9(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_hiii(o.error_code, o.partition_index, o.leader_id, o.leader_epoch)
-    a_replica_nodes = o.replica_nodes
-    buf += uvarint(len(a_replica_nodes) + 1)
-    buf += _pack(">%di" % len(a_replica_nodes), *a_replica_nodes)
-    a_isr_nodes = o.isr_nodes
-    buf += uvarint(len(a_isr_nodes) + 1)
-    buf += _pack(">%di" % len(a_isr_nodes), *a_isr_nodes)
-    a_offline_replicas = o.offline_replicas
-    buf += uvarint(len(a_offline_replicas) + 1)
-    buf += _pack(">%di" % len(a_offline_replicas), *a_offline_replicas)
-    buf.append(0)
-
-
-def _w_MetadataResponse_MetadataResponseTopic_v9(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_h(o.error_code)
-    buf += write_compact_string(o.name)
-    buf += _P_o(o.is_internal)
-    a_partitions = o.partitions
-    buf += uvarint(len(a_partitions) + 1)
-    for e in a_partitions:
-        _w_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition_v9(e, buf, out)
-    buf += _P_i(o.topic_authorized_operations)
-    buf.append(0)
 
 
 def _w_MetadataResponse_v9(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
     a_brokers = o.brokers
-    buf += uvarint(len(a_brokers) + 1)
+    n = len(a_brokers) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_brokers:
-        _w_MetadataResponse_MetadataResponseBroker_v9(e, buf, out)
+        buf += _P_i(e.node_id)
+        buf += write_compact_string(e.host)
+        buf += _P_i(e.port)
+        buf += write_compact_nullable_string(e.rack)
+        buf.append(0)
     buf += write_compact_nullable_string(o.cluster_id)
     buf += _P_i(o.controller_id)
     a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
+    n = len(a_topics) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topics:
-        _w_MetadataResponse_MetadataResponseTopic_v9(e, buf, out)
+        buf += _P_h(e.error_code)
+        buf += write_compact_string(e.name)
+        buf += _P_o(e.is_internal)
+        a1_partitions = e.partitions
+        n1 = len(a1_partitions) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_partitions:
+            buf += _P_hiii(e1.error_code, e1.partition_index, e1.leader_id, e1.leader_epoch)
+            a2_replica_nodes = e1.replica_nodes
+            n2 = len(a2_replica_nodes) + 1
+            if n2 < 0x80:
+                buf.append(n2)
+            else:
+                buf += uvarint(n2)
+            buf += _pack(">%di" % len(a2_replica_nodes), *a2_replica_nodes)
+            a2_isr_nodes = e1.isr_nodes
+            n2 = len(a2_isr_nodes) + 1
+            if n2 < 0x80:
+                buf.append(n2)
+            else:
+                buf += uvarint(n2)
+            buf += _pack(">%di" % len(a2_isr_nodes), *a2_isr_nodes)
+            a2_offline_replicas = e1.offline_replicas
+            n2 = len(a2_offline_replicas) + 1
+            if n2 < 0x80:
+                buf.append(n2)
+            else:
+                buf += uvarint(n2)
+            buf += _pack(">%di" % len(a2_offline_replicas), *a2_offline_replicas)
+            buf.append(0)
+        buf += _P_i(e.topic_authorized_operations)
+        buf.append(0)
     buf += _P_i(o.cluster_authorized_operations)
-    buf.append(0)
-
-
-def _w_MetadataResponse_MetadataResponseTopic_v10(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_h(o.error_code)
-    buf += write_compact_string(o.name)
-    buf += o.topic_id.bytes
-    buf += _P_o(o.is_internal)
-    a_partitions = o.partitions
-    buf += uvarint(len(a_partitions) + 1)
-    for e in a_partitions:
-        _w_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition_v9(e, buf, out)
-    buf += _P_i(o.topic_authorized_operations)
     buf.append(0)
 
 
 def _w_MetadataResponse_v10(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
     a_brokers = o.brokers
-    buf += uvarint(len(a_brokers) + 1)
+    n = len(a_brokers) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_brokers:
-        _w_MetadataResponse_MetadataResponseBroker_v9(e, buf, out)
+        buf += _P_i(e.node_id)
+        buf += write_compact_string(e.host)
+        buf += _P_i(e.port)
+        buf += write_compact_nullable_string(e.rack)
+        buf.append(0)
     buf += write_compact_nullable_string(o.cluster_id)
     buf += _P_i(o.controller_id)
     a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
+    n = len(a_topics) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topics:
-        _w_MetadataResponse_MetadataResponseTopic_v10(e, buf, out)
+        buf += _P_h(e.error_code)
+        buf += write_compact_string(e.name)
+        buf += e.topic_id.bytes
+        buf += _P_o(e.is_internal)
+        a1_partitions = e.partitions
+        n1 = len(a1_partitions) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_partitions:
+            buf += _P_hiii(e1.error_code, e1.partition_index, e1.leader_id, e1.leader_epoch)
+            a2_replica_nodes = e1.replica_nodes
+            n2 = len(a2_replica_nodes) + 1
+            if n2 < 0x80:
+                buf.append(n2)
+            else:
+                buf += uvarint(n2)
+            buf += _pack(">%di" % len(a2_replica_nodes), *a2_replica_nodes)
+            a2_isr_nodes = e1.isr_nodes
+            n2 = len(a2_isr_nodes) + 1
+            if n2 < 0x80:
+                buf.append(n2)
+            else:
+                buf += uvarint(n2)
+            buf += _pack(">%di" % len(a2_isr_nodes), *a2_isr_nodes)
+            a2_offline_replicas = e1.offline_replicas
+            n2 = len(a2_offline_replicas) + 1
+            if n2 < 0x80:
+                buf.append(n2)
+            else:
+                buf += uvarint(n2)
+            buf += _pack(">%di" % len(a2_offline_replicas), *a2_offline_replicas)
+            buf.append(0)
+        buf += _P_i(e.topic_authorized_operations)
+        buf.append(0)
     buf += _P_i(o.cluster_authorized_operations)
     buf.append(0)
 
@@ -1535,58 +2003,186 @@ def _w_MetadataResponse_v10(o: Any, buf: bytearray, out: list[Any]) -> None:
 def _w_MetadataResponse_v11(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
     a_brokers = o.brokers
-    buf += uvarint(len(a_brokers) + 1)
+    n = len(a_brokers) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_brokers:
-        _w_MetadataResponse_MetadataResponseBroker_v9(e, buf, out)
+        buf += _P_i(e.node_id)
+        buf += write_compact_string(e.host)
+        buf += _P_i(e.port)
+        buf += write_compact_nullable_string(e.rack)
+        buf.append(0)
     buf += write_compact_nullable_string(o.cluster_id)
     buf += _P_i(o.controller_id)
     a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
+    n = len(a_topics) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topics:
-        _w_MetadataResponse_MetadataResponseTopic_v10(e, buf, out)
-    buf.append(0)
-
-
-def _w_MetadataResponse_MetadataResponseTopic_v12(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_h(o.error_code)
-    buf += write_compact_nullable_string(o.name)
-    buf += o.topic_id.bytes
-    buf += _P_o(o.is_internal)
-    a_partitions = o.partitions
-    buf += uvarint(len(a_partitions) + 1)
-    for e in a_partitions:
-        _w_MetadataResponse_MetadataResponseTopic_MetadataResponsePartition_v9(e, buf, out)
-    buf += _P_i(o.topic_authorized_operations)
+        buf += _P_h(e.error_code)
+        buf += write_compact_string(e.name)
+        buf += e.topic_id.bytes
+        buf += _P_o(e.is_internal)
+        a1_partitions = e.partitions
+        n1 = len(a1_partitions) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_partitions:
+            buf += _P_hiii(e1.error_code, e1.partition_index, e1.leader_id, e1.leader_epoch)
+            a2_replica_nodes = e1.replica_nodes
+            n2 = len(a2_replica_nodes) + 1
+            if n2 < 0x80:
+                buf.append(n2)
+            else:
+                buf += uvarint(n2)
+            buf += _pack(">%di" % len(a2_replica_nodes), *a2_replica_nodes)
+            a2_isr_nodes = e1.isr_nodes
+            n2 = len(a2_isr_nodes) + 1
+            if n2 < 0x80:
+                buf.append(n2)
+            else:
+                buf += uvarint(n2)
+            buf += _pack(">%di" % len(a2_isr_nodes), *a2_isr_nodes)
+            a2_offline_replicas = e1.offline_replicas
+            n2 = len(a2_offline_replicas) + 1
+            if n2 < 0x80:
+                buf.append(n2)
+            else:
+                buf += uvarint(n2)
+            buf += _pack(">%di" % len(a2_offline_replicas), *a2_offline_replicas)
+            buf.append(0)
+        buf += _P_i(e.topic_authorized_operations)
+        buf.append(0)
     buf.append(0)
 
 
 def _w_MetadataResponse_v12(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
     a_brokers = o.brokers
-    buf += uvarint(len(a_brokers) + 1)
+    n = len(a_brokers) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_brokers:
-        _w_MetadataResponse_MetadataResponseBroker_v9(e, buf, out)
+        buf += _P_i(e.node_id)
+        buf += write_compact_string(e.host)
+        buf += _P_i(e.port)
+        buf += write_compact_nullable_string(e.rack)
+        buf.append(0)
     buf += write_compact_nullable_string(o.cluster_id)
     buf += _P_i(o.controller_id)
     a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
+    n = len(a_topics) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topics:
-        _w_MetadataResponse_MetadataResponseTopic_v12(e, buf, out)
+        buf += _P_h(e.error_code)
+        buf += write_compact_nullable_string(e.name)
+        buf += e.topic_id.bytes
+        buf += _P_o(e.is_internal)
+        a1_partitions = e.partitions
+        n1 = len(a1_partitions) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_partitions:
+            buf += _P_hiii(e1.error_code, e1.partition_index, e1.leader_id, e1.leader_epoch)
+            a2_replica_nodes = e1.replica_nodes
+            n2 = len(a2_replica_nodes) + 1
+            if n2 < 0x80:
+                buf.append(n2)
+            else:
+                buf += uvarint(n2)
+            buf += _pack(">%di" % len(a2_replica_nodes), *a2_replica_nodes)
+            a2_isr_nodes = e1.isr_nodes
+            n2 = len(a2_isr_nodes) + 1
+            if n2 < 0x80:
+                buf.append(n2)
+            else:
+                buf += uvarint(n2)
+            buf += _pack(">%di" % len(a2_isr_nodes), *a2_isr_nodes)
+            a2_offline_replicas = e1.offline_replicas
+            n2 = len(a2_offline_replicas) + 1
+            if n2 < 0x80:
+                buf.append(n2)
+            else:
+                buf += uvarint(n2)
+            buf += _pack(">%di" % len(a2_offline_replicas), *a2_offline_replicas)
+            buf.append(0)
+        buf += _P_i(e.topic_authorized_operations)
+        buf.append(0)
     buf.append(0)
 
 
 def _w_MetadataResponse_v13(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
     a_brokers = o.brokers
-    buf += uvarint(len(a_brokers) + 1)
+    n = len(a_brokers) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_brokers:
-        _w_MetadataResponse_MetadataResponseBroker_v9(e, buf, out)
+        buf += _P_i(e.node_id)
+        buf += write_compact_string(e.host)
+        buf += _P_i(e.port)
+        buf += write_compact_nullable_string(e.rack)
+        buf.append(0)
     buf += write_compact_nullable_string(o.cluster_id)
     buf += _P_i(o.controller_id)
     a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
+    n = len(a_topics) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topics:
-        _w_MetadataResponse_MetadataResponseTopic_v12(e, buf, out)
+        buf += _P_h(e.error_code)
+        buf += write_compact_nullable_string(e.name)
+        buf += e.topic_id.bytes
+        buf += _P_o(e.is_internal)
+        a1_partitions = e.partitions
+        n1 = len(a1_partitions) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_partitions:
+            buf += _P_hiii(e1.error_code, e1.partition_index, e1.leader_id, e1.leader_epoch)
+            a2_replica_nodes = e1.replica_nodes
+            n2 = len(a2_replica_nodes) + 1
+            if n2 < 0x80:
+                buf.append(n2)
+            else:
+                buf += uvarint(n2)
+            buf += _pack(">%di" % len(a2_replica_nodes), *a2_replica_nodes)
+            a2_isr_nodes = e1.isr_nodes
+            n2 = len(a2_isr_nodes) + 1
+            if n2 < 0x80:
+                buf.append(n2)
+            else:
+                buf += uvarint(n2)
+            buf += _pack(">%di" % len(a2_isr_nodes), *a2_isr_nodes)
+            a2_offline_replicas = e1.offline_replicas
+            n2 = len(a2_offline_replicas) + 1
+            if n2 < 0x80:
+                buf.append(n2)
+            else:
+                buf += uvarint(n2)
+            buf += _pack(">%di" % len(a2_offline_replicas), *a2_offline_replicas)
+            buf.append(0)
+        buf += _P_i(e.topic_authorized_operations)
+        buf.append(0)
     buf += _P_h(o.error_code)
     buf.append(0)
 

@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,15 +45,19 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
 _U_i = struct.Struct(">i").unpack_from
 _P_i = struct.Struct(">i").pack
+_U_iB = struct.Struct(">iB").unpack_from
 _U_ih = struct.Struct(">ih").unpack_from
 _P_ih = struct.Struct(">ih").pack
+_U_ihB = struct.Struct(">ihB").unpack_from
 _U_iq = struct.Struct(">iq").unpack_from
 _P_iq = struct.Struct(">iq").pack
 _U_iqi = struct.Struct(">iqi").unpack_from
 _P_iqi = struct.Struct(">iqi").pack
+_U_iqiB = struct.Struct(">iqiB").unpack_from
 _U_iqq = struct.Struct(">iqq").unpack_from
 _P_iqq = struct.Struct(">iqq").pack
 _U_q = struct.Struct(">q").unpack_from
@@ -253,311 +258,301 @@ _C_OffsetCommitResponse_OffsetCommitResponseTopic_OffsetCommitResponsePartition 
 )
 
 
-def _r_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index, f_committed_offset) = _U_iq(buf, pos)
-    pos += 12
-    f_committed_metadata: Any
-    f_committed_metadata, pos = read_nullable_string(buf, pos)
-    obj = _C_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition(
-        partition_index=f_partition_index,
-        committed_offset=f_committed_offset,
-        committed_metadata=f_committed_metadata,
-    )
-    return obj, pos
-
-
-def _r_OffsetCommitRequest_OffsetCommitRequestTopic_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = (
-            _r_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition_v0(
-                buf, pos
-            )
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_OffsetCommitRequest_OffsetCommitRequestTopic(name=f_name, partitions=f_partitions)
-    return obj, pos
-
-
 def _r_OffsetCommitRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_string(buf, pos)
-    f_topics: Any
+    obj = _new(_C_OffsetCommitRequest)
+    obj.generation_id_or_member_epoch = -1
+    obj.member_id = ""
+    obj.group_instance_id = None
+    obj.retention_time_ms = -1
+    obj.group_id, pos = read_string(buf, pos)
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_OffsetCommitRequest_OffsetCommitRequestTopic_v0(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_OffsetCommitRequest(group_id=f_group_id, topics=f_topics)
-    return obj, pos
-
-
-def _r_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition_v1(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index, f_committed_offset, f_commit_timestamp) = _U_iqq(buf, pos)
-    pos += 20
-    f_committed_metadata: Any
-    f_committed_metadata, pos = read_nullable_string(buf, pos)
-    obj = _C_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition(
-        partition_index=f_partition_index,
-        committed_offset=f_committed_offset,
-        commit_timestamp=f_commit_timestamp,
-        committed_metadata=f_committed_metadata,
-    )
-    return obj, pos
-
-
-def _r_OffsetCommitRequest_OffsetCommitRequestTopic_v1(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = (
-            _r_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition_v1(
-                buf, pos
+        e_topics = _new(_C_OffsetCommitRequest_OffsetCommitRequestTopic)
+        e_topics.topic_id = ZERO_UUID
+        e_topics.name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition
             )
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_OffsetCommitRequest_OffsetCommitRequestTopic(name=f_name, partitions=f_partitions)
+            e1_partitions.committed_leader_epoch = -1
+            e1_partitions.commit_timestamp = -1
+            (e1_partitions.partition_index, e1_partitions.committed_offset) = _U_iq(buf, pos)
+            pos += 12
+            e1_partitions.committed_metadata, pos = read_nullable_string(buf, pos)
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_OffsetCommitRequest_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_string(buf, pos)
-    (f_generation_id_or_member_epoch,) = _U_i(buf, pos)
+    obj = _new(_C_OffsetCommitRequest)
+    obj.group_instance_id = None
+    obj.retention_time_ms = -1
+    obj.group_id, pos = read_string(buf, pos)
+    (obj.generation_id_or_member_epoch,) = _U_i(buf, pos)
     pos += 4
-    f_member_id, pos = read_string(buf, pos)
-    f_topics: Any
+    obj.member_id, pos = read_string(buf, pos)
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_OffsetCommitRequest_OffsetCommitRequestTopic_v1(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_OffsetCommitRequest(
-        group_id=f_group_id,
-        generation_id_or_member_epoch=f_generation_id_or_member_epoch,
-        member_id=f_member_id,
-        topics=f_topics,
-    )
+        e_topics = _new(_C_OffsetCommitRequest_OffsetCommitRequestTopic)
+        e_topics.topic_id = ZERO_UUID
+        e_topics.name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition
+            )
+            e1_partitions.committed_leader_epoch = -1
+            (
+                e1_partitions.partition_index,
+                e1_partitions.committed_offset,
+                e1_partitions.commit_timestamp,
+            ) = _U_iqq(buf, pos)
+            pos += 20
+            e1_partitions.committed_metadata, pos = read_nullable_string(buf, pos)
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_OffsetCommitRequest_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_string(buf, pos)
-    (f_generation_id_or_member_epoch,) = _U_i(buf, pos)
+    obj = _new(_C_OffsetCommitRequest)
+    obj.group_instance_id = None
+    obj.group_id, pos = read_string(buf, pos)
+    (obj.generation_id_or_member_epoch,) = _U_i(buf, pos)
     pos += 4
-    f_member_id, pos = read_string(buf, pos)
-    (f_retention_time_ms,) = _U_q(buf, pos)
+    obj.member_id, pos = read_string(buf, pos)
+    (obj.retention_time_ms,) = _U_q(buf, pos)
     pos += 8
-    f_topics: Any
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_OffsetCommitRequest_OffsetCommitRequestTopic_v0(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_OffsetCommitRequest(
-        group_id=f_group_id,
-        generation_id_or_member_epoch=f_generation_id_or_member_epoch,
-        member_id=f_member_id,
-        retention_time_ms=f_retention_time_ms,
-        topics=f_topics,
-    )
+        e_topics = _new(_C_OffsetCommitRequest_OffsetCommitRequestTopic)
+        e_topics.topic_id = ZERO_UUID
+        e_topics.name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition
+            )
+            e1_partitions.committed_leader_epoch = -1
+            e1_partitions.commit_timestamp = -1
+            (e1_partitions.partition_index, e1_partitions.committed_offset) = _U_iq(buf, pos)
+            pos += 12
+            e1_partitions.committed_metadata, pos = read_nullable_string(buf, pos)
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_OffsetCommitRequest_v5(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_string(buf, pos)
-    (f_generation_id_or_member_epoch,) = _U_i(buf, pos)
+    obj = _new(_C_OffsetCommitRequest)
+    obj.group_instance_id = None
+    obj.retention_time_ms = -1
+    obj.group_id, pos = read_string(buf, pos)
+    (obj.generation_id_or_member_epoch,) = _U_i(buf, pos)
     pos += 4
-    f_member_id, pos = read_string(buf, pos)
-    f_topics: Any
+    obj.member_id, pos = read_string(buf, pos)
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_OffsetCommitRequest_OffsetCommitRequestTopic_v0(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_OffsetCommitRequest(
-        group_id=f_group_id,
-        generation_id_or_member_epoch=f_generation_id_or_member_epoch,
-        member_id=f_member_id,
-        topics=f_topics,
-    )
-    return obj, pos
-
-
-def _r_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition_v6(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index, f_committed_offset, f_committed_leader_epoch) = _U_iqi(buf, pos)
-    pos += 16
-    f_committed_metadata: Any
-    f_committed_metadata, pos = read_nullable_string(buf, pos)
-    obj = _C_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition(
-        partition_index=f_partition_index,
-        committed_offset=f_committed_offset,
-        committed_leader_epoch=f_committed_leader_epoch,
-        committed_metadata=f_committed_metadata,
-    )
-    return obj, pos
-
-
-def _r_OffsetCommitRequest_OffsetCommitRequestTopic_v6(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = (
-            _r_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition_v6(
-                buf, pos
+        e_topics = _new(_C_OffsetCommitRequest_OffsetCommitRequestTopic)
+        e_topics.topic_id = ZERO_UUID
+        e_topics.name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition
             )
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_OffsetCommitRequest_OffsetCommitRequestTopic(name=f_name, partitions=f_partitions)
+            e1_partitions.committed_leader_epoch = -1
+            e1_partitions.commit_timestamp = -1
+            (e1_partitions.partition_index, e1_partitions.committed_offset) = _U_iq(buf, pos)
+            pos += 12
+            e1_partitions.committed_metadata, pos = read_nullable_string(buf, pos)
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_OffsetCommitRequest_v6(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_string(buf, pos)
-    (f_generation_id_or_member_epoch,) = _U_i(buf, pos)
+    obj = _new(_C_OffsetCommitRequest)
+    obj.group_instance_id = None
+    obj.retention_time_ms = -1
+    obj.group_id, pos = read_string(buf, pos)
+    (obj.generation_id_or_member_epoch,) = _U_i(buf, pos)
     pos += 4
-    f_member_id, pos = read_string(buf, pos)
-    f_topics: Any
+    obj.member_id, pos = read_string(buf, pos)
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_OffsetCommitRequest_OffsetCommitRequestTopic_v6(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_OffsetCommitRequest(
-        group_id=f_group_id,
-        generation_id_or_member_epoch=f_generation_id_or_member_epoch,
-        member_id=f_member_id,
-        topics=f_topics,
-    )
+        e_topics = _new(_C_OffsetCommitRequest_OffsetCommitRequestTopic)
+        e_topics.topic_id = ZERO_UUID
+        e_topics.name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition
+            )
+            e1_partitions.commit_timestamp = -1
+            (
+                e1_partitions.partition_index,
+                e1_partitions.committed_offset,
+                e1_partitions.committed_leader_epoch,
+            ) = _U_iqi(buf, pos)
+            pos += 16
+            e1_partitions.committed_metadata, pos = read_nullable_string(buf, pos)
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_OffsetCommitRequest_v7(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_string(buf, pos)
-    (f_generation_id_or_member_epoch,) = _U_i(buf, pos)
+    obj = _new(_C_OffsetCommitRequest)
+    obj.retention_time_ms = -1
+    obj.group_id, pos = read_string(buf, pos)
+    (obj.generation_id_or_member_epoch,) = _U_i(buf, pos)
     pos += 4
-    f_member_id, pos = read_string(buf, pos)
-    f_group_instance_id: Any
-    f_group_instance_id, pos = read_nullable_string(buf, pos)
-    f_topics: Any
+    obj.member_id, pos = read_string(buf, pos)
+    obj.group_instance_id, pos = read_nullable_string(buf, pos)
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_OffsetCommitRequest_OffsetCommitRequestTopic_v6(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_OffsetCommitRequest(
-        group_id=f_group_id,
-        generation_id_or_member_epoch=f_generation_id_or_member_epoch,
-        member_id=f_member_id,
-        group_instance_id=f_group_instance_id,
-        topics=f_topics,
-    )
-    return obj, pos
-
-
-def _r_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition_v8(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index, f_committed_offset, f_committed_leader_epoch) = _U_iqi(buf, pos)
-    pos += 16
-    f_committed_metadata: Any
-    f_committed_metadata, pos = read_compact_nullable_string(buf, pos)
-    obj = _C_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition(
-        partition_index=f_partition_index,
-        committed_offset=f_committed_offset,
-        committed_leader_epoch=f_committed_leader_epoch,
-        committed_metadata=f_committed_metadata,
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_OffsetCommitRequest_OffsetCommitRequestTopic_v8(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = (
-            _r_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition_v8(
-                buf, pos
+        e_topics = _new(_C_OffsetCommitRequest_OffsetCommitRequestTopic)
+        e_topics.topic_id = ZERO_UUID
+        e_topics.name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition
             )
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_OffsetCommitRequest_OffsetCommitRequestTopic(name=f_name, partitions=f_partitions)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+            e1_partitions.commit_timestamp = -1
+            (
+                e1_partitions.partition_index,
+                e1_partitions.committed_offset,
+                e1_partitions.committed_leader_epoch,
+            ) = _U_iqi(buf, pos)
+            pos += 16
+            e1_partitions.committed_metadata, pos = read_nullable_string(buf, pos)
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_OffsetCommitRequest_v8(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_compact_string(buf, pos)
-    (f_generation_id_or_member_epoch,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_OffsetCommitRequest)
+    obj.retention_time_ms = -1
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.group_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.group_id, pos = read_compact_string(buf, pos)
+    (obj.generation_id_or_member_epoch, n) = _U_iB(buf, pos)
     pos += 4
-    f_member_id, pos = read_compact_string(buf, pos)
-    f_group_instance_id: Any
-    f_group_instance_id, pos = read_compact_nullable_string(buf, pos)
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
-    for _ in range(n):
-        e_topics, pos = _r_OffsetCommitRequest_OffsetCommitRequestTopic_v8(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_OffsetCommitRequest(
-        group_id=f_group_id,
-        generation_id_or_member_epoch=f_generation_id_or_member_epoch,
-        member_id=f_member_id,
-        group_instance_id=f_group_instance_id,
-        topics=f_topics,
-    )
-    if buf[pos] == 0:
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.member_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.member_id, pos = read_compact_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.group_instance_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.group_instance_id, pos = read_compact_nullable_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
         pos += 1
     else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_OffsetCommitRequest_OffsetCommitRequestTopic_v10(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_topic_id, pos = read_uuid(buf, pos)
-    f_partitions: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partitions = []
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_partitions, pos = (
-            _r_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition_v8(
-                buf, pos
+        e_topics = _new(_C_OffsetCommitRequest_OffsetCommitRequestTopic)
+        e_topics.topic_id = ZERO_UUID
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_topics.name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_topics.name, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition
             )
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_OffsetCommitRequest_OffsetCommitRequestTopic(
-        topic_id=f_topic_id, partitions=f_partitions
-    )
+            e1_partitions.commit_timestamp = -1
+            (
+                e1_partitions.partition_index,
+                e1_partitions.committed_offset,
+                e1_partitions.committed_leader_epoch,
+                n2,
+            ) = _U_iqiB(buf, pos)
+            pos += 16
+            if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                end2 = pos + n2
+                e1_partitions.committed_metadata = str(buf[pos + 1 : end2], "utf-8")
+                pos = end2
+            else:
+                e1_partitions.committed_metadata, pos = read_compact_nullable_string(buf, pos)
+            if buf[pos] == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     if buf[pos] == 0:
         pos += 1
     else:
@@ -566,25 +561,81 @@ def _r_OffsetCommitRequest_OffsetCommitRequestTopic_v10(
 
 
 def _r_OffsetCommitRequest_v10(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_compact_string(buf, pos)
-    (f_generation_id_or_member_epoch,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_OffsetCommitRequest)
+    obj.retention_time_ms = -1
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.group_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.group_id, pos = read_compact_string(buf, pos)
+    (obj.generation_id_or_member_epoch, n) = _U_iB(buf, pos)
     pos += 4
-    f_member_id, pos = read_compact_string(buf, pos)
-    f_group_instance_id: Any
-    f_group_instance_id, pos = read_compact_nullable_string(buf, pos)
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.member_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.member_id, pos = read_compact_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.group_instance_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.group_instance_id, pos = read_compact_nullable_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_OffsetCommitRequest_OffsetCommitRequestTopic_v10(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_OffsetCommitRequest(
-        group_id=f_group_id,
-        generation_id_or_member_epoch=f_generation_id_or_member_epoch,
-        member_id=f_member_id,
-        group_instance_id=f_group_instance_id,
-        topics=f_topics,
-    )
+        e_topics = _new(_C_OffsetCommitRequest_OffsetCommitRequestTopic)
+        e_topics.name = ""
+        e_topics.topic_id, pos = read_uuid(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition
+            )
+            e1_partitions.commit_timestamp = -1
+            (
+                e1_partitions.partition_index,
+                e1_partitions.committed_offset,
+                e1_partitions.committed_leader_epoch,
+                n2,
+            ) = _U_iqiB(buf, pos)
+            pos += 16
+            if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                end2 = pos + n2
+                e1_partitions.committed_metadata = str(buf[pos + 1 : end2], "utf-8")
+                pos = end2
+            else:
+                e1_partitions.committed_metadata, pos = read_compact_nullable_string(buf, pos)
+            if buf[pos] == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     if buf[pos] == 0:
         pos += 1
     else:
@@ -592,46 +643,17 @@ def _r_OffsetCommitRequest_v10(buf: memoryview, pos: int) -> tuple[Any, int]:
     return obj, pos
 
 
-def _w_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_iq(o.partition_index, o.committed_offset)
-    buf += write_nullable_string(o.committed_metadata)
-
-
-def _w_OffsetCommitRequest_OffsetCommitRequestTopic_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.name)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    for e in a_partitions:
-        _w_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition_v0(e, buf, out)
-
-
 def _w_OffsetCommitRequest_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += write_string(o.group_id)
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_OffsetCommitRequest_OffsetCommitRequestTopic_v0(e, buf, out)
-
-
-def _w_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition_v1(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_iqq(o.partition_index, o.committed_offset, o.commit_timestamp)
-    buf += write_nullable_string(o.committed_metadata)
-
-
-def _w_OffsetCommitRequest_OffsetCommitRequestTopic_v1(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.name)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    for e in a_partitions:
-        _w_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition_v1(e, buf, out)
+        buf += write_string(e.name)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_iq(e1.partition_index, e1.committed_offset)
+            buf += write_nullable_string(e1.committed_metadata)
 
 
 def _w_OffsetCommitRequest_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -641,7 +663,12 @@ def _w_OffsetCommitRequest_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_OffsetCommitRequest_OffsetCommitRequestTopic_v1(e, buf, out)
+        buf += write_string(e.name)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_iqq(e1.partition_index, e1.committed_offset, e1.commit_timestamp)
+            buf += write_nullable_string(e1.committed_metadata)
 
 
 def _w_OffsetCommitRequest_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -652,7 +679,12 @@ def _w_OffsetCommitRequest_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_OffsetCommitRequest_OffsetCommitRequestTopic_v0(e, buf, out)
+        buf += write_string(e.name)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_iq(e1.partition_index, e1.committed_offset)
+            buf += write_nullable_string(e1.committed_metadata)
 
 
 def _w_OffsetCommitRequest_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -662,24 +694,12 @@ def _w_OffsetCommitRequest_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_OffsetCommitRequest_OffsetCommitRequestTopic_v0(e, buf, out)
-
-
-def _w_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition_v6(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_iqi(o.partition_index, o.committed_offset, o.committed_leader_epoch)
-    buf += write_nullable_string(o.committed_metadata)
-
-
-def _w_OffsetCommitRequest_OffsetCommitRequestTopic_v6(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.name)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    for e in a_partitions:
-        _w_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition_v6(e, buf, out)
+        buf += write_string(e.name)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_iq(e1.partition_index, e1.committed_offset)
+            buf += write_nullable_string(e1.committed_metadata)
 
 
 def _w_OffsetCommitRequest_v6(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -689,7 +709,12 @@ def _w_OffsetCommitRequest_v6(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_OffsetCommitRequest_OffsetCommitRequestTopic_v6(e, buf, out)
+        buf += write_string(e.name)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_iqi(e1.partition_index, e1.committed_offset, e1.committed_leader_epoch)
+            buf += write_nullable_string(e1.committed_metadata)
 
 
 def _w_OffsetCommitRequest_v7(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -700,26 +725,12 @@ def _w_OffsetCommitRequest_v7(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_OffsetCommitRequest_OffsetCommitRequestTopic_v6(e, buf, out)
-
-
-def _w_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition_v8(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_iqi(o.partition_index, o.committed_offset, o.committed_leader_epoch)
-    buf += write_compact_nullable_string(o.committed_metadata)
-    buf.append(0)
-
-
-def _w_OffsetCommitRequest_OffsetCommitRequestTopic_v8(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_compact_string(o.name)
-    a_partitions = o.partitions
-    buf += uvarint(len(a_partitions) + 1)
-    for e in a_partitions:
-        _w_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition_v8(e, buf, out)
-    buf.append(0)
+        buf += write_string(e.name)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_iqi(e1.partition_index, e1.committed_offset, e1.committed_leader_epoch)
+            buf += write_nullable_string(e1.committed_metadata)
 
 
 def _w_OffsetCommitRequest_v8(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -728,20 +739,24 @@ def _w_OffsetCommitRequest_v8(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += write_compact_string(o.member_id)
     buf += write_compact_nullable_string(o.group_instance_id)
     a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
+    n = len(a_topics) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topics:
-        _w_OffsetCommitRequest_OffsetCommitRequestTopic_v8(e, buf, out)
-    buf.append(0)
-
-
-def _w_OffsetCommitRequest_OffsetCommitRequestTopic_v10(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += o.topic_id.bytes
-    a_partitions = o.partitions
-    buf += uvarint(len(a_partitions) + 1)
-    for e in a_partitions:
-        _w_OffsetCommitRequest_OffsetCommitRequestTopic_OffsetCommitRequestPartition_v8(e, buf, out)
+        buf += write_compact_string(e.name)
+        a1_partitions = e.partitions
+        n1 = len(a1_partitions) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_partitions:
+            buf += _P_iqi(e1.partition_index, e1.committed_offset, e1.committed_leader_epoch)
+            buf += write_compact_nullable_string(e1.committed_metadata)
+            buf.append(0)
+        buf.append(0)
     buf.append(0)
 
 
@@ -751,136 +766,128 @@ def _w_OffsetCommitRequest_v10(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += write_compact_string(o.member_id)
     buf += write_compact_nullable_string(o.group_instance_id)
     a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
+    n = len(a_topics) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topics:
-        _w_OffsetCommitRequest_OffsetCommitRequestTopic_v10(e, buf, out)
+        buf += e.topic_id.bytes
+        a1_partitions = e.partitions
+        n1 = len(a1_partitions) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_partitions:
+            buf += _P_iqi(e1.partition_index, e1.committed_offset, e1.committed_leader_epoch)
+            buf += write_compact_nullable_string(e1.committed_metadata)
+            buf.append(0)
+        buf.append(0)
     buf.append(0)
 
 
-def _r_OffsetCommitResponse_OffsetCommitResponseTopic_OffsetCommitResponsePartition_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index, f_error_code) = _U_ih(buf, pos)
-    pos += 6
-    obj = _C_OffsetCommitResponse_OffsetCommitResponseTopic_OffsetCommitResponsePartition(
-        partition_index=f_partition_index, error_code=f_error_code
-    )
-    return obj, pos
-
-
-def _r_OffsetCommitResponse_OffsetCommitResponseTopic_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = (
-            _r_OffsetCommitResponse_OffsetCommitResponseTopic_OffsetCommitResponsePartition_v0(
-                buf, pos
-            )
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_OffsetCommitResponse_OffsetCommitResponseTopic(name=f_name, partitions=f_partitions)
-    return obj, pos
-
-
 def _r_OffsetCommitResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topics: Any
+    obj = _new(_C_OffsetCommitResponse)
+    obj.throttle_time_ms = 0
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_OffsetCommitResponse_OffsetCommitResponseTopic_v0(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_OffsetCommitResponse(topics=f_topics)
+        e_topics = _new(_C_OffsetCommitResponse_OffsetCommitResponseTopic)
+        e_topics.topic_id = ZERO_UUID
+        e_topics.name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_OffsetCommitResponse_OffsetCommitResponseTopic_OffsetCommitResponsePartition
+            )
+            (e1_partitions.partition_index, e1_partitions.error_code) = _U_ih(buf, pos)
+            pos += 6
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_OffsetCommitResponse_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    obj = _new(_C_OffsetCommitResponse)
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    f_topics: Any
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_OffsetCommitResponse_OffsetCommitResponseTopic_v0(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_OffsetCommitResponse(throttle_time_ms=f_throttle_time_ms, topics=f_topics)
-    return obj, pos
-
-
-def _r_OffsetCommitResponse_OffsetCommitResponseTopic_OffsetCommitResponsePartition_v8(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index, f_error_code) = _U_ih(buf, pos)
-    pos += 6
-    obj = _C_OffsetCommitResponse_OffsetCommitResponseTopic_OffsetCommitResponsePartition(
-        partition_index=f_partition_index, error_code=f_error_code
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_OffsetCommitResponse_OffsetCommitResponseTopic_v8(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = (
-            _r_OffsetCommitResponse_OffsetCommitResponseTopic_OffsetCommitResponsePartition_v8(
-                buf, pos
+        e_topics = _new(_C_OffsetCommitResponse_OffsetCommitResponseTopic)
+        e_topics.topic_id = ZERO_UUID
+        e_topics.name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_OffsetCommitResponse_OffsetCommitResponseTopic_OffsetCommitResponsePartition
             )
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_OffsetCommitResponse_OffsetCommitResponseTopic(name=f_name, partitions=f_partitions)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+            (e1_partitions.partition_index, e1_partitions.error_code) = _U_ih(buf, pos)
+            pos += 6
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_OffsetCommitResponse_v8(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_OffsetCommitResponse)
+    (obj.throttle_time_ms, n) = _U_iB(buf, pos)
     pos += 4
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
-    for _ in range(n):
-        e_topics, pos = _r_OffsetCommitResponse_OffsetCommitResponseTopic_v8(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_OffsetCommitResponse(throttle_time_ms=f_throttle_time_ms, topics=f_topics)
-    if buf[pos] == 0:
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
         pos += 1
     else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_OffsetCommitResponse_OffsetCommitResponseTopic_v10(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_topic_id, pos = read_uuid(buf, pos)
-    f_partitions: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partitions = []
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_partitions, pos = (
-            _r_OffsetCommitResponse_OffsetCommitResponseTopic_OffsetCommitResponsePartition_v8(
-                buf, pos
+        e_topics = _new(_C_OffsetCommitResponse_OffsetCommitResponseTopic)
+        e_topics.topic_id = ZERO_UUID
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_topics.name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_topics.name, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_OffsetCommitResponse_OffsetCommitResponseTopic_OffsetCommitResponsePartition
             )
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_OffsetCommitResponse_OffsetCommitResponseTopic(
-        topic_id=f_topic_id, partitions=f_partitions
-    )
+            (e1_partitions.partition_index, e1_partitions.error_code, n2) = _U_ihB(buf, pos)
+            pos += 6
+            if n2 == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     if buf[pos] == 0:
         pos += 1
     else:
@@ -889,15 +896,47 @@ def _r_OffsetCommitResponse_OffsetCommitResponseTopic_v10(
 
 
 def _r_OffsetCommitResponse_v10(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_OffsetCommitResponse)
+    (obj.throttle_time_ms, n) = _U_iB(buf, pos)
     pos += 4
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_OffsetCommitResponse_OffsetCommitResponseTopic_v10(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_OffsetCommitResponse(throttle_time_ms=f_throttle_time_ms, topics=f_topics)
+        e_topics = _new(_C_OffsetCommitResponse_OffsetCommitResponseTopic)
+        e_topics.name = ""
+        e_topics.topic_id, pos = read_uuid(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_OffsetCommitResponse_OffsetCommitResponseTopic_OffsetCommitResponsePartition
+            )
+            (e1_partitions.partition_index, e1_partitions.error_code, n2) = _U_ihB(buf, pos)
+            pos += 6
+            if n2 == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     if buf[pos] == 0:
         pos += 1
     else:
@@ -905,29 +944,15 @@ def _r_OffsetCommitResponse_v10(buf: memoryview, pos: int) -> tuple[Any, int]:
     return obj, pos
 
 
-def _w_OffsetCommitResponse_OffsetCommitResponseTopic_OffsetCommitResponsePartition_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_ih(o.partition_index, o.error_code)
-
-
-def _w_OffsetCommitResponse_OffsetCommitResponseTopic_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.name)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    for e in a_partitions:
-        _w_OffsetCommitResponse_OffsetCommitResponseTopic_OffsetCommitResponsePartition_v0(
-            e, buf, out
-        )
-
-
 def _w_OffsetCommitResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_OffsetCommitResponse_OffsetCommitResponseTopic_v0(e, buf, out)
+        buf += write_string(e.name)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_ih(e1.partition_index, e1.error_code)
 
 
 def _w_OffsetCommitResponse_v3(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -935,57 +960,56 @@ def _w_OffsetCommitResponse_v3(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_OffsetCommitResponse_OffsetCommitResponseTopic_v0(e, buf, out)
-
-
-def _w_OffsetCommitResponse_OffsetCommitResponseTopic_OffsetCommitResponsePartition_v8(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_ih(o.partition_index, o.error_code)
-    buf.append(0)
-
-
-def _w_OffsetCommitResponse_OffsetCommitResponseTopic_v8(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_compact_string(o.name)
-    a_partitions = o.partitions
-    buf += uvarint(len(a_partitions) + 1)
-    for e in a_partitions:
-        _w_OffsetCommitResponse_OffsetCommitResponseTopic_OffsetCommitResponsePartition_v8(
-            e, buf, out
-        )
-    buf.append(0)
+        buf += write_string(e.name)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_ih(e1.partition_index, e1.error_code)
 
 
 def _w_OffsetCommitResponse_v8(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
     a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
+    n = len(a_topics) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topics:
-        _w_OffsetCommitResponse_OffsetCommitResponseTopic_v8(e, buf, out)
-    buf.append(0)
-
-
-def _w_OffsetCommitResponse_OffsetCommitResponseTopic_v10(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += o.topic_id.bytes
-    a_partitions = o.partitions
-    buf += uvarint(len(a_partitions) + 1)
-    for e in a_partitions:
-        _w_OffsetCommitResponse_OffsetCommitResponseTopic_OffsetCommitResponsePartition_v8(
-            e, buf, out
-        )
+        buf += write_compact_string(e.name)
+        a1_partitions = e.partitions
+        n1 = len(a1_partitions) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_partitions:
+            buf += _P_ih(e1.partition_index, e1.error_code)
+            buf.append(0)
+        buf.append(0)
     buf.append(0)
 
 
 def _w_OffsetCommitResponse_v10(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
     a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
+    n = len(a_topics) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topics:
-        _w_OffsetCommitResponse_OffsetCommitResponseTopic_v10(e, buf, out)
+        buf += e.topic_id.bytes
+        a1_partitions = e.partitions
+        n1 = len(a1_partitions) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_partitions:
+            buf += _P_ih(e1.partition_index, e1.error_code)
+            buf.append(0)
+        buf.append(0)
     buf.append(0)
 
 

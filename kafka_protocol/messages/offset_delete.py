@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,6 +45,7 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
 _U_hi = struct.Struct(">hi").unpack_from
 _P_hi = struct.Struct(">hi").pack
@@ -229,61 +231,29 @@ _C_OffsetDeleteResponse_OffsetDeleteResponseTopic_OffsetDeleteResponsePartition 
 )
 
 
-def _r_OffsetDeleteRequest_OffsetDeleteRequestTopic_OffsetDeleteRequestPartition_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index,) = _U_i(buf, pos)
-    pos += 4
-    obj = _C_OffsetDeleteRequest_OffsetDeleteRequestTopic_OffsetDeleteRequestPartition(
-        partition_index=f_partition_index
-    )
-    return obj, pos
-
-
-def _r_OffsetDeleteRequest_OffsetDeleteRequestTopic_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = (
-            _r_OffsetDeleteRequest_OffsetDeleteRequestTopic_OffsetDeleteRequestPartition_v0(
-                buf, pos
-            )
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_OffsetDeleteRequest_OffsetDeleteRequestTopic(name=f_name, partitions=f_partitions)
-    return obj, pos
-
-
 def _r_OffsetDeleteRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_string(buf, pos)
-    f_topics: Any
+    obj = _new(_C_OffsetDeleteRequest)
+    obj.group_id, pos = read_string(buf, pos)
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_OffsetDeleteRequest_OffsetDeleteRequestTopic_v0(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_OffsetDeleteRequest(group_id=f_group_id, topics=f_topics)
+        e_topics = _new(_C_OffsetDeleteRequest_OffsetDeleteRequestTopic)
+        e_topics.name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_OffsetDeleteRequest_OffsetDeleteRequestTopic_OffsetDeleteRequestPartition
+            )
+            (e1_partitions.partition_index,) = _U_i(buf, pos)
+            pos += 4
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
-
-
-def _w_OffsetDeleteRequest_OffsetDeleteRequestTopic_OffsetDeleteRequestPartition_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_i(o.partition_index)
-
-
-def _w_OffsetDeleteRequest_OffsetDeleteRequestTopic_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.name)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    for e in a_partitions:
-        _w_OffsetDeleteRequest_OffsetDeleteRequestTopic_OffsetDeleteRequestPartition_v0(e, buf, out)
 
 
 def _w_OffsetDeleteRequest_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -291,69 +261,37 @@ def _w_OffsetDeleteRequest_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_OffsetDeleteRequest_OffsetDeleteRequestTopic_v0(e, buf, out)
-
-
-def _r_OffsetDeleteResponse_OffsetDeleteResponseTopic_OffsetDeleteResponsePartition_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index, f_error_code) = _U_ih(buf, pos)
-    pos += 6
-    obj = _C_OffsetDeleteResponse_OffsetDeleteResponseTopic_OffsetDeleteResponsePartition(
-        partition_index=f_partition_index, error_code=f_error_code
-    )
-    return obj, pos
-
-
-def _r_OffsetDeleteResponse_OffsetDeleteResponseTopic_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = (
-            _r_OffsetDeleteResponse_OffsetDeleteResponseTopic_OffsetDeleteResponsePartition_v0(
-                buf, pos
-            )
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_OffsetDeleteResponse_OffsetDeleteResponseTopic(name=f_name, partitions=f_partitions)
-    return obj, pos
+        buf += write_string(e.name)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_i(e1.partition_index)
 
 
 def _r_OffsetDeleteResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_error_code, f_throttle_time_ms) = _U_hi(buf, pos)
+    obj = _new(_C_OffsetDeleteResponse)
+    (obj.error_code, obj.throttle_time_ms) = _U_hi(buf, pos)
     pos += 6
-    f_topics: Any
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_OffsetDeleteResponse_OffsetDeleteResponseTopic_v0(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_OffsetDeleteResponse(
-        error_code=f_error_code, throttle_time_ms=f_throttle_time_ms, topics=f_topics
-    )
+        e_topics = _new(_C_OffsetDeleteResponse_OffsetDeleteResponseTopic)
+        e_topics.name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_OffsetDeleteResponse_OffsetDeleteResponseTopic_OffsetDeleteResponsePartition
+            )
+            (e1_partitions.partition_index, e1_partitions.error_code) = _U_ih(buf, pos)
+            pos += 6
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
-
-
-def _w_OffsetDeleteResponse_OffsetDeleteResponseTopic_OffsetDeleteResponsePartition_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_ih(o.partition_index, o.error_code)
-
-
-def _w_OffsetDeleteResponse_OffsetDeleteResponseTopic_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.name)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    for e in a_partitions:
-        _w_OffsetDeleteResponse_OffsetDeleteResponseTopic_OffsetDeleteResponsePartition_v0(
-            e, buf, out
-        )
 
 
 def _w_OffsetDeleteResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -361,7 +299,11 @@ def _w_OffsetDeleteResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_OffsetDeleteResponse_OffsetDeleteResponseTopic_v0(e, buf, out)
+        buf += write_string(e.name)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_ih(e1.partition_index, e1.error_code)
 
 
 _OffsetDeleteRequest_READERS: dict[int, Callable[[memoryview, int], tuple[Any, int]]] = {

@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,17 +45,21 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
-_U_o = struct.Struct(">?").unpack_from
 _P_o = struct.Struct(">?").pack
+_U_oB = struct.Struct(">?B").unpack_from
 _U_h = struct.Struct(">h").unpack_from
 _P_h = struct.Struct(">h").pack
+_U_hB = struct.Struct(">hB").unpack_from
 _U_i = struct.Struct(">i").unpack_from
 _P_i = struct.Struct(">i").pack
+_U_iB = struct.Struct(">iB").unpack_from
 _U_iq = struct.Struct(">iq").unpack_from
 _P_iq = struct.Struct(">iq").pack
 _U_iqi = struct.Struct(">iqi").unpack_from
 _P_iqi = struct.Struct(">iqi").pack
+_U_iqiB = struct.Struct(">iqiB").unpack_from
 
 
 @dataclass(slots=True)
@@ -309,73 +314,93 @@ _C_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics = (
 _C_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics_OffsetFetchResponsePartitions = OffsetFetchResponse.OffsetFetchResponseGroup.OffsetFetchResponseTopics.OffsetFetchResponsePartitions
 
 
-def _r_OffsetFetchRequest_OffsetFetchRequestTopic_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    f_partition_indexes: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partition_indexes = list(_unpack_from(">%di" % n, buf, pos))
-    pos += n * 4
-    obj = _C_OffsetFetchRequest_OffsetFetchRequestTopic(
-        name=f_name, partition_indexes=f_partition_indexes
-    )
-    return obj, pos
-
-
 def _r_OffsetFetchRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_string(buf, pos)
-    f_topics: Any
+    obj = _new(_C_OffsetFetchRequest)
+    obj.groups = []
+    obj.require_stable = False
+    obj.group_id, pos = read_string(buf, pos)
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_OffsetFetchRequest_OffsetFetchRequestTopic_v0(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_OffsetFetchRequest(group_id=f_group_id, topics=f_topics)
+        e_topics = _new(_C_OffsetFetchRequest_OffsetFetchRequestTopic)
+        e_topics.name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e_topics.partition_indexes = list(_unpack_from(">%di" % n1, buf, pos))
+        pos += n1 * 4
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_OffsetFetchRequest_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_string(buf, pos)
-    f_topics: Any
+    obj = _new(_C_OffsetFetchRequest)
+    obj.groups = []
+    obj.require_stable = False
+    obj.group_id, pos = read_string(buf, pos)
     n, pos = read_array_len(buf, pos, True)
     if n < 0:
-        f_topics = None
+        obj.topics = None
     else:
-        f_topics = []
+        e_topics: Any
+        a_topics: list[Any] = []
         for _ in range(n):
-            e_topics, pos = _r_OffsetFetchRequest_OffsetFetchRequestTopic_v0(buf, pos)
-            f_topics.append(e_topics)
-    obj = _C_OffsetFetchRequest(group_id=f_group_id, topics=f_topics)
-    return obj, pos
-
-
-def _r_OffsetFetchRequest_OffsetFetchRequestTopic_v6(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    f_partition_indexes: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partition_indexes = list(_unpack_from(">%di" % n, buf, pos))
-    pos += n * 4
-    obj = _C_OffsetFetchRequest_OffsetFetchRequestTopic(
-        name=f_name, partition_indexes=f_partition_indexes
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+            e_topics = _new(_C_OffsetFetchRequest_OffsetFetchRequestTopic)
+            e_topics.name, pos = read_string(buf, pos)
+            n1, pos = read_array_len(buf, pos, False)
+            e_topics.partition_indexes = list(_unpack_from(">%di" % n1, buf, pos))
+            pos += n1 * 4
+            a_topics.append(e_topics)
+        obj.topics = a_topics
     return obj, pos
 
 
 def _r_OffsetFetchRequest_v6(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_compact_string(buf, pos)
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, True)
-    if n < 0:
-        f_topics = None
+    buflen = len(buf)
+    obj = _new(_C_OffsetFetchRequest)
+    obj.groups = []
+    obj.require_stable = False
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.group_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
     else:
-        f_topics = []
+        obj.group_id, pos = read_compact_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, True)
+    if n < 0:
+        obj.topics = None
+    else:
+        e_topics: Any
+        a_topics: list[Any] = []
         for _ in range(n):
-            e_topics, pos = _r_OffsetFetchRequest_OffsetFetchRequestTopic_v6(buf, pos)
-            f_topics.append(e_topics)
-    obj = _C_OffsetFetchRequest(group_id=f_group_id, topics=f_topics)
+            e_topics = _new(_C_OffsetFetchRequest_OffsetFetchRequestTopic)
+            n1 = buf[pos]
+            if 0 < n1 < 0x80 and n1 <= buflen - pos:
+                end1 = pos + n1
+                e_topics.name = str(buf[pos + 1 : end1], "utf-8")
+                pos = end1
+            else:
+                e_topics.name, pos = read_compact_string(buf, pos)
+            n1 = buf[pos]
+            if 0 < n1 < 0x80 and n1 <= buflen - pos:
+                n1 -= 1
+                pos += 1
+            else:
+                n1, pos = read_compact_array_len(buf, pos, False)
+            e_topics.partition_indexes = list(_unpack_from(">%di" % n1, buf, pos))
+            pos += n1 * 4
+            if buf[pos] == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a_topics.append(e_topics)
+        obj.topics = a_topics
     if buf[pos] == 0:
         pos += 1
     else:
@@ -384,61 +409,53 @@ def _r_OffsetFetchRequest_v6(buf: memoryview, pos: int) -> tuple[Any, int]:
 
 
 def _r_OffsetFetchRequest_v7(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_compact_string(buf, pos)
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, True)
-    if n < 0:
-        f_topics = None
+    buflen = len(buf)
+    obj = _new(_C_OffsetFetchRequest)
+    obj.groups = []
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.group_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
     else:
-        f_topics = []
+        obj.group_id, pos = read_compact_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, True)
+    if n < 0:
+        obj.topics = None
+    else:
+        e_topics: Any
+        a_topics: list[Any] = []
         for _ in range(n):
-            e_topics, pos = _r_OffsetFetchRequest_OffsetFetchRequestTopic_v6(buf, pos)
-            f_topics.append(e_topics)
-    (f_require_stable,) = _U_o(buf, pos)
+            e_topics = _new(_C_OffsetFetchRequest_OffsetFetchRequestTopic)
+            n1 = buf[pos]
+            if 0 < n1 < 0x80 and n1 <= buflen - pos:
+                end1 = pos + n1
+                e_topics.name = str(buf[pos + 1 : end1], "utf-8")
+                pos = end1
+            else:
+                e_topics.name, pos = read_compact_string(buf, pos)
+            n1 = buf[pos]
+            if 0 < n1 < 0x80 and n1 <= buflen - pos:
+                n1 -= 1
+                pos += 1
+            else:
+                n1, pos = read_compact_array_len(buf, pos, False)
+            e_topics.partition_indexes = list(_unpack_from(">%di" % n1, buf, pos))
+            pos += n1 * 4
+            if buf[pos] == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a_topics.append(e_topics)
+        obj.topics = a_topics
+    (obj.require_stable, n) = _U_oB(buf, pos)
     pos += 1
-    obj = _C_OffsetFetchRequest(
-        group_id=f_group_id, topics=f_topics, require_stable=f_require_stable
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_OffsetFetchRequest_OffsetFetchRequestGroup_OffsetFetchRequestTopics_v8(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    f_partition_indexes: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partition_indexes = list(_unpack_from(">%di" % n, buf, pos))
-    pos += n * 4
-    obj = _C_OffsetFetchRequest_OffsetFetchRequestGroup_OffsetFetchRequestTopics(
-        name=f_name, partition_indexes=f_partition_indexes
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_OffsetFetchRequest_OffsetFetchRequestGroup_v8(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_compact_string(buf, pos)
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, True)
-    if n < 0:
-        f_topics = None
-    else:
-        f_topics = []
-        for _ in range(n):
-            e_topics, pos = (
-                _r_OffsetFetchRequest_OffsetFetchRequestGroup_OffsetFetchRequestTopics_v8(buf, pos)
-            )
-            f_topics.append(e_topics)
-    obj = _C_OffsetFetchRequest_OffsetFetchRequestGroup(group_id=f_group_id, topics=f_topics)
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -446,43 +463,75 @@ def _r_OffsetFetchRequest_OffsetFetchRequestGroup_v8(buf: memoryview, pos: int) 
 
 
 def _r_OffsetFetchRequest_v8(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_groups: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_groups = []
-    for _ in range(n):
-        e_groups, pos = _r_OffsetFetchRequest_OffsetFetchRequestGroup_v8(buf, pos)
-        f_groups.append(e_groups)
-    (f_require_stable,) = _U_o(buf, pos)
-    pos += 1
-    obj = _C_OffsetFetchRequest(groups=f_groups, require_stable=f_require_stable)
-    if buf[pos] == 0:
+    buflen = len(buf)
+    obj = _new(_C_OffsetFetchRequest)
+    obj.group_id = ""
+    obj.topics = []
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
         pos += 1
     else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_OffsetFetchRequest_OffsetFetchRequestGroup_v9(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_compact_string(buf, pos)
-    f_member_id: Any
-    f_member_id, pos = read_compact_nullable_string(buf, pos)
-    (f_member_epoch,) = _U_i(buf, pos)
-    pos += 4
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, True)
-    if n < 0:
-        f_topics = None
-    else:
-        f_topics = []
-        for _ in range(n):
-            e_topics, pos = (
-                _r_OffsetFetchRequest_OffsetFetchRequestGroup_OffsetFetchRequestTopics_v8(buf, pos)
-            )
-            f_topics.append(e_topics)
-    obj = _C_OffsetFetchRequest_OffsetFetchRequestGroup(
-        group_id=f_group_id, member_id=f_member_id, member_epoch=f_member_epoch, topics=f_topics
-    )
-    if buf[pos] == 0:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_groups: Any
+    a_groups: list[Any] = []
+    for _ in range(n):
+        e_groups = _new(_C_OffsetFetchRequest_OffsetFetchRequestGroup)
+        e_groups.member_id = None
+        e_groups.member_epoch = -1
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_groups.group_id = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_groups.group_id, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, True)
+        if n1 < 0:
+            e_groups.topics = None
+        else:
+            e1_topics: Any
+            a1_topics: list[Any] = []
+            for _ in range(n1):
+                e1_topics = _new(
+                    _C_OffsetFetchRequest_OffsetFetchRequestGroup_OffsetFetchRequestTopics
+                )
+                e1_topics.topic_id = ZERO_UUID
+                n2 = buf[pos]
+                if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                    end2 = pos + n2
+                    e1_topics.name = str(buf[pos + 1 : end2], "utf-8")
+                    pos = end2
+                else:
+                    e1_topics.name, pos = read_compact_string(buf, pos)
+                n2 = buf[pos]
+                if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                    n2 -= 1
+                    pos += 1
+                else:
+                    n2, pos = read_compact_array_len(buf, pos, False)
+                e1_topics.partition_indexes = list(_unpack_from(">%di" % n2, buf, pos))
+                pos += n2 * 4
+                if buf[pos] == 0:
+                    pos += 1
+                else:
+                    pos = skip_tagged_fields(buf, pos)
+                a1_topics.append(e1_topics)
+            e_groups.topics = a1_topics
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_groups.append(e_groups)
+    obj.groups = a_groups
+    (obj.require_stable, n) = _U_oB(buf, pos)
+    pos += 1
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -490,61 +539,81 @@ def _r_OffsetFetchRequest_OffsetFetchRequestGroup_v9(buf: memoryview, pos: int) 
 
 
 def _r_OffsetFetchRequest_v9(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_groups: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_groups = []
+    buflen = len(buf)
+    obj = _new(_C_OffsetFetchRequest)
+    obj.group_id = ""
+    obj.topics = []
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_groups: Any
+    a_groups: list[Any] = []
     for _ in range(n):
-        e_groups, pos = _r_OffsetFetchRequest_OffsetFetchRequestGroup_v9(buf, pos)
-        f_groups.append(e_groups)
-    (f_require_stable,) = _U_o(buf, pos)
+        e_groups = _new(_C_OffsetFetchRequest_OffsetFetchRequestGroup)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_groups.group_id = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_groups.group_id, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_groups.member_id = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_groups.member_id, pos = read_compact_nullable_string(buf, pos)
+        (e_groups.member_epoch, n1) = _U_iB(buf, pos)
+        pos += 4
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, True)
+        if n1 < 0:
+            e_groups.topics = None
+        else:
+            e1_topics: Any
+            a1_topics: list[Any] = []
+            for _ in range(n1):
+                e1_topics = _new(
+                    _C_OffsetFetchRequest_OffsetFetchRequestGroup_OffsetFetchRequestTopics
+                )
+                e1_topics.topic_id = ZERO_UUID
+                n2 = buf[pos]
+                if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                    end2 = pos + n2
+                    e1_topics.name = str(buf[pos + 1 : end2], "utf-8")
+                    pos = end2
+                else:
+                    e1_topics.name, pos = read_compact_string(buf, pos)
+                n2 = buf[pos]
+                if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                    n2 -= 1
+                    pos += 1
+                else:
+                    n2, pos = read_compact_array_len(buf, pos, False)
+                e1_topics.partition_indexes = list(_unpack_from(">%di" % n2, buf, pos))
+                pos += n2 * 4
+                if buf[pos] == 0:
+                    pos += 1
+                else:
+                    pos = skip_tagged_fields(buf, pos)
+                a1_topics.append(e1_topics)
+            e_groups.topics = a1_topics
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_groups.append(e_groups)
+    obj.groups = a_groups
+    (obj.require_stable, n) = _U_oB(buf, pos)
     pos += 1
-    obj = _C_OffsetFetchRequest(groups=f_groups, require_stable=f_require_stable)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_OffsetFetchRequest_OffsetFetchRequestGroup_OffsetFetchRequestTopics_v10(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_topic_id, pos = read_uuid(buf, pos)
-    f_partition_indexes: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partition_indexes = list(_unpack_from(">%di" % n, buf, pos))
-    pos += n * 4
-    obj = _C_OffsetFetchRequest_OffsetFetchRequestGroup_OffsetFetchRequestTopics(
-        topic_id=f_topic_id, partition_indexes=f_partition_indexes
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_OffsetFetchRequest_OffsetFetchRequestGroup_v10(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_compact_string(buf, pos)
-    f_member_id: Any
-    f_member_id, pos = read_compact_nullable_string(buf, pos)
-    (f_member_epoch,) = _U_i(buf, pos)
-    pos += 4
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, True)
-    if n < 0:
-        f_topics = None
-    else:
-        f_topics = []
-        for _ in range(n):
-            e_topics, pos = (
-                _r_OffsetFetchRequest_OffsetFetchRequestGroup_OffsetFetchRequestTopics_v10(buf, pos)
-            )
-            f_topics.append(e_topics)
-    obj = _C_OffsetFetchRequest_OffsetFetchRequestGroup(
-        group_id=f_group_id, member_id=f_member_id, member_epoch=f_member_epoch, topics=f_topics
-    )
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -552,29 +621,79 @@ def _r_OffsetFetchRequest_OffsetFetchRequestGroup_v10(buf: memoryview, pos: int)
 
 
 def _r_OffsetFetchRequest_v10(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_groups: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_groups = []
+    buflen = len(buf)
+    obj = _new(_C_OffsetFetchRequest)
+    obj.group_id = ""
+    obj.topics = []
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_groups: Any
+    a_groups: list[Any] = []
     for _ in range(n):
-        e_groups, pos = _r_OffsetFetchRequest_OffsetFetchRequestGroup_v10(buf, pos)
-        f_groups.append(e_groups)
-    (f_require_stable,) = _U_o(buf, pos)
+        e_groups = _new(_C_OffsetFetchRequest_OffsetFetchRequestGroup)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_groups.group_id = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_groups.group_id, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_groups.member_id = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_groups.member_id, pos = read_compact_nullable_string(buf, pos)
+        (e_groups.member_epoch, n1) = _U_iB(buf, pos)
+        pos += 4
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, True)
+        if n1 < 0:
+            e_groups.topics = None
+        else:
+            e1_topics: Any
+            a1_topics: list[Any] = []
+            for _ in range(n1):
+                e1_topics = _new(
+                    _C_OffsetFetchRequest_OffsetFetchRequestGroup_OffsetFetchRequestTopics
+                )
+                e1_topics.name = ""
+                e1_topics.topic_id, pos = read_uuid(buf, pos)
+                n2 = buf[pos]
+                if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                    n2 -= 1
+                    pos += 1
+                else:
+                    n2, pos = read_compact_array_len(buf, pos, False)
+                e1_topics.partition_indexes = list(_unpack_from(">%di" % n2, buf, pos))
+                pos += n2 * 4
+                if buf[pos] == 0:
+                    pos += 1
+                else:
+                    pos = skip_tagged_fields(buf, pos)
+                a1_topics.append(e1_topics)
+            e_groups.topics = a1_topics
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_groups.append(e_groups)
+    obj.groups = a_groups
+    (obj.require_stable, n) = _U_oB(buf, pos)
     pos += 1
-    obj = _C_OffsetFetchRequest(groups=f_groups, require_stable=f_require_stable)
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
     return obj, pos
-
-
-def _w_OffsetFetchRequest_OffsetFetchRequestTopic_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.name)
-    a_partition_indexes = o.partition_indexes
-    buf += _P_i(len(a_partition_indexes))
-    buf += _pack(">%di" % len(a_partition_indexes), *a_partition_indexes)
 
 
 def _w_OffsetFetchRequest_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -582,7 +701,10 @@ def _w_OffsetFetchRequest_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_OffsetFetchRequest_OffsetFetchRequestTopic_v0(e, buf, out)
+        buf += write_string(e.name)
+        a1_partition_indexes = e.partition_indexes
+        buf += _P_i(len(a1_partition_indexes))
+        buf += _pack(">%di" % len(a1_partition_indexes), *a1_partition_indexes)
 
 
 def _w_OffsetFetchRequest_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -593,28 +715,33 @@ def _w_OffsetFetchRequest_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
     else:
         buf += _P_i(len(a_topics))
         for e in a_topics:
-            _w_OffsetFetchRequest_OffsetFetchRequestTopic_v0(e, buf, out)
-
-
-def _w_OffsetFetchRequest_OffsetFetchRequestTopic_v6(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_compact_string(o.name)
-    a_partition_indexes = o.partition_indexes
-    buf += uvarint(len(a_partition_indexes) + 1)
-    buf += _pack(">%di" % len(a_partition_indexes), *a_partition_indexes)
-    buf.append(0)
+            buf += write_string(e.name)
+            a1_partition_indexes = e.partition_indexes
+            buf += _P_i(len(a1_partition_indexes))
+            buf += _pack(">%di" % len(a1_partition_indexes), *a1_partition_indexes)
 
 
 def _w_OffsetFetchRequest_v6(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += write_compact_string(o.group_id)
     a_topics = o.topics
     if a_topics is None:
-        buf += b"\x00"
+        buf.append(0)
     else:
-        buf += uvarint(len(a_topics) + 1)
+        n = len(a_topics) + 1
+        if n < 0x80:
+            buf.append(n)
+        else:
+            buf += uvarint(n)
         for e in a_topics:
-            _w_OffsetFetchRequest_OffsetFetchRequestTopic_v6(e, buf, out)
+            buf += write_compact_string(e.name)
+            a1_partition_indexes = e.partition_indexes
+            n1 = len(a1_partition_indexes) + 1
+            if n1 < 0x80:
+                buf.append(n1)
+            else:
+                buf += uvarint(n1)
+            buf += _pack(">%di" % len(a1_partition_indexes), *a1_partition_indexes)
+            buf.append(0)
     buf.append(0)
 
 
@@ -622,346 +749,326 @@ def _w_OffsetFetchRequest_v7(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += write_compact_string(o.group_id)
     a_topics = o.topics
     if a_topics is None:
-        buf += b"\x00"
+        buf.append(0)
     else:
-        buf += uvarint(len(a_topics) + 1)
+        n = len(a_topics) + 1
+        if n < 0x80:
+            buf.append(n)
+        else:
+            buf += uvarint(n)
         for e in a_topics:
-            _w_OffsetFetchRequest_OffsetFetchRequestTopic_v6(e, buf, out)
+            buf += write_compact_string(e.name)
+            a1_partition_indexes = e.partition_indexes
+            n1 = len(a1_partition_indexes) + 1
+            if n1 < 0x80:
+                buf.append(n1)
+            else:
+                buf += uvarint(n1)
+            buf += _pack(">%di" % len(a1_partition_indexes), *a1_partition_indexes)
+            buf.append(0)
     buf += _P_o(o.require_stable)
-    buf.append(0)
-
-
-def _w_OffsetFetchRequest_OffsetFetchRequestGroup_OffsetFetchRequestTopics_v8(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_compact_string(o.name)
-    a_partition_indexes = o.partition_indexes
-    buf += uvarint(len(a_partition_indexes) + 1)
-    buf += _pack(">%di" % len(a_partition_indexes), *a_partition_indexes)
-    buf.append(0)
-
-
-def _w_OffsetFetchRequest_OffsetFetchRequestGroup_v8(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_compact_string(o.group_id)
-    a_topics = o.topics
-    if a_topics is None:
-        buf += b"\x00"
-    else:
-        buf += uvarint(len(a_topics) + 1)
-        for e in a_topics:
-            _w_OffsetFetchRequest_OffsetFetchRequestGroup_OffsetFetchRequestTopics_v8(e, buf, out)
     buf.append(0)
 
 
 def _w_OffsetFetchRequest_v8(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_groups = o.groups
-    buf += uvarint(len(a_groups) + 1)
-    for e in a_groups:
-        _w_OffsetFetchRequest_OffsetFetchRequestGroup_v8(e, buf, out)
-    buf += _P_o(o.require_stable)
-    buf.append(0)
-
-
-def _w_OffsetFetchRequest_OffsetFetchRequestGroup_v9(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_compact_string(o.group_id)
-    buf += write_compact_nullable_string(o.member_id)
-    buf += _P_i(o.member_epoch)
-    a_topics = o.topics
-    if a_topics is None:
-        buf += b"\x00"
+    n = len(a_groups) + 1
+    if n < 0x80:
+        buf.append(n)
     else:
-        buf += uvarint(len(a_topics) + 1)
-        for e in a_topics:
-            _w_OffsetFetchRequest_OffsetFetchRequestGroup_OffsetFetchRequestTopics_v8(e, buf, out)
+        buf += uvarint(n)
+    for e in a_groups:
+        buf += write_compact_string(e.group_id)
+        a1_topics = e.topics
+        if a1_topics is None:
+            buf.append(0)
+        else:
+            n1 = len(a1_topics) + 1
+            if n1 < 0x80:
+                buf.append(n1)
+            else:
+                buf += uvarint(n1)
+            for e1 in a1_topics:
+                buf += write_compact_string(e1.name)
+                a2_partition_indexes = e1.partition_indexes
+                n2 = len(a2_partition_indexes) + 1
+                if n2 < 0x80:
+                    buf.append(n2)
+                else:
+                    buf += uvarint(n2)
+                buf += _pack(">%di" % len(a2_partition_indexes), *a2_partition_indexes)
+                buf.append(0)
+        buf.append(0)
+    buf += _P_o(o.require_stable)
     buf.append(0)
 
 
 def _w_OffsetFetchRequest_v9(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_groups = o.groups
-    buf += uvarint(len(a_groups) + 1)
-    for e in a_groups:
-        _w_OffsetFetchRequest_OffsetFetchRequestGroup_v9(e, buf, out)
-    buf += _P_o(o.require_stable)
-    buf.append(0)
-
-
-def _w_OffsetFetchRequest_OffsetFetchRequestGroup_OffsetFetchRequestTopics_v10(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += o.topic_id.bytes
-    a_partition_indexes = o.partition_indexes
-    buf += uvarint(len(a_partition_indexes) + 1)
-    buf += _pack(">%di" % len(a_partition_indexes), *a_partition_indexes)
-    buf.append(0)
-
-
-def _w_OffsetFetchRequest_OffsetFetchRequestGroup_v10(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_compact_string(o.group_id)
-    buf += write_compact_nullable_string(o.member_id)
-    buf += _P_i(o.member_epoch)
-    a_topics = o.topics
-    if a_topics is None:
-        buf += b"\x00"
+    n = len(a_groups) + 1
+    if n < 0x80:
+        buf.append(n)
     else:
-        buf += uvarint(len(a_topics) + 1)
-        for e in a_topics:
-            _w_OffsetFetchRequest_OffsetFetchRequestGroup_OffsetFetchRequestTopics_v10(e, buf, out)
+        buf += uvarint(n)
+    for e in a_groups:
+        buf += write_compact_string(e.group_id)
+        buf += write_compact_nullable_string(e.member_id)
+        buf += _P_i(e.member_epoch)
+        a1_topics = e.topics
+        if a1_topics is None:
+            buf.append(0)
+        else:
+            n1 = len(a1_topics) + 1
+            if n1 < 0x80:
+                buf.append(n1)
+            else:
+                buf += uvarint(n1)
+            for e1 in a1_topics:
+                buf += write_compact_string(e1.name)
+                a2_partition_indexes = e1.partition_indexes
+                n2 = len(a2_partition_indexes) + 1
+                if n2 < 0x80:
+                    buf.append(n2)
+                else:
+                    buf += uvarint(n2)
+                buf += _pack(">%di" % len(a2_partition_indexes), *a2_partition_indexes)
+                buf.append(0)
+        buf.append(0)
+    buf += _P_o(o.require_stable)
     buf.append(0)
 
 
 def _w_OffsetFetchRequest_v10(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_groups = o.groups
-    buf += uvarint(len(a_groups) + 1)
+    n = len(a_groups) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_groups:
-        _w_OffsetFetchRequest_OffsetFetchRequestGroup_v10(e, buf, out)
+        buf += write_compact_string(e.group_id)
+        buf += write_compact_nullable_string(e.member_id)
+        buf += _P_i(e.member_epoch)
+        a1_topics = e.topics
+        if a1_topics is None:
+            buf.append(0)
+        else:
+            n1 = len(a1_topics) + 1
+            if n1 < 0x80:
+                buf.append(n1)
+            else:
+                buf += uvarint(n1)
+            for e1 in a1_topics:
+                buf += e1.topic_id.bytes
+                a2_partition_indexes = e1.partition_indexes
+                n2 = len(a2_partition_indexes) + 1
+                if n2 < 0x80:
+                    buf.append(n2)
+                else:
+                    buf += uvarint(n2)
+                buf += _pack(">%di" % len(a2_partition_indexes), *a2_partition_indexes)
+                buf.append(0)
+        buf.append(0)
     buf += _P_o(o.require_stable)
     buf.append(0)
 
 
-def _r_OffsetFetchResponse_OffsetFetchResponseTopic_OffsetFetchResponsePartition_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index, f_committed_offset) = _U_iq(buf, pos)
-    pos += 12
-    f_metadata: Any
-    f_metadata, pos = read_nullable_string(buf, pos)
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    obj = _C_OffsetFetchResponse_OffsetFetchResponseTopic_OffsetFetchResponsePartition(
-        partition_index=f_partition_index,
-        committed_offset=f_committed_offset,
-        metadata=f_metadata,
-        error_code=f_error_code,
-    )
-    return obj, pos
-
-
-def _r_OffsetFetchResponse_OffsetFetchResponseTopic_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = (
-            _r_OffsetFetchResponse_OffsetFetchResponseTopic_OffsetFetchResponsePartition_v0(
-                buf, pos
-            )
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_OffsetFetchResponse_OffsetFetchResponseTopic(name=f_name, partitions=f_partitions)
-    return obj, pos
-
-
 def _r_OffsetFetchResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topics: Any
+    obj = _new(_C_OffsetFetchResponse)
+    obj.throttle_time_ms = 0
+    obj.error_code = 0
+    obj.groups = []
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_OffsetFetchResponse_OffsetFetchResponseTopic_v0(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_OffsetFetchResponse(topics=f_topics)
+        e_topics = _new(_C_OffsetFetchResponse_OffsetFetchResponseTopic)
+        e_topics.name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_OffsetFetchResponse_OffsetFetchResponseTopic_OffsetFetchResponsePartition
+            )
+            e1_partitions.committed_leader_epoch = -1
+            (e1_partitions.partition_index, e1_partitions.committed_offset) = _U_iq(buf, pos)
+            pos += 12
+            e1_partitions.metadata, pos = read_nullable_string(buf, pos)
+            (e1_partitions.error_code,) = _U_h(buf, pos)
+            pos += 2
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_OffsetFetchResponse_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topics: Any
+    obj = _new(_C_OffsetFetchResponse)
+    obj.throttle_time_ms = 0
+    obj.groups = []
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_OffsetFetchResponse_OffsetFetchResponseTopic_v0(buf, pos)
-        f_topics.append(e_topics)
-    (f_error_code,) = _U_h(buf, pos)
+        e_topics = _new(_C_OffsetFetchResponse_OffsetFetchResponseTopic)
+        e_topics.name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_OffsetFetchResponse_OffsetFetchResponseTopic_OffsetFetchResponsePartition
+            )
+            e1_partitions.committed_leader_epoch = -1
+            (e1_partitions.partition_index, e1_partitions.committed_offset) = _U_iq(buf, pos)
+            pos += 12
+            e1_partitions.metadata, pos = read_nullable_string(buf, pos)
+            (e1_partitions.error_code,) = _U_h(buf, pos)
+            pos += 2
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
+    (obj.error_code,) = _U_h(buf, pos)
     pos += 2
-    obj = _C_OffsetFetchResponse(topics=f_topics, error_code=f_error_code)
     return obj, pos
 
 
 def _r_OffsetFetchResponse_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    obj = _new(_C_OffsetFetchResponse)
+    obj.groups = []
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    f_topics: Any
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_OffsetFetchResponse_OffsetFetchResponseTopic_v0(buf, pos)
-        f_topics.append(e_topics)
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    obj = _C_OffsetFetchResponse(
-        throttle_time_ms=f_throttle_time_ms, topics=f_topics, error_code=f_error_code
-    )
-    return obj, pos
-
-
-def _r_OffsetFetchResponse_OffsetFetchResponseTopic_OffsetFetchResponsePartition_v5(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index, f_committed_offset, f_committed_leader_epoch) = _U_iqi(buf, pos)
-    pos += 16
-    f_metadata: Any
-    f_metadata, pos = read_nullable_string(buf, pos)
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    obj = _C_OffsetFetchResponse_OffsetFetchResponseTopic_OffsetFetchResponsePartition(
-        partition_index=f_partition_index,
-        committed_offset=f_committed_offset,
-        committed_leader_epoch=f_committed_leader_epoch,
-        metadata=f_metadata,
-        error_code=f_error_code,
-    )
-    return obj, pos
-
-
-def _r_OffsetFetchResponse_OffsetFetchResponseTopic_v5(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = (
-            _r_OffsetFetchResponse_OffsetFetchResponseTopic_OffsetFetchResponsePartition_v5(
-                buf, pos
+        e_topics = _new(_C_OffsetFetchResponse_OffsetFetchResponseTopic)
+        e_topics.name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_OffsetFetchResponse_OffsetFetchResponseTopic_OffsetFetchResponsePartition
             )
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_OffsetFetchResponse_OffsetFetchResponseTopic(name=f_name, partitions=f_partitions)
+            e1_partitions.committed_leader_epoch = -1
+            (e1_partitions.partition_index, e1_partitions.committed_offset) = _U_iq(buf, pos)
+            pos += 12
+            e1_partitions.metadata, pos = read_nullable_string(buf, pos)
+            (e1_partitions.error_code,) = _U_h(buf, pos)
+            pos += 2
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
+    (obj.error_code,) = _U_h(buf, pos)
+    pos += 2
     return obj, pos
 
 
 def _r_OffsetFetchResponse_v5(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    obj = _new(_C_OffsetFetchResponse)
+    obj.groups = []
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    f_topics: Any
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_OffsetFetchResponse_OffsetFetchResponseTopic_v5(buf, pos)
-        f_topics.append(e_topics)
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    obj = _C_OffsetFetchResponse(
-        throttle_time_ms=f_throttle_time_ms, topics=f_topics, error_code=f_error_code
-    )
-    return obj, pos
-
-
-def _r_OffsetFetchResponse_OffsetFetchResponseTopic_OffsetFetchResponsePartition_v6(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index, f_committed_offset, f_committed_leader_epoch) = _U_iqi(buf, pos)
-    pos += 16
-    f_metadata: Any
-    f_metadata, pos = read_compact_nullable_string(buf, pos)
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    obj = _C_OffsetFetchResponse_OffsetFetchResponseTopic_OffsetFetchResponsePartition(
-        partition_index=f_partition_index,
-        committed_offset=f_committed_offset,
-        committed_leader_epoch=f_committed_leader_epoch,
-        metadata=f_metadata,
-        error_code=f_error_code,
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_OffsetFetchResponse_OffsetFetchResponseTopic_v6(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = (
-            _r_OffsetFetchResponse_OffsetFetchResponseTopic_OffsetFetchResponsePartition_v6(
-                buf, pos
+        e_topics = _new(_C_OffsetFetchResponse_OffsetFetchResponseTopic)
+        e_topics.name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_OffsetFetchResponse_OffsetFetchResponseTopic_OffsetFetchResponsePartition
             )
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_OffsetFetchResponse_OffsetFetchResponseTopic(name=f_name, partitions=f_partitions)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+            (
+                e1_partitions.partition_index,
+                e1_partitions.committed_offset,
+                e1_partitions.committed_leader_epoch,
+            ) = _U_iqi(buf, pos)
+            pos += 16
+            e1_partitions.metadata, pos = read_nullable_string(buf, pos)
+            (e1_partitions.error_code,) = _U_h(buf, pos)
+            pos += 2
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
+    (obj.error_code,) = _U_h(buf, pos)
+    pos += 2
     return obj, pos
 
 
 def _r_OffsetFetchResponse_v6(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_OffsetFetchResponse)
+    obj.groups = []
+    (obj.throttle_time_ms, n) = _U_iB(buf, pos)
     pos += 4
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
-    for _ in range(n):
-        e_topics, pos = _r_OffsetFetchResponse_OffsetFetchResponseTopic_v6(buf, pos)
-        f_topics.append(e_topics)
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    obj = _C_OffsetFetchResponse(
-        throttle_time_ms=f_throttle_time_ms, topics=f_topics, error_code=f_error_code
-    )
-    if buf[pos] == 0:
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
         pos += 1
     else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics_OffsetFetchResponsePartitions_v8(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index, f_committed_offset, f_committed_leader_epoch) = _U_iqi(buf, pos)
-    pos += 16
-    f_metadata: Any
-    f_metadata, pos = read_compact_nullable_string(buf, pos)
-    (f_error_code,) = _U_h(buf, pos)
-    pos += 2
-    obj = _C_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics_OffsetFetchResponsePartitions(
-        partition_index=f_partition_index,
-        committed_offset=f_committed_offset,
-        committed_leader_epoch=f_committed_leader_epoch,
-        metadata=f_metadata,
-        error_code=f_error_code,
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics_v8(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partitions = []
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_partitions, pos = (
-            _r_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics_OffsetFetchResponsePartitions_v8(
-                buf, pos
+        e_topics = _new(_C_OffsetFetchResponse_OffsetFetchResponseTopic)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_topics.name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_topics.name, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_OffsetFetchResponse_OffsetFetchResponseTopic_OffsetFetchResponsePartition
             )
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics(
-        name=f_name, partitions=f_partitions
-    )
-    if buf[pos] == 0:
+            (
+                e1_partitions.partition_index,
+                e1_partitions.committed_offset,
+                e1_partitions.committed_leader_epoch,
+                n2,
+            ) = _U_iqiB(buf, pos)
+            pos += 16
+            if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                end2 = pos + n2
+                e1_partitions.metadata = str(buf[pos + 1 : end2], "utf-8")
+                pos = end2
+            else:
+                e1_partitions.metadata, pos = read_compact_nullable_string(buf, pos)
+            (e1_partitions.error_code, n2) = _U_hB(buf, pos)
+            pos += 2
+            if n2 == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
+    (obj.error_code, n) = _U_hB(buf, pos)
+    pos += 2
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -971,21 +1078,75 @@ def _r_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics_v8
 def _r_OffsetFetchResponse_OffsetFetchResponseGroup_v8(
     buf: memoryview, pos: int
 ) -> tuple[Any, int]:
-    f_group_id, pos = read_compact_string(buf, pos)
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
+    buflen = len(buf)
+    obj = _new(_C_OffsetFetchResponse_OffsetFetchResponseGroup)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.group_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.group_id, pos = read_compact_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = (
-            _r_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics_v8(buf, pos)
-        )
-        f_topics.append(e_topics)
-    (f_error_code,) = _U_h(buf, pos)
+        e_topics = _new(_C_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics)
+        e_topics.topic_id = ZERO_UUID
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_topics.name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_topics.name, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics_OffsetFetchResponsePartitions
+            )
+            (
+                e1_partitions.partition_index,
+                e1_partitions.committed_offset,
+                e1_partitions.committed_leader_epoch,
+                n2,
+            ) = _U_iqiB(buf, pos)
+            pos += 16
+            if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                end2 = pos + n2
+                e1_partitions.metadata = str(buf[pos + 1 : end2], "utf-8")
+                pos = end2
+            else:
+                e1_partitions.metadata, pos = read_compact_nullable_string(buf, pos)
+            (e1_partitions.error_code, n2) = _U_hB(buf, pos)
+            pos += 2
+            if n2 == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
+    (obj.error_code, n) = _U_hB(buf, pos)
     pos += 2
-    obj = _C_OffsetFetchResponse_OffsetFetchResponseGroup(
-        group_id=f_group_id, topics=f_topics, error_code=f_error_code
-    )
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -993,39 +1154,23 @@ def _r_OffsetFetchResponse_OffsetFetchResponseGroup_v8(
 
 
 def _r_OffsetFetchResponse_v8(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_OffsetFetchResponse)
+    obj.topics = []
+    obj.error_code = 0
+    (obj.throttle_time_ms, n) = _U_iB(buf, pos)
     pos += 4
-    f_groups: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_groups = []
-    for _ in range(n):
-        e_groups, pos = _r_OffsetFetchResponse_OffsetFetchResponseGroup_v8(buf, pos)
-        f_groups.append(e_groups)
-    obj = _C_OffsetFetchResponse(throttle_time_ms=f_throttle_time_ms, groups=f_groups)
-    if buf[pos] == 0:
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
         pos += 1
     else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics_v10(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_topic_id, pos = read_uuid(buf, pos)
-    f_partitions: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partitions = []
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_groups: Any
+    a_groups: list[Any] = []
     for _ in range(n):
-        e_partitions, pos = (
-            _r_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics_OffsetFetchResponsePartitions_v8(
-                buf, pos
-            )
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics(
-        topic_id=f_topic_id, partitions=f_partitions
-    )
+        e_groups, pos = _r_OffsetFetchResponse_OffsetFetchResponseGroup_v8(buf, pos)
+        a_groups.append(e_groups)
+    obj.groups = a_groups
     if buf[pos] == 0:
         pos += 1
     else:
@@ -1036,21 +1181,69 @@ def _r_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics_v1
 def _r_OffsetFetchResponse_OffsetFetchResponseGroup_v10(
     buf: memoryview, pos: int
 ) -> tuple[Any, int]:
-    f_group_id, pos = read_compact_string(buf, pos)
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
+    buflen = len(buf)
+    obj = _new(_C_OffsetFetchResponse_OffsetFetchResponseGroup)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.group_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.group_id, pos = read_compact_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = (
-            _r_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics_v10(buf, pos)
-        )
-        f_topics.append(e_topics)
-    (f_error_code,) = _U_h(buf, pos)
+        e_topics = _new(_C_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics)
+        e_topics.name = ""
+        e_topics.topic_id, pos = read_uuid(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics_OffsetFetchResponsePartitions
+            )
+            (
+                e1_partitions.partition_index,
+                e1_partitions.committed_offset,
+                e1_partitions.committed_leader_epoch,
+                n2,
+            ) = _U_iqiB(buf, pos)
+            pos += 16
+            if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                end2 = pos + n2
+                e1_partitions.metadata = str(buf[pos + 1 : end2], "utf-8")
+                pos = end2
+            else:
+                e1_partitions.metadata, pos = read_compact_nullable_string(buf, pos)
+            (e1_partitions.error_code, n2) = _U_hB(buf, pos)
+            pos += 2
+            if n2 == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
+    (obj.error_code, n) = _U_hB(buf, pos)
     pos += 2
-    obj = _C_OffsetFetchResponse_OffsetFetchResponseGroup(
-        group_id=f_group_id, topics=f_topics, error_code=f_error_code
-    )
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -1058,15 +1251,23 @@ def _r_OffsetFetchResponse_OffsetFetchResponseGroup_v10(
 
 
 def _r_OffsetFetchResponse_v10(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_OffsetFetchResponse)
+    obj.topics = []
+    obj.error_code = 0
+    (obj.throttle_time_ms, n) = _U_iB(buf, pos)
     pos += 4
-    f_groups: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_groups = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_groups: Any
+    a_groups: list[Any] = []
     for _ in range(n):
         e_groups, pos = _r_OffsetFetchResponse_OffsetFetchResponseGroup_v10(buf, pos)
-        f_groups.append(e_groups)
-    obj = _C_OffsetFetchResponse(throttle_time_ms=f_throttle_time_ms, groups=f_groups)
+        a_groups.append(e_groups)
+    obj.groups = a_groups
     if buf[pos] == 0:
         pos += 1
     else:
@@ -1074,36 +1275,30 @@ def _r_OffsetFetchResponse_v10(buf: memoryview, pos: int) -> tuple[Any, int]:
     return obj, pos
 
 
-def _w_OffsetFetchResponse_OffsetFetchResponseTopic_OffsetFetchResponsePartition_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_iq(o.partition_index, o.committed_offset)
-    buf += write_nullable_string(o.metadata)
-    buf += _P_h(o.error_code)
-
-
-def _w_OffsetFetchResponse_OffsetFetchResponseTopic_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.name)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    for e in a_partitions:
-        _w_OffsetFetchResponse_OffsetFetchResponseTopic_OffsetFetchResponsePartition_v0(e, buf, out)
-
-
 def _w_OffsetFetchResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_OffsetFetchResponse_OffsetFetchResponseTopic_v0(e, buf, out)
+        buf += write_string(e.name)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_iq(e1.partition_index, e1.committed_offset)
+            buf += write_nullable_string(e1.metadata)
+            buf += _P_h(e1.error_code)
 
 
 def _w_OffsetFetchResponse_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_OffsetFetchResponse_OffsetFetchResponseTopic_v0(e, buf, out)
+        buf += write_string(e.name)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_iq(e1.partition_index, e1.committed_offset)
+            buf += write_nullable_string(e1.metadata)
+            buf += _P_h(e1.error_code)
     buf += _P_h(o.error_code)
 
 
@@ -1112,26 +1307,14 @@ def _w_OffsetFetchResponse_v3(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_OffsetFetchResponse_OffsetFetchResponseTopic_v0(e, buf, out)
+        buf += write_string(e.name)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_iq(e1.partition_index, e1.committed_offset)
+            buf += write_nullable_string(e1.metadata)
+            buf += _P_h(e1.error_code)
     buf += _P_h(o.error_code)
-
-
-def _w_OffsetFetchResponse_OffsetFetchResponseTopic_OffsetFetchResponsePartition_v5(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_iqi(o.partition_index, o.committed_offset, o.committed_leader_epoch)
-    buf += write_nullable_string(o.metadata)
-    buf += _P_h(o.error_code)
-
-
-def _w_OffsetFetchResponse_OffsetFetchResponseTopic_v5(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.name)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    for e in a_partitions:
-        _w_OffsetFetchResponse_OffsetFetchResponseTopic_OffsetFetchResponsePartition_v5(e, buf, out)
 
 
 def _w_OffsetFetchResponse_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -1139,59 +1322,39 @@ def _w_OffsetFetchResponse_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_OffsetFetchResponse_OffsetFetchResponseTopic_v5(e, buf, out)
+        buf += write_string(e.name)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_iqi(e1.partition_index, e1.committed_offset, e1.committed_leader_epoch)
+            buf += write_nullable_string(e1.metadata)
+            buf += _P_h(e1.error_code)
     buf += _P_h(o.error_code)
-
-
-def _w_OffsetFetchResponse_OffsetFetchResponseTopic_OffsetFetchResponsePartition_v6(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_iqi(o.partition_index, o.committed_offset, o.committed_leader_epoch)
-    buf += write_compact_nullable_string(o.metadata)
-    buf += _P_h(o.error_code)
-    buf.append(0)
-
-
-def _w_OffsetFetchResponse_OffsetFetchResponseTopic_v6(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_compact_string(o.name)
-    a_partitions = o.partitions
-    buf += uvarint(len(a_partitions) + 1)
-    for e in a_partitions:
-        _w_OffsetFetchResponse_OffsetFetchResponseTopic_OffsetFetchResponsePartition_v6(e, buf, out)
-    buf.append(0)
 
 
 def _w_OffsetFetchResponse_v6(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
     a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
+    n = len(a_topics) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topics:
-        _w_OffsetFetchResponse_OffsetFetchResponseTopic_v6(e, buf, out)
+        buf += write_compact_string(e.name)
+        a1_partitions = e.partitions
+        n1 = len(a1_partitions) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_partitions:
+            buf += _P_iqi(e1.partition_index, e1.committed_offset, e1.committed_leader_epoch)
+            buf += write_compact_nullable_string(e1.metadata)
+            buf += _P_h(e1.error_code)
+            buf.append(0)
+        buf.append(0)
     buf += _P_h(o.error_code)
-    buf.append(0)
-
-
-def _w_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics_OffsetFetchResponsePartitions_v8(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_iqi(o.partition_index, o.committed_offset, o.committed_leader_epoch)
-    buf += write_compact_nullable_string(o.metadata)
-    buf += _P_h(o.error_code)
-    buf.append(0)
-
-
-def _w_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics_v8(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_compact_string(o.name)
-    a_partitions = o.partitions
-    buf += uvarint(len(a_partitions) + 1)
-    for e in a_partitions:
-        _w_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics_OffsetFetchResponsePartitions_v8(
-            e, buf, out
-        )
     buf.append(0)
 
 
@@ -1200,9 +1363,25 @@ def _w_OffsetFetchResponse_OffsetFetchResponseGroup_v8(
 ) -> None:
     buf += write_compact_string(o.group_id)
     a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
+    n = len(a_topics) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topics:
-        _w_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics_v8(e, buf, out)
+        buf += write_compact_string(e.name)
+        a1_partitions = e.partitions
+        n1 = len(a1_partitions) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_partitions:
+            buf += _P_iqi(e1.partition_index, e1.committed_offset, e1.committed_leader_epoch)
+            buf += write_compact_nullable_string(e1.metadata)
+            buf += _P_h(e1.error_code)
+            buf.append(0)
+        buf.append(0)
     buf += _P_h(o.error_code)
     buf.append(0)
 
@@ -1210,22 +1389,13 @@ def _w_OffsetFetchResponse_OffsetFetchResponseGroup_v8(
 def _w_OffsetFetchResponse_v8(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
     a_groups = o.groups
-    buf += uvarint(len(a_groups) + 1)
+    n = len(a_groups) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_groups:
         _w_OffsetFetchResponse_OffsetFetchResponseGroup_v8(e, buf, out)
-    buf.append(0)
-
-
-def _w_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics_v10(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += o.topic_id.bytes
-    a_partitions = o.partitions
-    buf += uvarint(len(a_partitions) + 1)
-    for e in a_partitions:
-        _w_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics_OffsetFetchResponsePartitions_v8(
-            e, buf, out
-        )
     buf.append(0)
 
 
@@ -1234,9 +1404,25 @@ def _w_OffsetFetchResponse_OffsetFetchResponseGroup_v10(
 ) -> None:
     buf += write_compact_string(o.group_id)
     a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
+    n = len(a_topics) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topics:
-        _w_OffsetFetchResponse_OffsetFetchResponseGroup_OffsetFetchResponseTopics_v10(e, buf, out)
+        buf += e.topic_id.bytes
+        a1_partitions = e.partitions
+        n1 = len(a1_partitions) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_partitions:
+            buf += _P_iqi(e1.partition_index, e1.committed_offset, e1.committed_leader_epoch)
+            buf += write_compact_nullable_string(e1.metadata)
+            buf += _P_h(e1.error_code)
+            buf.append(0)
+        buf.append(0)
     buf += _P_h(o.error_code)
     buf.append(0)
 
@@ -1244,7 +1430,11 @@ def _w_OffsetFetchResponse_OffsetFetchResponseGroup_v10(
 def _w_OffsetFetchResponse_v10(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
     a_groups = o.groups
-    buf += uvarint(len(a_groups) + 1)
+    n = len(a_groups) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_groups:
         _w_OffsetFetchResponse_OffsetFetchResponseGroup_v10(e, buf, out)
     buf.append(0)

@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,17 +45,21 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
 _U_hiiq = struct.Struct(">hiiq").unpack_from
 _P_hiiq = struct.Struct(">hiiq").pack
+_U_hiiqB = struct.Struct(">hiiqB").unpack_from
 _U_hiq = struct.Struct(">hiq").unpack_from
 _P_hiq = struct.Struct(">hiq").pack
 _U_i = struct.Struct(">i").unpack_from
 _P_i = struct.Struct(">i").pack
+_U_iB = struct.Struct(">iB").unpack_from
 _U_ii = struct.Struct(">ii").unpack_from
 _P_ii = struct.Struct(">ii").pack
 _U_iii = struct.Struct(">iii").unpack_from
 _P_iii = struct.Struct(">iii").pack
+_U_iiiB = struct.Struct(">iiiB").unpack_from
 
 
 @dataclass(slots=True)
@@ -245,207 +250,170 @@ _C_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset = (
 )
 
 
-def _r_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition, f_leader_epoch) = _U_ii(buf, pos)
-    pos += 8
-    obj = _C_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition(
-        partition=f_partition, leader_epoch=f_leader_epoch
-    )
-    return obj, pos
-
-
-def _r_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_topic, pos = read_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = (
-            _r_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition_v0(
-                buf, pos
-            )
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_OffsetForLeaderEpochRequest_OffsetForLeaderTopic(
-        topic=f_topic, partitions=f_partitions
-    )
-    return obj, pos
-
-
 def _r_OffsetForLeaderEpochRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topics: Any
+    obj = _new(_C_OffsetForLeaderEpochRequest)
+    obj.replica_id = -2
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v0(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_OffsetForLeaderEpochRequest(topics=f_topics)
-    return obj, pos
-
-
-def _r_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition_v2(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition, f_current_leader_epoch, f_leader_epoch) = _U_iii(buf, pos)
-    pos += 12
-    obj = _C_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition(
-        partition=f_partition,
-        current_leader_epoch=f_current_leader_epoch,
-        leader_epoch=f_leader_epoch,
-    )
-    return obj, pos
-
-
-def _r_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v2(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_topic, pos = read_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = (
-            _r_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition_v2(
-                buf, pos
+        e_topics = _new(_C_OffsetForLeaderEpochRequest_OffsetForLeaderTopic)
+        e_topics.topic, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition
             )
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_OffsetForLeaderEpochRequest_OffsetForLeaderTopic(
-        topic=f_topic, partitions=f_partitions
-    )
+            e1_partitions.current_leader_epoch = -1
+            (e1_partitions.partition, e1_partitions.leader_epoch) = _U_ii(buf, pos)
+            pos += 8
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_OffsetForLeaderEpochRequest_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topics: Any
+    obj = _new(_C_OffsetForLeaderEpochRequest)
+    obj.replica_id = -2
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v2(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_OffsetForLeaderEpochRequest(topics=f_topics)
+        e_topics = _new(_C_OffsetForLeaderEpochRequest_OffsetForLeaderTopic)
+        e_topics.topic, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition
+            )
+            (
+                e1_partitions.partition,
+                e1_partitions.current_leader_epoch,
+                e1_partitions.leader_epoch,
+            ) = _U_iii(buf, pos)
+            pos += 12
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_OffsetForLeaderEpochRequest_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_replica_id,) = _U_i(buf, pos)
+    obj = _new(_C_OffsetForLeaderEpochRequest)
+    (obj.replica_id,) = _U_i(buf, pos)
     pos += 4
-    f_topics: Any
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v2(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_OffsetForLeaderEpochRequest(replica_id=f_replica_id, topics=f_topics)
-    return obj, pos
-
-
-def _r_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition_v4(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition, f_current_leader_epoch, f_leader_epoch) = _U_iii(buf, pos)
-    pos += 12
-    obj = _C_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition(
-        partition=f_partition,
-        current_leader_epoch=f_current_leader_epoch,
-        leader_epoch=f_leader_epoch,
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v4(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_topic, pos = read_compact_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = (
-            _r_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition_v4(
-                buf, pos
+        e_topics = _new(_C_OffsetForLeaderEpochRequest_OffsetForLeaderTopic)
+        e_topics.topic, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition
             )
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_OffsetForLeaderEpochRequest_OffsetForLeaderTopic(
-        topic=f_topic, partitions=f_partitions
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+            (
+                e1_partitions.partition,
+                e1_partitions.current_leader_epoch,
+                e1_partitions.leader_epoch,
+            ) = _U_iii(buf, pos)
+            pos += 12
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_OffsetForLeaderEpochRequest_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_replica_id,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_OffsetForLeaderEpochRequest)
+    (obj.replica_id, n) = _U_iB(buf, pos)
     pos += 4
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v4(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_OffsetForLeaderEpochRequest(replica_id=f_replica_id, topics=f_topics)
+        e_topics = _new(_C_OffsetForLeaderEpochRequest_OffsetForLeaderTopic)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_topics.topic = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_topics.topic, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition
+            )
+            (
+                e1_partitions.partition,
+                e1_partitions.current_leader_epoch,
+                e1_partitions.leader_epoch,
+                n2,
+            ) = _U_iiiB(buf, pos)
+            pos += 12
+            if n2 == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     if buf[pos] == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
     return obj, pos
-
-
-def _w_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_ii(o.partition, o.leader_epoch)
-
-
-def _w_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.topic)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    for e in a_partitions:
-        _w_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition_v0(e, buf, out)
 
 
 def _w_OffsetForLeaderEpochRequest_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v0(e, buf, out)
-
-
-def _w_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition_v2(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_iii(o.partition, o.current_leader_epoch, o.leader_epoch)
-
-
-def _w_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v2(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.topic)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    for e in a_partitions:
-        _w_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition_v2(e, buf, out)
+        buf += write_string(e.topic)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_ii(e1.partition, e1.leader_epoch)
 
 
 def _w_OffsetForLeaderEpochRequest_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v2(e, buf, out)
+        buf += write_string(e.topic)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_iii(e1.partition, e1.current_leader_epoch, e1.leader_epoch)
 
 
 def _w_OffsetForLeaderEpochRequest_v3(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -453,233 +421,205 @@ def _w_OffsetForLeaderEpochRequest_v3(o: Any, buf: bytearray, out: list[Any]) ->
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v2(e, buf, out)
-
-
-def _w_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition_v4(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_iii(o.partition, o.current_leader_epoch, o.leader_epoch)
-    buf.append(0)
-
-
-def _w_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v4(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_compact_string(o.topic)
-    a_partitions = o.partitions
-    buf += uvarint(len(a_partitions) + 1)
-    for e in a_partitions:
-        _w_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_OffsetForLeaderPartition_v4(e, buf, out)
-    buf.append(0)
+        buf += write_string(e.topic)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_iii(e1.partition, e1.current_leader_epoch, e1.leader_epoch)
 
 
 def _w_OffsetForLeaderEpochRequest_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.replica_id)
     a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
+    n = len(a_topics) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topics:
-        _w_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v4(e, buf, out)
+        buf += write_compact_string(e.topic)
+        a1_partitions = e.partitions
+        n1 = len(a1_partitions) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_partitions:
+            buf += _P_iii(e1.partition, e1.current_leader_epoch, e1.leader_epoch)
+            buf.append(0)
+        buf.append(0)
     buf.append(0)
 
 
-def _r_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_error_code, f_partition, f_end_offset) = _U_hiq(buf, pos)
-    pos += 14
-    obj = _C_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset(
-        error_code=f_error_code, partition=f_partition, end_offset=f_end_offset
-    )
-    return obj, pos
-
-
-def _r_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_topic, pos = read_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = (
-            _r_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset_v0(buf, pos)
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult(
-        topic=f_topic, partitions=f_partitions
-    )
-    return obj, pos
-
-
 def _r_OffsetForLeaderEpochResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topics: Any
+    obj = _new(_C_OffsetForLeaderEpochResponse)
+    obj.throttle_time_ms = 0
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v0(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_OffsetForLeaderEpochResponse(topics=f_topics)
-    return obj, pos
-
-
-def _r_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset_v1(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_error_code, f_partition, f_leader_epoch, f_end_offset) = _U_hiiq(buf, pos)
-    pos += 18
-    obj = _C_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset(
-        error_code=f_error_code,
-        partition=f_partition,
-        leader_epoch=f_leader_epoch,
-        end_offset=f_end_offset,
-    )
-    return obj, pos
-
-
-def _r_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v1(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_topic, pos = read_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = (
-            _r_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset_v1(buf, pos)
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult(
-        topic=f_topic, partitions=f_partitions
-    )
+        e_topics = _new(_C_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult)
+        e_topics.topic, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset
+            )
+            e1_partitions.leader_epoch = -1
+            (e1_partitions.error_code, e1_partitions.partition, e1_partitions.end_offset) = _U_hiq(
+                buf, pos
+            )
+            pos += 14
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_OffsetForLeaderEpochResponse_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topics: Any
+    obj = _new(_C_OffsetForLeaderEpochResponse)
+    obj.throttle_time_ms = 0
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v1(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_OffsetForLeaderEpochResponse(topics=f_topics)
+        e_topics = _new(_C_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult)
+        e_topics.topic, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset
+            )
+            (
+                e1_partitions.error_code,
+                e1_partitions.partition,
+                e1_partitions.leader_epoch,
+                e1_partitions.end_offset,
+            ) = _U_hiiq(buf, pos)
+            pos += 18
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_OffsetForLeaderEpochResponse_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    obj = _new(_C_OffsetForLeaderEpochResponse)
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    f_topics: Any
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v1(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_OffsetForLeaderEpochResponse(throttle_time_ms=f_throttle_time_ms, topics=f_topics)
-    return obj, pos
-
-
-def _r_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset_v4(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_error_code, f_partition, f_leader_epoch, f_end_offset) = _U_hiiq(buf, pos)
-    pos += 18
-    obj = _C_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset(
-        error_code=f_error_code,
-        partition=f_partition,
-        leader_epoch=f_leader_epoch,
-        end_offset=f_end_offset,
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v4(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_topic, pos = read_compact_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = (
-            _r_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset_v4(buf, pos)
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult(
-        topic=f_topic, partitions=f_partitions
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+        e_topics = _new(_C_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult)
+        e_topics.topic, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset
+            )
+            (
+                e1_partitions.error_code,
+                e1_partitions.partition,
+                e1_partitions.leader_epoch,
+                e1_partitions.end_offset,
+            ) = _U_hiiq(buf, pos)
+            pos += 18
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_OffsetForLeaderEpochResponse_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_OffsetForLeaderEpochResponse)
+    (obj.throttle_time_ms, n) = _U_iB(buf, pos)
     pos += 4
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v4(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_OffsetForLeaderEpochResponse(throttle_time_ms=f_throttle_time_ms, topics=f_topics)
+        e_topics = _new(_C_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_topics.topic = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_topics.topic, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset
+            )
+            (
+                e1_partitions.error_code,
+                e1_partitions.partition,
+                e1_partitions.leader_epoch,
+                e1_partitions.end_offset,
+                n2,
+            ) = _U_hiiqB(buf, pos)
+            pos += 18
+            if n2 == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     if buf[pos] == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
     return obj, pos
-
-
-def _w_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_hiq(o.error_code, o.partition, o.end_offset)
-
-
-def _w_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.topic)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    for e in a_partitions:
-        _w_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset_v0(e, buf, out)
 
 
 def _w_OffsetForLeaderEpochResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v0(e, buf, out)
-
-
-def _w_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset_v1(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_hiiq(o.error_code, o.partition, o.leader_epoch, o.end_offset)
-
-
-def _w_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v1(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.topic)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    for e in a_partitions:
-        _w_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset_v1(e, buf, out)
+        buf += write_string(e.topic)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_hiq(e1.error_code, e1.partition, e1.end_offset)
 
 
 def _w_OffsetForLeaderEpochResponse_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v1(e, buf, out)
+        buf += write_string(e.topic)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_hiiq(e1.error_code, e1.partition, e1.leader_epoch, e1.end_offset)
 
 
 def _w_OffsetForLeaderEpochResponse_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -687,33 +627,33 @@ def _w_OffsetForLeaderEpochResponse_v2(o: Any, buf: bytearray, out: list[Any]) -
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v1(e, buf, out)
-
-
-def _w_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset_v4(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_hiiq(o.error_code, o.partition, o.leader_epoch, o.end_offset)
-    buf.append(0)
-
-
-def _w_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v4(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_compact_string(o.topic)
-    a_partitions = o.partitions
-    buf += uvarint(len(a_partitions) + 1)
-    for e in a_partitions:
-        _w_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_EpochEndOffset_v4(e, buf, out)
-    buf.append(0)
+        buf += write_string(e.topic)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_hiiq(e1.error_code, e1.partition, e1.leader_epoch, e1.end_offset)
 
 
 def _w_OffsetForLeaderEpochResponse_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
     a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
+    n = len(a_topics) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topics:
-        _w_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v4(e, buf, out)
+        buf += write_compact_string(e.topic)
+        a1_partitions = e.partitions
+        n1 = len(a1_partitions) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_partitions:
+            buf += _P_hiiq(e1.error_code, e1.partition, e1.leader_epoch, e1.end_offset)
+            buf.append(0)
+        buf.append(0)
     buf.append(0)
 
 

@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,19 +45,23 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
 _U_hi = struct.Struct(">hi").unpack_from
 _P_hi = struct.Struct(">hi").pack
+_U_hiB = struct.Struct(">hiB").unpack_from
 _U_i = struct.Struct(">i").unpack_from
 _P_i = struct.Struct(">i").pack
+_U_iB = struct.Struct(">iB").unpack_from
 _U_ihq = struct.Struct(">ihq").unpack_from
 _P_ihq = struct.Struct(">ihq").pack
 _U_ihqq = struct.Struct(">ihqq").unpack_from
 _P_ihqq = struct.Struct(">ihqq").pack
 _U_ihqqq = struct.Struct(">ihqqq").unpack_from
 _P_ihqqq = struct.Struct(">ihqqq").pack
-_U_ii = struct.Struct(">ii").unpack_from
+_U_ihqqqB = struct.Struct(">ihqqqB").unpack_from
 _P_ii = struct.Struct(">ii").pack
+_U_iiB = struct.Struct(">iiB").unpack_from
 
 
 @dataclass(slots=True)
@@ -297,131 +302,133 @@ _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoc
     ProduceResponse.TopicProduceResponse.PartitionProduceResponse.LeaderIdAndEpoch
 )
 _C_ProduceResponse_NodeEndpoint = ProduceResponse.NodeEndpoint
-_D_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch = (
-    _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch()
-)
-
-
-def _r_ProduceRequest_TopicProduceData_PartitionProduceData_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_index,) = _U_i(buf, pos)
-    pos += 4
-    f_records: Any
-    f_records, pos = read_nullable_bytes(buf, pos)
-    obj = _C_ProduceRequest_TopicProduceData_PartitionProduceData(index=f_index, records=f_records)
-    return obj, pos
-
-
-def _r_ProduceRequest_TopicProduceData_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    f_partition_data: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partition_data = []
-    for _ in range(n):
-        e_partition_data, pos = _r_ProduceRequest_TopicProduceData_PartitionProduceData_v0(buf, pos)
-        f_partition_data.append(e_partition_data)
-    obj = _C_ProduceRequest_TopicProduceData(name=f_name, partition_data=f_partition_data)
-    return obj, pos
 
 
 def _r_ProduceRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_acks, f_timeout_ms) = _U_hi(buf, pos)
+    obj = _new(_C_ProduceRequest)
+    obj.transactional_id = None
+    (obj.acks, obj.timeout_ms) = _U_hi(buf, pos)
     pos += 6
-    f_topic_data: Any
     n, pos = read_array_len(buf, pos, False)
-    f_topic_data = []
+    e_topic_data: Any
+    a_topic_data: list[Any] = []
     for _ in range(n):
-        e_topic_data, pos = _r_ProduceRequest_TopicProduceData_v0(buf, pos)
-        f_topic_data.append(e_topic_data)
-    obj = _C_ProduceRequest(acks=f_acks, timeout_ms=f_timeout_ms, topic_data=f_topic_data)
+        e_topic_data = _new(_C_ProduceRequest_TopicProduceData)
+        e_topic_data.topic_id = ZERO_UUID
+        e_topic_data.name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partition_data: Any
+        a1_partition_data: list[Any] = []
+        for _ in range(n1):
+            e1_partition_data = _new(_C_ProduceRequest_TopicProduceData_PartitionProduceData)
+            (e1_partition_data.index,) = _U_i(buf, pos)
+            pos += 4
+            e1_partition_data.records, pos = read_nullable_bytes(buf, pos)
+            a1_partition_data.append(e1_partition_data)
+        e_topic_data.partition_data = a1_partition_data
+        a_topic_data.append(e_topic_data)
+    obj.topic_data = a_topic_data
     return obj, pos
 
 
 def _r_ProduceRequest_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_transactional_id: Any
-    f_transactional_id, pos = read_nullable_string(buf, pos)
-    (f_acks, f_timeout_ms) = _U_hi(buf, pos)
+    obj = _new(_C_ProduceRequest)
+    obj.transactional_id, pos = read_nullable_string(buf, pos)
+    (obj.acks, obj.timeout_ms) = _U_hi(buf, pos)
     pos += 6
-    f_topic_data: Any
     n, pos = read_array_len(buf, pos, False)
-    f_topic_data = []
+    e_topic_data: Any
+    a_topic_data: list[Any] = []
     for _ in range(n):
-        e_topic_data, pos = _r_ProduceRequest_TopicProduceData_v0(buf, pos)
-        f_topic_data.append(e_topic_data)
-    obj = _C_ProduceRequest(
-        transactional_id=f_transactional_id,
-        acks=f_acks,
-        timeout_ms=f_timeout_ms,
-        topic_data=f_topic_data,
-    )
-    return obj, pos
-
-
-def _r_ProduceRequest_TopicProduceData_PartitionProduceData_v9(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_index,) = _U_i(buf, pos)
-    pos += 4
-    f_records: Any
-    f_records, pos = read_compact_nullable_bytes(buf, pos)
-    obj = _C_ProduceRequest_TopicProduceData_PartitionProduceData(index=f_index, records=f_records)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_ProduceRequest_TopicProduceData_v9(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    f_partition_data: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partition_data = []
-    for _ in range(n):
-        e_partition_data, pos = _r_ProduceRequest_TopicProduceData_PartitionProduceData_v9(buf, pos)
-        f_partition_data.append(e_partition_data)
-    obj = _C_ProduceRequest_TopicProduceData(name=f_name, partition_data=f_partition_data)
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+        e_topic_data = _new(_C_ProduceRequest_TopicProduceData)
+        e_topic_data.topic_id = ZERO_UUID
+        e_topic_data.name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partition_data: Any
+        a1_partition_data: list[Any] = []
+        for _ in range(n1):
+            e1_partition_data = _new(_C_ProduceRequest_TopicProduceData_PartitionProduceData)
+            (e1_partition_data.index,) = _U_i(buf, pos)
+            pos += 4
+            e1_partition_data.records, pos = read_nullable_bytes(buf, pos)
+            a1_partition_data.append(e1_partition_data)
+        e_topic_data.partition_data = a1_partition_data
+        a_topic_data.append(e_topic_data)
+    obj.topic_data = a_topic_data
     return obj, pos
 
 
 def _r_ProduceRequest_v9(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_transactional_id: Any
-    f_transactional_id, pos = read_compact_nullable_string(buf, pos)
-    (f_acks, f_timeout_ms) = _U_hi(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_ProduceRequest)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.transactional_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.transactional_id, pos = read_compact_nullable_string(buf, pos)
+    (obj.acks, obj.timeout_ms, n) = _U_hiB(buf, pos)
     pos += 6
-    f_topic_data: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topic_data = []
-    for _ in range(n):
-        e_topic_data, pos = _r_ProduceRequest_TopicProduceData_v9(buf, pos)
-        f_topic_data.append(e_topic_data)
-    obj = _C_ProduceRequest(
-        transactional_id=f_transactional_id,
-        acks=f_acks,
-        timeout_ms=f_timeout_ms,
-        topic_data=f_topic_data,
-    )
-    if buf[pos] == 0:
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
         pos += 1
     else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_ProduceRequest_TopicProduceData_v13(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topic_id, pos = read_uuid(buf, pos)
-    f_partition_data: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partition_data = []
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topic_data: Any
+    a_topic_data: list[Any] = []
     for _ in range(n):
-        e_partition_data, pos = _r_ProduceRequest_TopicProduceData_PartitionProduceData_v9(buf, pos)
-        f_partition_data.append(e_partition_data)
-    obj = _C_ProduceRequest_TopicProduceData(topic_id=f_topic_id, partition_data=f_partition_data)
+        e_topic_data = _new(_C_ProduceRequest_TopicProduceData)
+        e_topic_data.topic_id = ZERO_UUID
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_topic_data.name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_topic_data.name, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_partition_data: Any
+        a1_partition_data: list[Any] = []
+        for _ in range(n1):
+            e1_partition_data = _new(_C_ProduceRequest_TopicProduceData_PartitionProduceData)
+            (e1_partition_data.index, n2) = _U_iB(buf, pos)
+            pos += 4
+            if n2 < 0x80:
+                pos += 1
+            elif (b2 := buf[pos + 1]) < 0x80:
+                n2 = n2 & 0x7F | b2 << 7
+                pos += 2
+            elif (c2 := buf[pos + 2]) < 0x80:
+                n2 = n2 & 0x7F | (b2 & 0x7F) << 7 | c2 << 14
+                pos += 3
+            else:
+                n2, pos = read_uvarint(buf, pos)
+            if n2 == 0:
+                e1_partition_data.records = None
+            else:
+                end2 = pos + n2 - 1
+                if end2 > buflen:
+                    raise_too_long(buf, pos, n2 - 1)
+                e1_partition_data.records = buf[pos:end2]
+                pos = end2
+            if buf[pos] == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_partition_data.append(e1_partition_data)
+        e_topic_data.partition_data = a1_partition_data
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_topic_data.append(e_topic_data)
+    obj.topic_data = a_topic_data
     if buf[pos] == 0:
         pos += 1
     else:
@@ -430,22 +437,70 @@ def _r_ProduceRequest_TopicProduceData_v13(buf: memoryview, pos: int) -> tuple[A
 
 
 def _r_ProduceRequest_v13(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_transactional_id: Any
-    f_transactional_id, pos = read_compact_nullable_string(buf, pos)
-    (f_acks, f_timeout_ms) = _U_hi(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_ProduceRequest)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.transactional_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.transactional_id, pos = read_compact_nullable_string(buf, pos)
+    (obj.acks, obj.timeout_ms, n) = _U_hiB(buf, pos)
     pos += 6
-    f_topic_data: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topic_data = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topic_data: Any
+    a_topic_data: list[Any] = []
     for _ in range(n):
-        e_topic_data, pos = _r_ProduceRequest_TopicProduceData_v13(buf, pos)
-        f_topic_data.append(e_topic_data)
-    obj = _C_ProduceRequest(
-        transactional_id=f_transactional_id,
-        acks=f_acks,
-        timeout_ms=f_timeout_ms,
-        topic_data=f_topic_data,
-    )
+        e_topic_data = _new(_C_ProduceRequest_TopicProduceData)
+        e_topic_data.name = ""
+        e_topic_data.topic_id, pos = read_uuid(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_partition_data: Any
+        a1_partition_data: list[Any] = []
+        for _ in range(n1):
+            e1_partition_data = _new(_C_ProduceRequest_TopicProduceData_PartitionProduceData)
+            (e1_partition_data.index, n2) = _U_iB(buf, pos)
+            pos += 4
+            if n2 < 0x80:
+                pos += 1
+            elif (b2 := buf[pos + 1]) < 0x80:
+                n2 = n2 & 0x7F | b2 << 7
+                pos += 2
+            elif (c2 := buf[pos + 2]) < 0x80:
+                n2 = n2 & 0x7F | (b2 & 0x7F) << 7 | c2 << 14
+                pos += 3
+            else:
+                n2, pos = read_uvarint(buf, pos)
+            if n2 == 0:
+                e1_partition_data.records = None
+            else:
+                end2 = pos + n2 - 1
+                if end2 > buflen:
+                    raise_too_long(buf, pos, n2 - 1)
+                e1_partition_data.records = buf[pos:end2]
+                pos = end2
+            if buf[pos] == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_partition_data.append(e1_partition_data)
+        e_topic_data.partition_data = a1_partition_data
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_topic_data.append(e_topic_data)
+    obj.topic_data = a_topic_data
     if buf[pos] == 0:
         pos += 1
     else:
@@ -453,27 +508,17 @@ def _r_ProduceRequest_v13(buf: memoryview, pos: int) -> tuple[Any, int]:
     return obj, pos
 
 
-def _w_ProduceRequest_TopicProduceData_PartitionProduceData_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_i(o.index)
-    write_nullable_bytes(buf, out, o.records)
-
-
-def _w_ProduceRequest_TopicProduceData_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_string(o.name)
-    a_partition_data = o.partition_data
-    buf += _P_i(len(a_partition_data))
-    for e in a_partition_data:
-        _w_ProduceRequest_TopicProduceData_PartitionProduceData_v0(e, buf, out)
-
-
 def _w_ProduceRequest_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_hi(o.acks, o.timeout_ms)
     a_topic_data = o.topic_data
     buf += _P_i(len(a_topic_data))
     for e in a_topic_data:
-        _w_ProduceRequest_TopicProduceData_v0(e, buf, out)
+        buf += write_string(e.name)
+        a1_partition_data = e.partition_data
+        buf += _P_i(len(a1_partition_data))
+        for e1 in a1_partition_data:
+            buf += _P_i(e1.index)
+            write_nullable_bytes(buf, out, e1.records)
 
 
 def _w_ProduceRequest_v3(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -482,42 +527,57 @@ def _w_ProduceRequest_v3(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_topic_data = o.topic_data
     buf += _P_i(len(a_topic_data))
     for e in a_topic_data:
-        _w_ProduceRequest_TopicProduceData_v0(e, buf, out)
-
-
-def _w_ProduceRequest_TopicProduceData_PartitionProduceData_v9(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_i(o.index)
-    write_compact_nullable_bytes(buf, out, o.records)
-    buf.append(0)
-
-
-def _w_ProduceRequest_TopicProduceData_v9(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += write_compact_string(o.name)
-    a_partition_data = o.partition_data
-    buf += uvarint(len(a_partition_data) + 1)
-    for e in a_partition_data:
-        _w_ProduceRequest_TopicProduceData_PartitionProduceData_v9(e, buf, out)
-    buf.append(0)
+        buf += write_string(e.name)
+        a1_partition_data = e.partition_data
+        buf += _P_i(len(a1_partition_data))
+        for e1 in a1_partition_data:
+            buf += _P_i(e1.index)
+            write_nullable_bytes(buf, out, e1.records)
 
 
 def _w_ProduceRequest_v9(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += write_compact_nullable_string(o.transactional_id)
     buf += _P_hi(o.acks, o.timeout_ms)
     a_topic_data = o.topic_data
-    buf += uvarint(len(a_topic_data) + 1)
+    n = len(a_topic_data) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topic_data:
-        _w_ProduceRequest_TopicProduceData_v9(e, buf, out)
-    buf.append(0)
-
-
-def _w_ProduceRequest_TopicProduceData_v13(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += o.topic_id.bytes
-    a_partition_data = o.partition_data
-    buf += uvarint(len(a_partition_data) + 1)
-    for e in a_partition_data:
-        _w_ProduceRequest_TopicProduceData_PartitionProduceData_v9(e, buf, out)
+        buf += write_compact_string(e.name)
+        a1_partition_data = e.partition_data
+        n1 = len(a1_partition_data) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_partition_data:
+            buf += _P_i(e1.index)
+            v2_records = e1.records
+            if v2_records is None:
+                buf.append(0)
+            else:
+                m2 = len(v2_records) + 1
+                if m2 < 0x80:
+                    buf.append(m2)
+                elif m2 < 0x200000:
+                    buf.append(m2 & 0x7F | 0x80)
+                    if m2 < 0x4000:
+                        buf.append(m2 >> 7)
+                    else:
+                        buf.append(m2 >> 7 & 0x7F | 0x80)
+                        buf.append(m2 >> 14)
+                else:
+                    buf += uvarint(m2)
+                if m2 > ZERO_COPY_THRESHOLD:
+                    out.append(bytes(buf))
+                    buf.clear()
+                    out.append(v2_records)
+                else:
+                    buf += v2_records
+            buf.append(0)
+        buf.append(0)
     buf.append(0)
 
 
@@ -525,294 +585,324 @@ def _w_ProduceRequest_v13(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += write_compact_nullable_string(o.transactional_id)
     buf += _P_hi(o.acks, o.timeout_ms)
     a_topic_data = o.topic_data
-    buf += uvarint(len(a_topic_data) + 1)
+    n = len(a_topic_data) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topic_data:
-        _w_ProduceRequest_TopicProduceData_v13(e, buf, out)
+        buf += e.topic_id.bytes
+        a1_partition_data = e.partition_data
+        n1 = len(a1_partition_data) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_partition_data:
+            buf += _P_i(e1.index)
+            v2_records = e1.records
+            if v2_records is None:
+                buf.append(0)
+            else:
+                m2 = len(v2_records) + 1
+                if m2 < 0x80:
+                    buf.append(m2)
+                elif m2 < 0x200000:
+                    buf.append(m2 & 0x7F | 0x80)
+                    if m2 < 0x4000:
+                        buf.append(m2 >> 7)
+                    else:
+                        buf.append(m2 >> 7 & 0x7F | 0x80)
+                        buf.append(m2 >> 14)
+                else:
+                    buf += uvarint(m2)
+                if m2 > ZERO_COPY_THRESHOLD:
+                    out.append(bytes(buf))
+                    buf.clear()
+                    out.append(v2_records)
+                else:
+                    buf += v2_records
+            buf.append(0)
+        buf.append(0)
     buf.append(0)
 
 
-def _r_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_index, f_error_code, f_base_offset) = _U_ihq(buf, pos)
-    pos += 14
-    obj = _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse(
-        index=f_index, error_code=f_error_code, base_offset=f_base_offset
-    )
-    return obj, pos
-
-
 def _r_ProduceResponse_TopicProduceResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    f_partition_responses: Any
+    obj = _new(_C_ProduceResponse_TopicProduceResponse)
+    obj.topic_id = ZERO_UUID
+    obj.name, pos = read_string(buf, pos)
     n, pos = read_array_len(buf, pos, False)
-    f_partition_responses = []
+    e_partition_responses: Any
+    a_partition_responses: list[Any] = []
     for _ in range(n):
-        e_partition_responses, pos = (
-            _r_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_v0(buf, pos)
+        e_partition_responses = _new(
+            _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse
         )
-        f_partition_responses.append(e_partition_responses)
-    obj = _C_ProduceResponse_TopicProduceResponse(
-        name=f_name, partition_responses=f_partition_responses
-    )
+        e_partition_responses.log_append_time_ms = -1
+        e_partition_responses.log_start_offset = -1
+        e_partition_responses.record_errors = []
+        e_partition_responses.error_message = None
+        e_partition_responses.current_leader = (
+            _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch()
+        )
+        (
+            e_partition_responses.index,
+            e_partition_responses.error_code,
+            e_partition_responses.base_offset,
+        ) = _U_ihq(buf, pos)
+        pos += 14
+        a_partition_responses.append(e_partition_responses)
+    obj.partition_responses = a_partition_responses
     return obj, pos
 
 
 def _r_ProduceResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_responses: Any
+    obj = _new(_C_ProduceResponse)
+    obj.throttle_time_ms = 0
+    obj.node_endpoints = []
     n, pos = read_array_len(buf, pos, False)
-    f_responses = []
+    e_responses: Any
+    a_responses: list[Any] = []
     for _ in range(n):
         e_responses, pos = _r_ProduceResponse_TopicProduceResponse_v0(buf, pos)
-        f_responses.append(e_responses)
-    obj = _C_ProduceResponse(responses=f_responses)
+        a_responses.append(e_responses)
+    obj.responses = a_responses
     return obj, pos
 
 
 def _r_ProduceResponse_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_responses: Any
+    obj = _new(_C_ProduceResponse)
+    obj.node_endpoints = []
     n, pos = read_array_len(buf, pos, False)
-    f_responses = []
+    e_responses: Any
+    a_responses: list[Any] = []
     for _ in range(n):
         e_responses, pos = _r_ProduceResponse_TopicProduceResponse_v0(buf, pos)
-        f_responses.append(e_responses)
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+        a_responses.append(e_responses)
+    obj.responses = a_responses
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    obj = _C_ProduceResponse(responses=f_responses, throttle_time_ms=f_throttle_time_ms)
-    return obj, pos
-
-
-def _r_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_v2(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_index, f_error_code, f_base_offset, f_log_append_time_ms) = _U_ihqq(buf, pos)
-    pos += 22
-    obj = _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse(
-        index=f_index,
-        error_code=f_error_code,
-        base_offset=f_base_offset,
-        log_append_time_ms=f_log_append_time_ms,
-    )
     return obj, pos
 
 
 def _r_ProduceResponse_TopicProduceResponse_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    f_partition_responses: Any
+    obj = _new(_C_ProduceResponse_TopicProduceResponse)
+    obj.topic_id = ZERO_UUID
+    obj.name, pos = read_string(buf, pos)
     n, pos = read_array_len(buf, pos, False)
-    f_partition_responses = []
+    e_partition_responses: Any
+    a_partition_responses: list[Any] = []
     for _ in range(n):
-        e_partition_responses, pos = (
-            _r_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_v2(buf, pos)
+        e_partition_responses = _new(
+            _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse
         )
-        f_partition_responses.append(e_partition_responses)
-    obj = _C_ProduceResponse_TopicProduceResponse(
-        name=f_name, partition_responses=f_partition_responses
-    )
+        e_partition_responses.log_start_offset = -1
+        e_partition_responses.record_errors = []
+        e_partition_responses.error_message = None
+        e_partition_responses.current_leader = (
+            _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch()
+        )
+        (
+            e_partition_responses.index,
+            e_partition_responses.error_code,
+            e_partition_responses.base_offset,
+            e_partition_responses.log_append_time_ms,
+        ) = _U_ihqq(buf, pos)
+        pos += 22
+        a_partition_responses.append(e_partition_responses)
+    obj.partition_responses = a_partition_responses
     return obj, pos
 
 
 def _r_ProduceResponse_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_responses: Any
+    obj = _new(_C_ProduceResponse)
+    obj.node_endpoints = []
     n, pos = read_array_len(buf, pos, False)
-    f_responses = []
+    e_responses: Any
+    a_responses: list[Any] = []
     for _ in range(n):
         e_responses, pos = _r_ProduceResponse_TopicProduceResponse_v2(buf, pos)
-        f_responses.append(e_responses)
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+        a_responses.append(e_responses)
+    obj.responses = a_responses
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    obj = _C_ProduceResponse(responses=f_responses, throttle_time_ms=f_throttle_time_ms)
-    return obj, pos
-
-
-def _r_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_v5(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset) = _U_ihqqq(
-        buf, pos
-    )
-    pos += 30
-    obj = _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse(
-        index=f_index,
-        error_code=f_error_code,
-        base_offset=f_base_offset,
-        log_append_time_ms=f_log_append_time_ms,
-        log_start_offset=f_log_start_offset,
-    )
     return obj, pos
 
 
 def _r_ProduceResponse_TopicProduceResponse_v5(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    f_partition_responses: Any
+    obj = _new(_C_ProduceResponse_TopicProduceResponse)
+    obj.topic_id = ZERO_UUID
+    obj.name, pos = read_string(buf, pos)
     n, pos = read_array_len(buf, pos, False)
-    f_partition_responses = []
+    e_partition_responses: Any
+    a_partition_responses: list[Any] = []
     for _ in range(n):
-        e_partition_responses, pos = (
-            _r_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_v5(buf, pos)
+        e_partition_responses = _new(
+            _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse
         )
-        f_partition_responses.append(e_partition_responses)
-    obj = _C_ProduceResponse_TopicProduceResponse(
-        name=f_name, partition_responses=f_partition_responses
-    )
+        e_partition_responses.record_errors = []
+        e_partition_responses.error_message = None
+        e_partition_responses.current_leader = (
+            _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch()
+        )
+        (
+            e_partition_responses.index,
+            e_partition_responses.error_code,
+            e_partition_responses.base_offset,
+            e_partition_responses.log_append_time_ms,
+            e_partition_responses.log_start_offset,
+        ) = _U_ihqqq(buf, pos)
+        pos += 30
+        a_partition_responses.append(e_partition_responses)
+    obj.partition_responses = a_partition_responses
     return obj, pos
 
 
 def _r_ProduceResponse_v5(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_responses: Any
+    obj = _new(_C_ProduceResponse)
+    obj.node_endpoints = []
     n, pos = read_array_len(buf, pos, False)
-    f_responses = []
+    e_responses: Any
+    a_responses: list[Any] = []
     for _ in range(n):
         e_responses, pos = _r_ProduceResponse_TopicProduceResponse_v5(buf, pos)
-        f_responses.append(e_responses)
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+        a_responses.append(e_responses)
+    obj.responses = a_responses
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    obj = _C_ProduceResponse(responses=f_responses, throttle_time_ms=f_throttle_time_ms)
-    return obj, pos
-
-
-def _r_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_BatchIndexAndErrorMessage_v8(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_batch_index,) = _U_i(buf, pos)
-    pos += 4
-    f_batch_index_error_message: Any
-    f_batch_index_error_message, pos = read_nullable_string(buf, pos)
-    obj = (
-        _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_BatchIndexAndErrorMessage(
-            batch_index=f_batch_index, batch_index_error_message=f_batch_index_error_message
-        )
-    )
-    return obj, pos
-
-
-def _r_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_v8(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset) = _U_ihqqq(
-        buf, pos
-    )
-    pos += 30
-    f_record_errors: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_record_errors = []
-    for _ in range(n):
-        e_record_errors, pos = (
-            _r_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_BatchIndexAndErrorMessage_v8(
-                buf, pos
-            )
-        )
-        f_record_errors.append(e_record_errors)
-    f_error_message: Any
-    f_error_message, pos = read_nullable_string(buf, pos)
-    obj = _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse(
-        index=f_index,
-        error_code=f_error_code,
-        base_offset=f_base_offset,
-        log_append_time_ms=f_log_append_time_ms,
-        log_start_offset=f_log_start_offset,
-        record_errors=f_record_errors,
-        error_message=f_error_message,
-    )
     return obj, pos
 
 
 def _r_ProduceResponse_TopicProduceResponse_v8(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    f_partition_responses: Any
+    obj = _new(_C_ProduceResponse_TopicProduceResponse)
+    obj.topic_id = ZERO_UUID
+    obj.name, pos = read_string(buf, pos)
     n, pos = read_array_len(buf, pos, False)
-    f_partition_responses = []
+    e_partition_responses: Any
+    a_partition_responses: list[Any] = []
     for _ in range(n):
-        e_partition_responses, pos = (
-            _r_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_v8(buf, pos)
+        e_partition_responses = _new(
+            _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse
         )
-        f_partition_responses.append(e_partition_responses)
-    obj = _C_ProduceResponse_TopicProduceResponse(
-        name=f_name, partition_responses=f_partition_responses
-    )
+        e_partition_responses.current_leader = (
+            _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch()
+        )
+        (
+            e_partition_responses.index,
+            e_partition_responses.error_code,
+            e_partition_responses.base_offset,
+            e_partition_responses.log_append_time_ms,
+            e_partition_responses.log_start_offset,
+        ) = _U_ihqqq(buf, pos)
+        pos += 30
+        n1, pos = read_array_len(buf, pos, False)
+        e1_record_errors: Any
+        a1_record_errors: list[Any] = []
+        for _ in range(n1):
+            e1_record_errors = _new(
+                _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_BatchIndexAndErrorMessage
+            )
+            (e1_record_errors.batch_index,) = _U_i(buf, pos)
+            pos += 4
+            e1_record_errors.batch_index_error_message, pos = read_nullable_string(buf, pos)
+            a1_record_errors.append(e1_record_errors)
+        e_partition_responses.record_errors = a1_record_errors
+        e_partition_responses.error_message, pos = read_nullable_string(buf, pos)
+        a_partition_responses.append(e_partition_responses)
+    obj.partition_responses = a_partition_responses
     return obj, pos
 
 
 def _r_ProduceResponse_v8(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_responses: Any
+    obj = _new(_C_ProduceResponse)
+    obj.node_endpoints = []
     n, pos = read_array_len(buf, pos, False)
-    f_responses = []
+    e_responses: Any
+    a_responses: list[Any] = []
     for _ in range(n):
         e_responses, pos = _r_ProduceResponse_TopicProduceResponse_v8(buf, pos)
-        f_responses.append(e_responses)
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+        a_responses.append(e_responses)
+    obj.responses = a_responses
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    obj = _C_ProduceResponse(responses=f_responses, throttle_time_ms=f_throttle_time_ms)
-    return obj, pos
-
-
-def _r_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_BatchIndexAndErrorMessage_v9(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_batch_index,) = _U_i(buf, pos)
-    pos += 4
-    f_batch_index_error_message: Any
-    f_batch_index_error_message, pos = read_compact_nullable_string(buf, pos)
-    obj = (
-        _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_BatchIndexAndErrorMessage(
-            batch_index=f_batch_index, batch_index_error_message=f_batch_index_error_message
-        )
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_v9(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset) = _U_ihqqq(
-        buf, pos
-    )
-    pos += 30
-    f_record_errors: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_record_errors = []
-    for _ in range(n):
-        e_record_errors, pos = (
-            _r_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_BatchIndexAndErrorMessage_v9(
-                buf, pos
-            )
-        )
-        f_record_errors.append(e_record_errors)
-    f_error_message: Any
-    f_error_message, pos = read_compact_nullable_string(buf, pos)
-    obj = _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse(
-        index=f_index,
-        error_code=f_error_code,
-        base_offset=f_base_offset,
-        log_append_time_ms=f_log_append_time_ms,
-        log_start_offset=f_log_start_offset,
-        record_errors=f_record_errors,
-        error_message=f_error_message,
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
     return obj, pos
 
 
 def _r_ProduceResponse_TopicProduceResponse_v9(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    f_partition_responses: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partition_responses = []
+    buflen = len(buf)
+    obj = _new(_C_ProduceResponse_TopicProduceResponse)
+    obj.topic_id = ZERO_UUID
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.name = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.name, pos = read_compact_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_partition_responses: Any
+    a_partition_responses: list[Any] = []
     for _ in range(n):
-        e_partition_responses, pos = (
-            _r_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_v9(buf, pos)
+        e_partition_responses = _new(
+            _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse
         )
-        f_partition_responses.append(e_partition_responses)
-    obj = _C_ProduceResponse_TopicProduceResponse(
-        name=f_name, partition_responses=f_partition_responses
-    )
+        e_partition_responses.current_leader = (
+            _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch()
+        )
+        (
+            e_partition_responses.index,
+            e_partition_responses.error_code,
+            e_partition_responses.base_offset,
+            e_partition_responses.log_append_time_ms,
+            e_partition_responses.log_start_offset,
+            n1,
+        ) = _U_ihqqqB(buf, pos)
+        pos += 30
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_record_errors: Any
+        a1_record_errors: list[Any] = []
+        for _ in range(n1):
+            e1_record_errors = _new(
+                _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_BatchIndexAndErrorMessage
+            )
+            (e1_record_errors.batch_index, n2) = _U_iB(buf, pos)
+            pos += 4
+            if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                end2 = pos + n2
+                e1_record_errors.batch_index_error_message = str(buf[pos + 1 : end2], "utf-8")
+                pos = end2
+            else:
+                e1_record_errors.batch_index_error_message, pos = read_compact_nullable_string(
+                    buf, pos
+                )
+            if buf[pos] == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_record_errors.append(e1_record_errors)
+        e_partition_responses.record_errors = a1_record_errors
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_partition_responses.error_message = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_partition_responses.error_message, pos = read_compact_nullable_string(buf, pos)
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_partition_responses.append(e_partition_responses)
+    obj.partition_responses = a_partition_responses
     if buf[pos] == 0:
         pos += 1
     else:
@@ -821,16 +911,24 @@ def _r_ProduceResponse_TopicProduceResponse_v9(buf: memoryview, pos: int) -> tup
 
 
 def _r_ProduceResponse_v9(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_responses: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_responses = []
+    buflen = len(buf)
+    obj = _new(_C_ProduceResponse)
+    obj.node_endpoints = []
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_responses: Any
+    a_responses: list[Any] = []
     for _ in range(n):
         e_responses, pos = _r_ProduceResponse_TopicProduceResponse_v9(buf, pos)
-        f_responses.append(e_responses)
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+        a_responses.append(e_responses)
+    obj.responses = a_responses
+    (obj.throttle_time_ms, n) = _U_iB(buf, pos)
     pos += 4
-    obj = _C_ProduceResponse(responses=f_responses, throttle_time_ms=f_throttle_time_ms)
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -840,79 +938,104 @@ def _r_ProduceResponse_v9(buf: memoryview, pos: int) -> tuple[Any, int]:
 def _r_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch_v10(
     buf: memoryview, pos: int
 ) -> tuple[Any, int]:
-    (f_leader_id, f_leader_epoch) = _U_ii(buf, pos)
+    obj = _new(_C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch)
+    (obj.leader_id, obj.leader_epoch, n) = _U_iiB(buf, pos)
     pos += 8
-    obj = _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch(
-        leader_id=f_leader_id, leader_epoch=f_leader_epoch
-    )
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
     return obj, pos
 
 
-def _r_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_v10(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset) = _U_ihqqq(
-        buf, pos
-    )
-    pos += 30
-    f_record_errors: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_record_errors = []
-    for _ in range(n):
-        e_record_errors, pos = (
-            _r_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_BatchIndexAndErrorMessage_v9(
-                buf, pos
-            )
-        )
-        f_record_errors.append(e_record_errors)
-    f_error_message: Any
-    f_error_message, pos = read_compact_nullable_string(buf, pos)
-    obj = _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse(
-        index=f_index,
-        error_code=f_error_code,
-        base_offset=f_base_offset,
-        log_append_time_ms=f_log_append_time_ms,
-        log_start_offset=f_log_start_offset,
-        record_errors=f_record_errors,
-        error_message=f_error_message,
-    )
-    if buf[pos] == 0:
+def _r_ProduceResponse_TopicProduceResponse_v10(buf: memoryview, pos: int) -> tuple[Any, int]:
+    buflen = len(buf)
+    obj = _new(_C_ProduceResponse_TopicProduceResponse)
+    obj.topic_id = ZERO_UUID
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.name = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.name, pos = read_compact_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
         pos += 1
     else:
-        nt, pos = read_tag_count(buf, pos)
-        for _ in range(nt):
-            tag, end, pos = read_tag_header(buf, pos)
-            if tag == 0:
-                t0: Any
-                t0, pos = (
-                    _r_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch_v10(
-                        buf, pos
-                    )
-                )
-                obj.current_leader = t0
-            if pos > end:
-                raise DecodeError("tagged field overruns its size")
-            pos = end
-    return obj, pos
-
-
-def _r_ProduceResponse_TopicProduceResponse_v10(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    f_partition_responses: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partition_responses = []
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_partition_responses: Any
+    a_partition_responses: list[Any] = []
     for _ in range(n):
-        e_partition_responses, pos = (
-            _r_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_v10(buf, pos)
+        e_partition_responses = _new(
+            _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse
         )
-        f_partition_responses.append(e_partition_responses)
-    obj = _C_ProduceResponse_TopicProduceResponse(
-        name=f_name, partition_responses=f_partition_responses
-    )
+        e_partition_responses.current_leader = (
+            _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch()
+        )
+        (
+            e_partition_responses.index,
+            e_partition_responses.error_code,
+            e_partition_responses.base_offset,
+            e_partition_responses.log_append_time_ms,
+            e_partition_responses.log_start_offset,
+            n1,
+        ) = _U_ihqqqB(buf, pos)
+        pos += 30
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_record_errors: Any
+        a1_record_errors: list[Any] = []
+        for _ in range(n1):
+            e1_record_errors = _new(
+                _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_BatchIndexAndErrorMessage
+            )
+            (e1_record_errors.batch_index, n2) = _U_iB(buf, pos)
+            pos += 4
+            if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                end2 = pos + n2
+                e1_record_errors.batch_index_error_message = str(buf[pos + 1 : end2], "utf-8")
+                pos = end2
+            else:
+                e1_record_errors.batch_index_error_message, pos = read_compact_nullable_string(
+                    buf, pos
+                )
+            if buf[pos] == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_record_errors.append(e1_record_errors)
+        e_partition_responses.record_errors = a1_record_errors
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_partition_responses.error_message = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_partition_responses.error_message, pos = read_compact_nullable_string(buf, pos)
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            nt1, pos = read_tag_count(buf, pos)
+            for _ in range(nt1):
+                tag1, tag_end1, pos = read_tag_header(buf, pos)
+                if tag1 == 0:
+                    t1_0: Any
+                    t1_0, pos = (
+                        _r_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch_v10(
+                            buf, pos
+                        )
+                    )
+                    e_partition_responses.current_leader = t1_0
+                if pos > tag_end1:
+                    raise DecodeError("tagged field overruns its size")
+                pos = tag_end1
+        a_partition_responses.append(e_partition_responses)
+    obj.partition_responses = a_partition_responses
     if buf[pos] == 0:
         pos += 1
     else:
@@ -921,14 +1044,24 @@ def _r_ProduceResponse_TopicProduceResponse_v10(buf: memoryview, pos: int) -> tu
 
 
 def _r_ProduceResponse_NodeEndpoint_v10(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_node_id,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_ProduceResponse_NodeEndpoint)
+    (obj.node_id, n) = _U_iB(buf, pos)
     pos += 4
-    f_host, pos = read_compact_string(buf, pos)
-    (f_port,) = _U_i(buf, pos)
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.host = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.host, pos = read_compact_string(buf, pos)
+    (obj.port, n) = _U_iB(buf, pos)
     pos += 4
-    f_rack: Any
-    f_rack, pos = read_compact_nullable_string(buf, pos)
-    obj = _C_ProduceResponse_NodeEndpoint(node_id=f_node_id, host=f_host, port=f_port, rack=f_rack)
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.rack = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.rack, pos = read_compact_nullable_string(buf, pos)
     if buf[pos] == 0:
         pos += 1
     else:
@@ -937,48 +1070,132 @@ def _r_ProduceResponse_NodeEndpoint_v10(buf: memoryview, pos: int) -> tuple[Any,
 
 
 def _r_ProduceResponse_v10(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_responses: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_responses = []
+    buflen = len(buf)
+    obj = _new(_C_ProduceResponse)
+    obj.node_endpoints = []
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_responses: Any
+    a_responses: list[Any] = []
     for _ in range(n):
         e_responses, pos = _r_ProduceResponse_TopicProduceResponse_v10(buf, pos)
-        f_responses.append(e_responses)
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+        a_responses.append(e_responses)
+    obj.responses = a_responses
+    (obj.throttle_time_ms, n) = _U_iB(buf, pos)
     pos += 4
-    obj = _C_ProduceResponse(responses=f_responses, throttle_time_ms=f_throttle_time_ms)
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         nt, pos = read_tag_count(buf, pos)
         for _ in range(nt):
-            tag, end, pos = read_tag_header(buf, pos)
+            tag, tag_end, pos = read_tag_header(buf, pos)
             if tag == 0:
-                t0: Any
-                n, pos = read_compact_array_len(buf, pos, False)
-                t0 = []
+                t_0: Any
+                n = buf[pos]
+                if 0 < n < 0x80 and n <= buflen - pos:
+                    n -= 1
+                    pos += 1
+                else:
+                    n, pos = read_compact_array_len(buf, pos, False)
+                e_node_endpoints: Any
+                a_node_endpoints: list[Any] = []
                 for _ in range(n):
                     e_node_endpoints, pos = _r_ProduceResponse_NodeEndpoint_v10(buf, pos)
-                    t0.append(e_node_endpoints)
-                obj.node_endpoints = t0
-            if pos > end:
+                    a_node_endpoints.append(e_node_endpoints)
+                t_0 = a_node_endpoints
+                obj.node_endpoints = t_0
+            if pos > tag_end:
                 raise DecodeError("tagged field overruns its size")
-            pos = end
+            pos = tag_end
     return obj, pos
 
 
 def _r_ProduceResponse_TopicProduceResponse_v13(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_topic_id, pos = read_uuid(buf, pos)
-    f_partition_responses: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partition_responses = []
+    buflen = len(buf)
+    obj = _new(_C_ProduceResponse_TopicProduceResponse)
+    obj.name = ""
+    obj.topic_id, pos = read_uuid(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_partition_responses: Any
+    a_partition_responses: list[Any] = []
     for _ in range(n):
-        e_partition_responses, pos = (
-            _r_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_v10(buf, pos)
+        e_partition_responses = _new(
+            _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse
         )
-        f_partition_responses.append(e_partition_responses)
-    obj = _C_ProduceResponse_TopicProduceResponse(
-        topic_id=f_topic_id, partition_responses=f_partition_responses
-    )
+        e_partition_responses.current_leader = (
+            _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch()
+        )
+        (
+            e_partition_responses.index,
+            e_partition_responses.error_code,
+            e_partition_responses.base_offset,
+            e_partition_responses.log_append_time_ms,
+            e_partition_responses.log_start_offset,
+            n1,
+        ) = _U_ihqqqB(buf, pos)
+        pos += 30
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_record_errors: Any
+        a1_record_errors: list[Any] = []
+        for _ in range(n1):
+            e1_record_errors = _new(
+                _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_BatchIndexAndErrorMessage
+            )
+            (e1_record_errors.batch_index, n2) = _U_iB(buf, pos)
+            pos += 4
+            if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                end2 = pos + n2
+                e1_record_errors.batch_index_error_message = str(buf[pos + 1 : end2], "utf-8")
+                pos = end2
+            else:
+                e1_record_errors.batch_index_error_message, pos = read_compact_nullable_string(
+                    buf, pos
+                )
+            if buf[pos] == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_record_errors.append(e1_record_errors)
+        e_partition_responses.record_errors = a1_record_errors
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_partition_responses.error_message = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_partition_responses.error_message, pos = read_compact_nullable_string(buf, pos)
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            nt1, pos = read_tag_count(buf, pos)
+            for _ in range(nt1):
+                tag1, tag_end1, pos = read_tag_header(buf, pos)
+                if tag1 == 0:
+                    t1_0: Any
+                    t1_0, pos = (
+                        _r_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch_v10(
+                            buf, pos
+                        )
+                    )
+                    e_partition_responses.current_leader = t1_0
+                if pos > tag_end1:
+                    raise DecodeError("tagged field overruns its size")
+                pos = tag_end1
+        a_partition_responses.append(e_partition_responses)
+    obj.partition_responses = a_partition_responses
     if buf[pos] == 0:
         pos += 1
     else:
@@ -987,39 +1204,48 @@ def _r_ProduceResponse_TopicProduceResponse_v13(buf: memoryview, pos: int) -> tu
 
 
 def _r_ProduceResponse_v13(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_responses: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_responses = []
+    buflen = len(buf)
+    obj = _new(_C_ProduceResponse)
+    obj.node_endpoints = []
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_responses: Any
+    a_responses: list[Any] = []
     for _ in range(n):
         e_responses, pos = _r_ProduceResponse_TopicProduceResponse_v13(buf, pos)
-        f_responses.append(e_responses)
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+        a_responses.append(e_responses)
+    obj.responses = a_responses
+    (obj.throttle_time_ms, n) = _U_iB(buf, pos)
     pos += 4
-    obj = _C_ProduceResponse(responses=f_responses, throttle_time_ms=f_throttle_time_ms)
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         nt, pos = read_tag_count(buf, pos)
         for _ in range(nt):
-            tag, end, pos = read_tag_header(buf, pos)
+            tag, tag_end, pos = read_tag_header(buf, pos)
             if tag == 0:
-                t0: Any
-                n, pos = read_compact_array_len(buf, pos, False)
-                t0 = []
+                t_0: Any
+                n = buf[pos]
+                if 0 < n < 0x80 and n <= buflen - pos:
+                    n -= 1
+                    pos += 1
+                else:
+                    n, pos = read_compact_array_len(buf, pos, False)
+                e_node_endpoints: Any
+                a_node_endpoints: list[Any] = []
                 for _ in range(n):
                     e_node_endpoints, pos = _r_ProduceResponse_NodeEndpoint_v10(buf, pos)
-                    t0.append(e_node_endpoints)
-                obj.node_endpoints = t0
-            if pos > end:
+                    a_node_endpoints.append(e_node_endpoints)
+                t_0 = a_node_endpoints
+                obj.node_endpoints = t_0
+            if pos > tag_end:
                 raise DecodeError("tagged field overruns its size")
-            pos = end
+            pos = tag_end
     return obj, pos
-
-
-def _w_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_ihq(o.index, o.error_code, o.base_offset)
 
 
 def _w_ProduceResponse_TopicProduceResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -1027,7 +1253,7 @@ def _w_ProduceResponse_TopicProduceResponse_v0(o: Any, buf: bytearray, out: list
     a_partition_responses = o.partition_responses
     buf += _P_i(len(a_partition_responses))
     for e in a_partition_responses:
-        _w_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_v0(e, buf, out)
+        buf += _P_ihq(e.index, e.error_code, e.base_offset)
 
 
 def _w_ProduceResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -1045,18 +1271,12 @@ def _w_ProduceResponse_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
 
 
-def _w_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_v2(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_ihqq(o.index, o.error_code, o.base_offset, o.log_append_time_ms)
-
-
 def _w_ProduceResponse_TopicProduceResponse_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += write_string(o.name)
     a_partition_responses = o.partition_responses
     buf += _P_i(len(a_partition_responses))
     for e in a_partition_responses:
-        _w_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_v2(e, buf, out)
+        buf += _P_ihqq(e.index, e.error_code, e.base_offset, e.log_append_time_ms)
 
 
 def _w_ProduceResponse_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -1067,18 +1287,14 @@ def _w_ProduceResponse_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
 
 
-def _w_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_v5(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_ihqqq(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
-
-
 def _w_ProduceResponse_TopicProduceResponse_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += write_string(o.name)
     a_partition_responses = o.partition_responses
     buf += _P_i(len(a_partition_responses))
     for e in a_partition_responses:
-        _w_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_v5(e, buf, out)
+        buf += _P_ihqqq(
+            e.index, e.error_code, e.base_offset, e.log_append_time_ms, e.log_start_offset
+        )
 
 
 def _w_ProduceResponse_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -1089,32 +1305,20 @@ def _w_ProduceResponse_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
 
 
-def _w_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_BatchIndexAndErrorMessage_v8(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_i(o.batch_index)
-    buf += write_nullable_string(o.batch_index_error_message)
-
-
-def _w_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_v8(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_ihqqq(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
-    a_record_errors = o.record_errors
-    buf += _P_i(len(a_record_errors))
-    for e in a_record_errors:
-        _w_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_BatchIndexAndErrorMessage_v8(
-            e, buf, out
-        )
-    buf += write_nullable_string(o.error_message)
-
-
 def _w_ProduceResponse_TopicProduceResponse_v8(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += write_string(o.name)
     a_partition_responses = o.partition_responses
     buf += _P_i(len(a_partition_responses))
     for e in a_partition_responses:
-        _w_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_v8(e, buf, out)
+        buf += _P_ihqqq(
+            e.index, e.error_code, e.base_offset, e.log_append_time_ms, e.log_start_offset
+        )
+        a1_record_errors = e.record_errors
+        buf += _P_i(len(a1_record_errors))
+        for e1 in a1_record_errors:
+            buf += _P_i(e1.batch_index)
+            buf += write_nullable_string(e1.batch_index_error_message)
+        buf += write_nullable_string(e.error_message)
 
 
 def _w_ProduceResponse_v8(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -1125,40 +1329,40 @@ def _w_ProduceResponse_v8(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
 
 
-def _w_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_BatchIndexAndErrorMessage_v9(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_i(o.batch_index)
-    buf += write_compact_nullable_string(o.batch_index_error_message)
-    buf.append(0)
-
-
-def _w_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_v9(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_ihqqq(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
-    a_record_errors = o.record_errors
-    buf += uvarint(len(a_record_errors) + 1)
-    for e in a_record_errors:
-        _w_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_BatchIndexAndErrorMessage_v9(
-            e, buf, out
-        )
-    buf += write_compact_nullable_string(o.error_message)
-    buf.append(0)
-
-
 def _w_ProduceResponse_TopicProduceResponse_v9(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += write_compact_string(o.name)
     a_partition_responses = o.partition_responses
-    buf += uvarint(len(a_partition_responses) + 1)
+    n = len(a_partition_responses) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_partition_responses:
-        _w_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_v9(e, buf, out)
+        buf += _P_ihqqq(
+            e.index, e.error_code, e.base_offset, e.log_append_time_ms, e.log_start_offset
+        )
+        a1_record_errors = e.record_errors
+        n1 = len(a1_record_errors) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_record_errors:
+            buf += _P_i(e1.batch_index)
+            buf += write_compact_nullable_string(e1.batch_index_error_message)
+            buf.append(0)
+        buf += write_compact_nullable_string(e.error_message)
+        buf.append(0)
     buf.append(0)
 
 
 def _w_ProduceResponse_v9(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_responses = o.responses
-    buf += uvarint(len(a_responses) + 1)
+    n = len(a_responses) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_responses:
         _w_ProduceResponse_TopicProduceResponse_v9(e, buf, out)
     buf += _P_i(o.throttle_time_ms)
@@ -1172,37 +1376,46 @@ def _w_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAnd
     buf.append(0)
 
 
-def _w_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_v10(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_ihqqq(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
-    a_record_errors = o.record_errors
-    buf += uvarint(len(a_record_errors) + 1)
-    for e in a_record_errors:
-        _w_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_BatchIndexAndErrorMessage_v9(
-            e, buf, out
-        )
-    buf += write_compact_nullable_string(o.error_message)
-    tags: list[tuple[int, bytes]] = []
-    if (
-        o.current_leader
-        != _D_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch
-    ):
-        tb0 = bytearray()
-        to0: list[Any] = []
-        _w_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch_v10(
-            o.current_leader, tb0, to0
-        )
-        tags.append((0, join(tb0, to0)))
-    write_tagged(buf, tags)
-
-
 def _w_ProduceResponse_TopicProduceResponse_v10(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += write_compact_string(o.name)
     a_partition_responses = o.partition_responses
-    buf += uvarint(len(a_partition_responses) + 1)
+    n = len(a_partition_responses) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_partition_responses:
-        _w_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_v10(e, buf, out)
+        buf += _P_ihqqq(
+            e.index, e.error_code, e.base_offset, e.log_append_time_ms, e.log_start_offset
+        )
+        a1_record_errors = e.record_errors
+        n1 = len(a1_record_errors) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_record_errors:
+            buf += _P_i(e1.batch_index)
+            buf += write_compact_nullable_string(e1.batch_index_error_message)
+            buf.append(0)
+        buf += write_compact_nullable_string(e.error_message)
+        t1_0 = e.current_leader
+        if (
+            t1_0.__class__
+            is not _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch
+            or t1_0.leader_id != -1
+            or t1_0.leader_epoch != -1
+        ):
+            tags1: list[tuple[int, bytes]] = []
+            tb1_0 = bytearray()
+            to1_0: list[Any] = []
+            _w_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch_v10(
+                t1_0, tb1_0, to1_0
+            )
+            tags1.append((0, join(tb1_0, to1_0)))
+            write_tagged(buf, tags1)
+        else:
+            buf.append(0)
     buf.append(0)
 
 
@@ -1216,47 +1429,103 @@ def _w_ProduceResponse_NodeEndpoint_v10(o: Any, buf: bytearray, out: list[Any]) 
 
 def _w_ProduceResponse_v10(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_responses = o.responses
-    buf += uvarint(len(a_responses) + 1)
+    n = len(a_responses) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_responses:
         _w_ProduceResponse_TopicProduceResponse_v10(e, buf, out)
     buf += _P_i(o.throttle_time_ms)
-    tags: list[tuple[int, bytes]] = []
-    if o.node_endpoints != []:
-        tb0 = bytearray()
-        to0: list[Any] = []
-        a_node_endpoints = o.node_endpoints
-        tb0 += uvarint(len(a_node_endpoints) + 1)
+    t_0 = o.node_endpoints
+    if t_0 != []:
+        tags: list[tuple[int, bytes]] = []
+        tb_0 = bytearray()
+        to_0: list[Any] = []
+        a_node_endpoints = t_0
+        n = len(a_node_endpoints) + 1
+        if n < 0x80:
+            tb_0.append(n)
+        else:
+            tb_0 += uvarint(n)
         for e in a_node_endpoints:
-            _w_ProduceResponse_NodeEndpoint_v10(e, tb0, to0)
-        tags.append((0, join(tb0, to0)))
-    write_tagged(buf, tags)
+            _w_ProduceResponse_NodeEndpoint_v10(e, tb_0, to_0)
+        tags.append((0, join(tb_0, to_0)))
+        write_tagged(buf, tags)
+    else:
+        buf.append(0)
 
 
 def _w_ProduceResponse_TopicProduceResponse_v13(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += o.topic_id.bytes
     a_partition_responses = o.partition_responses
-    buf += uvarint(len(a_partition_responses) + 1)
+    n = len(a_partition_responses) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_partition_responses:
-        _w_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_v10(e, buf, out)
+        buf += _P_ihqqq(
+            e.index, e.error_code, e.base_offset, e.log_append_time_ms, e.log_start_offset
+        )
+        a1_record_errors = e.record_errors
+        n1 = len(a1_record_errors) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_record_errors:
+            buf += _P_i(e1.batch_index)
+            buf += write_compact_nullable_string(e1.batch_index_error_message)
+            buf.append(0)
+        buf += write_compact_nullable_string(e.error_message)
+        t1_0 = e.current_leader
+        if (
+            t1_0.__class__
+            is not _C_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch
+            or t1_0.leader_id != -1
+            or t1_0.leader_epoch != -1
+        ):
+            tags1: list[tuple[int, bytes]] = []
+            tb1_0 = bytearray()
+            to1_0: list[Any] = []
+            _w_ProduceResponse_TopicProduceResponse_PartitionProduceResponse_LeaderIdAndEpoch_v10(
+                t1_0, tb1_0, to1_0
+            )
+            tags1.append((0, join(tb1_0, to1_0)))
+            write_tagged(buf, tags1)
+        else:
+            buf.append(0)
     buf.append(0)
 
 
 def _w_ProduceResponse_v13(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_responses = o.responses
-    buf += uvarint(len(a_responses) + 1)
+    n = len(a_responses) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_responses:
         _w_ProduceResponse_TopicProduceResponse_v13(e, buf, out)
     buf += _P_i(o.throttle_time_ms)
-    tags: list[tuple[int, bytes]] = []
-    if o.node_endpoints != []:
-        tb0 = bytearray()
-        to0: list[Any] = []
-        a_node_endpoints = o.node_endpoints
-        tb0 += uvarint(len(a_node_endpoints) + 1)
+    t_0 = o.node_endpoints
+    if t_0 != []:
+        tags: list[tuple[int, bytes]] = []
+        tb_0 = bytearray()
+        to_0: list[Any] = []
+        a_node_endpoints = t_0
+        n = len(a_node_endpoints) + 1
+        if n < 0x80:
+            tb_0.append(n)
+        else:
+            tb_0 += uvarint(n)
         for e in a_node_endpoints:
-            _w_ProduceResponse_NodeEndpoint_v10(e, tb0, to0)
-        tags.append((0, join(tb0, to0)))
-    write_tagged(buf, tags)
+            _w_ProduceResponse_NodeEndpoint_v10(e, tb_0, to_0)
+        tags.append((0, join(tb_0, to_0)))
+        write_tagged(buf, tags)
+    else:
+        buf.append(0)
 
 
 _ProduceRequest_READERS: dict[int, Callable[[memoryview, int], tuple[Any, int]]] = {

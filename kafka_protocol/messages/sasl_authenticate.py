@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,11 +45,14 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
 _U_h = struct.Struct(">h").unpack_from
 _P_h = struct.Struct(">h").pack
+_U_hB = struct.Struct(">hB").unpack_from
 _U_q = struct.Struct(">q").unpack_from
 _P_q = struct.Struct(">q").pack
+_U_qB = struct.Struct(">qB").unpack_from
 
 
 @dataclass(slots=True)
@@ -182,14 +186,32 @@ _C_SaslAuthenticateResponse = SaslAuthenticateResponse
 
 
 def _r_SaslAuthenticateRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_auth_bytes, pos = read_bytes(buf, pos)
-    obj = _C_SaslAuthenticateRequest(auth_bytes=f_auth_bytes)
+    obj = _new(_C_SaslAuthenticateRequest)
+    obj.auth_bytes, pos = read_bytes(buf, pos)
     return obj, pos
 
 
 def _r_SaslAuthenticateRequest_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_auth_bytes, pos = read_compact_bytes(buf, pos)
-    obj = _C_SaslAuthenticateRequest(auth_bytes=f_auth_bytes)
+    buflen = len(buf)
+    obj = _new(_C_SaslAuthenticateRequest)
+    if (n := buf[pos]) < 0x80:
+        pos += 1
+    elif (b := buf[pos + 1]) < 0x80:
+        n = n & 0x7F | b << 7
+        pos += 2
+    elif (c := buf[pos + 2]) < 0x80:
+        n = n & 0x7F | (b & 0x7F) << 7 | c << 14
+        pos += 3
+    else:
+        n, pos = read_uvarint(buf, pos)
+    if n == 0:
+        raise DecodeError("null compact bytes in a non-nullable field")
+    else:
+        end = pos + n - 1
+        if end > buflen:
+            raise_too_long(buf, pos, n - 1)
+        obj.auth_bytes = buf[pos:end]
+        pos = end
     if buf[pos] == 0:
         pos += 1
     else:
@@ -202,54 +224,81 @@ def _w_SaslAuthenticateRequest_v0(o: Any, buf: bytearray, out: list[Any]) -> Non
 
 
 def _w_SaslAuthenticateRequest_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
-    write_compact_bytes(buf, out, o.auth_bytes)
+    v_auth_bytes = o.auth_bytes
+    m = len(v_auth_bytes) + 1
+    if m < 0x80:
+        buf.append(m)
+    elif m < 0x200000:
+        buf.append(m & 0x7F | 0x80)
+        if m < 0x4000:
+            buf.append(m >> 7)
+        else:
+            buf.append(m >> 7 & 0x7F | 0x80)
+            buf.append(m >> 14)
+    else:
+        buf += uvarint(m)
+    if m > ZERO_COPY_THRESHOLD:
+        out.append(bytes(buf))
+        buf.clear()
+        out.append(v_auth_bytes)
+    else:
+        buf += v_auth_bytes
     buf.append(0)
 
 
 def _r_SaslAuthenticateResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
+    obj = _new(_C_SaslAuthenticateResponse)
+    obj.session_lifetime_ms = 0
+    (obj.error_code,) = _U_h(buf, pos)
     pos += 2
-    f_error_message: Any
-    f_error_message, pos = read_nullable_string(buf, pos)
-    f_auth_bytes, pos = read_bytes(buf, pos)
-    obj = _C_SaslAuthenticateResponse(
-        error_code=f_error_code, error_message=f_error_message, auth_bytes=f_auth_bytes
-    )
+    obj.error_message, pos = read_nullable_string(buf, pos)
+    obj.auth_bytes, pos = read_bytes(buf, pos)
     return obj, pos
 
 
 def _r_SaslAuthenticateResponse_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
+    obj = _new(_C_SaslAuthenticateResponse)
+    (obj.error_code,) = _U_h(buf, pos)
     pos += 2
-    f_error_message: Any
-    f_error_message, pos = read_nullable_string(buf, pos)
-    f_auth_bytes, pos = read_bytes(buf, pos)
-    (f_session_lifetime_ms,) = _U_q(buf, pos)
+    obj.error_message, pos = read_nullable_string(buf, pos)
+    obj.auth_bytes, pos = read_bytes(buf, pos)
+    (obj.session_lifetime_ms,) = _U_q(buf, pos)
     pos += 8
-    obj = _C_SaslAuthenticateResponse(
-        error_code=f_error_code,
-        error_message=f_error_message,
-        auth_bytes=f_auth_bytes,
-        session_lifetime_ms=f_session_lifetime_ms,
-    )
     return obj, pos
 
 
 def _r_SaslAuthenticateResponse_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_SaslAuthenticateResponse)
+    (obj.error_code, n) = _U_hB(buf, pos)
     pos += 2
-    f_error_message: Any
-    f_error_message, pos = read_compact_nullable_string(buf, pos)
-    f_auth_bytes, pos = read_compact_bytes(buf, pos)
-    (f_session_lifetime_ms,) = _U_q(buf, pos)
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.error_message = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.error_message, pos = read_compact_nullable_string(buf, pos)
+    if (n := buf[pos]) < 0x80:
+        pos += 1
+    elif (b := buf[pos + 1]) < 0x80:
+        n = n & 0x7F | b << 7
+        pos += 2
+    elif (c := buf[pos + 2]) < 0x80:
+        n = n & 0x7F | (b & 0x7F) << 7 | c << 14
+        pos += 3
+    else:
+        n, pos = read_uvarint(buf, pos)
+    if n == 0:
+        raise DecodeError("null compact bytes in a non-nullable field")
+    else:
+        end = pos + n - 1
+        if end > buflen:
+            raise_too_long(buf, pos, n - 1)
+        obj.auth_bytes = buf[pos:end]
+        pos = end
+    (obj.session_lifetime_ms, n) = _U_qB(buf, pos)
     pos += 8
-    obj = _C_SaslAuthenticateResponse(
-        error_code=f_error_code,
-        error_message=f_error_message,
-        auth_bytes=f_auth_bytes,
-        session_lifetime_ms=f_session_lifetime_ms,
-    )
-    if buf[pos] == 0:
+    if n == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
@@ -272,7 +321,25 @@ def _w_SaslAuthenticateResponse_v1(o: Any, buf: bytearray, out: list[Any]) -> No
 def _w_SaslAuthenticateResponse_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_h(o.error_code)
     buf += write_compact_nullable_string(o.error_message)
-    write_compact_bytes(buf, out, o.auth_bytes)
+    v_auth_bytes = o.auth_bytes
+    m = len(v_auth_bytes) + 1
+    if m < 0x80:
+        buf.append(m)
+    elif m < 0x200000:
+        buf.append(m & 0x7F | 0x80)
+        if m < 0x4000:
+            buf.append(m >> 7)
+        else:
+            buf.append(m >> 7 & 0x7F | 0x80)
+            buf.append(m >> 14)
+    else:
+        buf += uvarint(m)
+    if m > ZERO_COPY_THRESHOLD:
+        out.append(bytes(buf))
+        buf.clear()
+        out.append(v_auth_bytes)
+    else:
+        buf += v_auth_bytes
     buf += _P_q(o.session_lifetime_ms)
     buf.append(0)
 

@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,10 +45,10 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
 _U_h = struct.Struct(">h").unpack_from
 _P_h = struct.Struct(">h").pack
-_U_i = struct.Struct(">i").unpack_from
 _P_i = struct.Struct(">i").pack
 
 
@@ -178,8 +179,8 @@ _C_SaslHandshakeResponse = SaslHandshakeResponse
 
 
 def _r_SaslHandshakeRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_mechanism, pos = read_string(buf, pos)
-    obj = _C_SaslHandshakeRequest(mechanism=f_mechanism)
+    obj = _new(_C_SaslHandshakeRequest)
+    obj.mechanism, pos = read_string(buf, pos)
     return obj, pos
 
 
@@ -188,15 +189,16 @@ def _w_SaslHandshakeRequest_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
 
 
 def _r_SaslHandshakeResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
+    obj = _new(_C_SaslHandshakeResponse)
+    (obj.error_code,) = _U_h(buf, pos)
     pos += 2
-    f_mechanisms: Any
     n, pos = read_array_len(buf, pos, False)
-    f_mechanisms = []
+    e_mechanisms: Any
+    a_mechanisms: list[Any] = []
     for _ in range(n):
         e_mechanisms, pos = read_string(buf, pos)
-        f_mechanisms.append(e_mechanisms)
-    obj = _C_SaslHandshakeResponse(error_code=f_error_code, mechanisms=f_mechanisms)
+        a_mechanisms.append(e_mechanisms)
+    obj.mechanisms = a_mechanisms
     return obj, pos
 
 

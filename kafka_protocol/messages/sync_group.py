@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,13 +45,16 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
 _U_h = struct.Struct(">h").unpack_from
 _P_h = struct.Struct(">h").pack
 _U_i = struct.Struct(">i").unpack_from
 _P_i = struct.Struct(">i").pack
+_U_iB = struct.Struct(">iB").unpack_from
 _U_ih = struct.Struct(">ih").unpack_from
 _P_ih = struct.Struct(">ih").pack
+_U_ihB = struct.Struct(">ihB").unpack_from
 
 
 @dataclass(slots=True)
@@ -207,91 +211,116 @@ _C_SyncGroupRequest_SyncGroupRequestAssignment = SyncGroupRequest.SyncGroupReque
 _C_SyncGroupResponse = SyncGroupResponse
 
 
-def _r_SyncGroupRequest_SyncGroupRequestAssignment_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_member_id, pos = read_string(buf, pos)
-    f_assignment, pos = read_bytes(buf, pos)
-    obj = _C_SyncGroupRequest_SyncGroupRequestAssignment(
-        member_id=f_member_id, assignment=f_assignment
-    )
-    return obj, pos
-
-
 def _r_SyncGroupRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_string(buf, pos)
-    (f_generation_id,) = _U_i(buf, pos)
+    obj = _new(_C_SyncGroupRequest)
+    obj.group_instance_id = None
+    obj.protocol_type = None
+    obj.protocol_name = None
+    obj.group_id, pos = read_string(buf, pos)
+    (obj.generation_id,) = _U_i(buf, pos)
     pos += 4
-    f_member_id, pos = read_string(buf, pos)
-    f_assignments: Any
+    obj.member_id, pos = read_string(buf, pos)
     n, pos = read_array_len(buf, pos, False)
-    f_assignments = []
+    e_assignments: Any
+    a_assignments: list[Any] = []
     for _ in range(n):
-        e_assignments, pos = _r_SyncGroupRequest_SyncGroupRequestAssignment_v0(buf, pos)
-        f_assignments.append(e_assignments)
-    obj = _C_SyncGroupRequest(
-        group_id=f_group_id,
-        generation_id=f_generation_id,
-        member_id=f_member_id,
-        assignments=f_assignments,
-    )
+        e_assignments = _new(_C_SyncGroupRequest_SyncGroupRequestAssignment)
+        e_assignments.member_id, pos = read_string(buf, pos)
+        e_assignments.assignment, pos = read_bytes(buf, pos)
+        a_assignments.append(e_assignments)
+    obj.assignments = a_assignments
     return obj, pos
 
 
 def _r_SyncGroupRequest_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_string(buf, pos)
-    (f_generation_id,) = _U_i(buf, pos)
+    obj = _new(_C_SyncGroupRequest)
+    obj.protocol_type = None
+    obj.protocol_name = None
+    obj.group_id, pos = read_string(buf, pos)
+    (obj.generation_id,) = _U_i(buf, pos)
     pos += 4
-    f_member_id, pos = read_string(buf, pos)
-    f_group_instance_id: Any
-    f_group_instance_id, pos = read_nullable_string(buf, pos)
-    f_assignments: Any
+    obj.member_id, pos = read_string(buf, pos)
+    obj.group_instance_id, pos = read_nullable_string(buf, pos)
     n, pos = read_array_len(buf, pos, False)
-    f_assignments = []
+    e_assignments: Any
+    a_assignments: list[Any] = []
     for _ in range(n):
-        e_assignments, pos = _r_SyncGroupRequest_SyncGroupRequestAssignment_v0(buf, pos)
-        f_assignments.append(e_assignments)
-    obj = _C_SyncGroupRequest(
-        group_id=f_group_id,
-        generation_id=f_generation_id,
-        member_id=f_member_id,
-        group_instance_id=f_group_instance_id,
-        assignments=f_assignments,
-    )
-    return obj, pos
-
-
-def _r_SyncGroupRequest_SyncGroupRequestAssignment_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_member_id, pos = read_compact_string(buf, pos)
-    f_assignment, pos = read_compact_bytes(buf, pos)
-    obj = _C_SyncGroupRequest_SyncGroupRequestAssignment(
-        member_id=f_member_id, assignment=f_assignment
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+        e_assignments = _new(_C_SyncGroupRequest_SyncGroupRequestAssignment)
+        e_assignments.member_id, pos = read_string(buf, pos)
+        e_assignments.assignment, pos = read_bytes(buf, pos)
+        a_assignments.append(e_assignments)
+    obj.assignments = a_assignments
     return obj, pos
 
 
 def _r_SyncGroupRequest_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_compact_string(buf, pos)
-    (f_generation_id,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_SyncGroupRequest)
+    obj.protocol_type = None
+    obj.protocol_name = None
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.group_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.group_id, pos = read_compact_string(buf, pos)
+    (obj.generation_id, n) = _U_iB(buf, pos)
     pos += 4
-    f_member_id, pos = read_compact_string(buf, pos)
-    f_group_instance_id: Any
-    f_group_instance_id, pos = read_compact_nullable_string(buf, pos)
-    f_assignments: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_assignments = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.member_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.member_id, pos = read_compact_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.group_instance_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.group_instance_id, pos = read_compact_nullable_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_assignments: Any
+    a_assignments: list[Any] = []
     for _ in range(n):
-        e_assignments, pos = _r_SyncGroupRequest_SyncGroupRequestAssignment_v4(buf, pos)
-        f_assignments.append(e_assignments)
-    obj = _C_SyncGroupRequest(
-        group_id=f_group_id,
-        generation_id=f_generation_id,
-        member_id=f_member_id,
-        group_instance_id=f_group_instance_id,
-        assignments=f_assignments,
-    )
+        e_assignments = _new(_C_SyncGroupRequest_SyncGroupRequestAssignment)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_assignments.member_id = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_assignments.member_id, pos = read_compact_string(buf, pos)
+        if (n1 := buf[pos]) < 0x80:
+            pos += 1
+        elif (b1 := buf[pos + 1]) < 0x80:
+            n1 = n1 & 0x7F | b1 << 7
+            pos += 2
+        elif (c1 := buf[pos + 2]) < 0x80:
+            n1 = n1 & 0x7F | (b1 & 0x7F) << 7 | c1 << 14
+            pos += 3
+        else:
+            n1, pos = read_uvarint(buf, pos)
+        if n1 == 0:
+            raise DecodeError("null compact bytes in a non-nullable field")
+        else:
+            end1 = pos + n1 - 1
+            if end1 > buflen:
+                raise_too_long(buf, pos, n1 - 1)
+            e_assignments.assignment = buf[pos:end1]
+            pos = end1
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_assignments.append(e_assignments)
+    obj.assignments = a_assignments
     if buf[pos] == 0:
         pos += 1
     else:
@@ -300,43 +329,90 @@ def _r_SyncGroupRequest_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
 
 
 def _r_SyncGroupRequest_v5(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_group_id, pos = read_compact_string(buf, pos)
-    (f_generation_id,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_SyncGroupRequest)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.group_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.group_id, pos = read_compact_string(buf, pos)
+    (obj.generation_id, n) = _U_iB(buf, pos)
     pos += 4
-    f_member_id, pos = read_compact_string(buf, pos)
-    f_group_instance_id: Any
-    f_group_instance_id, pos = read_compact_nullable_string(buf, pos)
-    f_protocol_type: Any
-    f_protocol_type, pos = read_compact_nullable_string(buf, pos)
-    f_protocol_name: Any
-    f_protocol_name, pos = read_compact_nullable_string(buf, pos)
-    f_assignments: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_assignments = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.member_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.member_id, pos = read_compact_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.group_instance_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.group_instance_id, pos = read_compact_nullable_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.protocol_type = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.protocol_type, pos = read_compact_nullable_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.protocol_name = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.protocol_name, pos = read_compact_nullable_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_assignments: Any
+    a_assignments: list[Any] = []
     for _ in range(n):
-        e_assignments, pos = _r_SyncGroupRequest_SyncGroupRequestAssignment_v4(buf, pos)
-        f_assignments.append(e_assignments)
-    obj = _C_SyncGroupRequest(
-        group_id=f_group_id,
-        generation_id=f_generation_id,
-        member_id=f_member_id,
-        group_instance_id=f_group_instance_id,
-        protocol_type=f_protocol_type,
-        protocol_name=f_protocol_name,
-        assignments=f_assignments,
-    )
+        e_assignments = _new(_C_SyncGroupRequest_SyncGroupRequestAssignment)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_assignments.member_id = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_assignments.member_id, pos = read_compact_string(buf, pos)
+        if (n1 := buf[pos]) < 0x80:
+            pos += 1
+        elif (b1 := buf[pos + 1]) < 0x80:
+            n1 = n1 & 0x7F | b1 << 7
+            pos += 2
+        elif (c1 := buf[pos + 2]) < 0x80:
+            n1 = n1 & 0x7F | (b1 & 0x7F) << 7 | c1 << 14
+            pos += 3
+        else:
+            n1, pos = read_uvarint(buf, pos)
+        if n1 == 0:
+            raise DecodeError("null compact bytes in a non-nullable field")
+        else:
+            end1 = pos + n1 - 1
+            if end1 > buflen:
+                raise_too_long(buf, pos, n1 - 1)
+            e_assignments.assignment = buf[pos:end1]
+            pos = end1
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_assignments.append(e_assignments)
+    obj.assignments = a_assignments
     if buf[pos] == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
     return obj, pos
-
-
-def _w_SyncGroupRequest_SyncGroupRequestAssignment_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.member_id)
-    write_bytes(buf, out, o.assignment)
 
 
 def _w_SyncGroupRequest_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -346,7 +422,8 @@ def _w_SyncGroupRequest_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_assignments = o.assignments
     buf += _P_i(len(a_assignments))
     for e in a_assignments:
-        _w_SyncGroupRequest_SyncGroupRequestAssignment_v0(e, buf, out)
+        buf += write_string(e.member_id)
+        write_bytes(buf, out, e.assignment)
 
 
 def _w_SyncGroupRequest_v3(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -357,15 +434,8 @@ def _w_SyncGroupRequest_v3(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_assignments = o.assignments
     buf += _P_i(len(a_assignments))
     for e in a_assignments:
-        _w_SyncGroupRequest_SyncGroupRequestAssignment_v0(e, buf, out)
-
-
-def _w_SyncGroupRequest_SyncGroupRequestAssignment_v4(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_compact_string(o.member_id)
-    write_compact_bytes(buf, out, o.assignment)
-    buf.append(0)
+        buf += write_string(e.member_id)
+        write_bytes(buf, out, e.assignment)
 
 
 def _w_SyncGroupRequest_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -374,9 +444,33 @@ def _w_SyncGroupRequest_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += write_compact_string(o.member_id)
     buf += write_compact_nullable_string(o.group_instance_id)
     a_assignments = o.assignments
-    buf += uvarint(len(a_assignments) + 1)
+    n = len(a_assignments) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_assignments:
-        _w_SyncGroupRequest_SyncGroupRequestAssignment_v4(e, buf, out)
+        buf += write_compact_string(e.member_id)
+        v1_assignment = e.assignment
+        m1 = len(v1_assignment) + 1
+        if m1 < 0x80:
+            buf.append(m1)
+        elif m1 < 0x200000:
+            buf.append(m1 & 0x7F | 0x80)
+            if m1 < 0x4000:
+                buf.append(m1 >> 7)
+            else:
+                buf.append(m1 >> 7 & 0x7F | 0x80)
+                buf.append(m1 >> 14)
+        else:
+            buf += uvarint(m1)
+        if m1 > ZERO_COPY_THRESHOLD:
+            out.append(bytes(buf))
+            buf.clear()
+            out.append(v1_assignment)
+        else:
+            buf += v1_assignment
+        buf.append(0)
     buf.append(0)
 
 
@@ -388,37 +482,82 @@ def _w_SyncGroupRequest_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += write_compact_nullable_string(o.protocol_type)
     buf += write_compact_nullable_string(o.protocol_name)
     a_assignments = o.assignments
-    buf += uvarint(len(a_assignments) + 1)
+    n = len(a_assignments) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_assignments:
-        _w_SyncGroupRequest_SyncGroupRequestAssignment_v4(e, buf, out)
+        buf += write_compact_string(e.member_id)
+        v1_assignment = e.assignment
+        m1 = len(v1_assignment) + 1
+        if m1 < 0x80:
+            buf.append(m1)
+        elif m1 < 0x200000:
+            buf.append(m1 & 0x7F | 0x80)
+            if m1 < 0x4000:
+                buf.append(m1 >> 7)
+            else:
+                buf.append(m1 >> 7 & 0x7F | 0x80)
+                buf.append(m1 >> 14)
+        else:
+            buf += uvarint(m1)
+        if m1 > ZERO_COPY_THRESHOLD:
+            out.append(bytes(buf))
+            buf.clear()
+            out.append(v1_assignment)
+        else:
+            buf += v1_assignment
+        buf.append(0)
     buf.append(0)
 
 
 def _r_SyncGroupResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_error_code,) = _U_h(buf, pos)
+    obj = _new(_C_SyncGroupResponse)
+    obj.throttle_time_ms = 0
+    obj.protocol_type = None
+    obj.protocol_name = None
+    (obj.error_code,) = _U_h(buf, pos)
     pos += 2
-    f_assignment, pos = read_bytes(buf, pos)
-    obj = _C_SyncGroupResponse(error_code=f_error_code, assignment=f_assignment)
+    obj.assignment, pos = read_bytes(buf, pos)
     return obj, pos
 
 
 def _r_SyncGroupResponse_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code) = _U_ih(buf, pos)
+    obj = _new(_C_SyncGroupResponse)
+    obj.protocol_type = None
+    obj.protocol_name = None
+    (obj.throttle_time_ms, obj.error_code) = _U_ih(buf, pos)
     pos += 6
-    f_assignment, pos = read_bytes(buf, pos)
-    obj = _C_SyncGroupResponse(
-        throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, assignment=f_assignment
-    )
+    obj.assignment, pos = read_bytes(buf, pos)
     return obj, pos
 
 
 def _r_SyncGroupResponse_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code) = _U_ih(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_SyncGroupResponse)
+    obj.protocol_type = None
+    obj.protocol_name = None
+    (obj.throttle_time_ms, obj.error_code, n) = _U_ihB(buf, pos)
     pos += 6
-    f_assignment, pos = read_compact_bytes(buf, pos)
-    obj = _C_SyncGroupResponse(
-        throttle_time_ms=f_throttle_time_ms, error_code=f_error_code, assignment=f_assignment
-    )
+    if n < 0x80:
+        pos += 1
+    elif (b := buf[pos + 1]) < 0x80:
+        n = n & 0x7F | b << 7
+        pos += 2
+    elif (c := buf[pos + 2]) < 0x80:
+        n = n & 0x7F | (b & 0x7F) << 7 | c << 14
+        pos += 3
+    else:
+        n, pos = read_uvarint(buf, pos)
+    if n == 0:
+        raise DecodeError("null compact bytes in a non-nullable field")
+    else:
+        end = pos + n - 1
+        if end > buflen:
+            raise_too_long(buf, pos, n - 1)
+        obj.assignment = buf[pos:end]
+        pos = end
     if buf[pos] == 0:
         pos += 1
     else:
@@ -427,20 +566,41 @@ def _r_SyncGroupResponse_v4(buf: memoryview, pos: int) -> tuple[Any, int]:
 
 
 def _r_SyncGroupResponse_v5(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms, f_error_code) = _U_ih(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_SyncGroupResponse)
+    (obj.throttle_time_ms, obj.error_code, n) = _U_ihB(buf, pos)
     pos += 6
-    f_protocol_type: Any
-    f_protocol_type, pos = read_compact_nullable_string(buf, pos)
-    f_protocol_name: Any
-    f_protocol_name, pos = read_compact_nullable_string(buf, pos)
-    f_assignment, pos = read_compact_bytes(buf, pos)
-    obj = _C_SyncGroupResponse(
-        throttle_time_ms=f_throttle_time_ms,
-        error_code=f_error_code,
-        protocol_type=f_protocol_type,
-        protocol_name=f_protocol_name,
-        assignment=f_assignment,
-    )
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.protocol_type = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.protocol_type, pos = read_compact_nullable_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.protocol_name = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.protocol_name, pos = read_compact_nullable_string(buf, pos)
+    if (n := buf[pos]) < 0x80:
+        pos += 1
+    elif (b := buf[pos + 1]) < 0x80:
+        n = n & 0x7F | b << 7
+        pos += 2
+    elif (c := buf[pos + 2]) < 0x80:
+        n = n & 0x7F | (b & 0x7F) << 7 | c << 14
+        pos += 3
+    else:
+        n, pos = read_uvarint(buf, pos)
+    if n == 0:
+        raise DecodeError("null compact bytes in a non-nullable field")
+    else:
+        end = pos + n - 1
+        if end > buflen:
+            raise_too_long(buf, pos, n - 1)
+        obj.assignment = buf[pos:end]
+        pos = end
     if buf[pos] == 0:
         pos += 1
     else:
@@ -460,7 +620,25 @@ def _w_SyncGroupResponse_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
 
 def _w_SyncGroupResponse_v4(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_ih(o.throttle_time_ms, o.error_code)
-    write_compact_bytes(buf, out, o.assignment)
+    v_assignment = o.assignment
+    m = len(v_assignment) + 1
+    if m < 0x80:
+        buf.append(m)
+    elif m < 0x200000:
+        buf.append(m & 0x7F | 0x80)
+        if m < 0x4000:
+            buf.append(m >> 7)
+        else:
+            buf.append(m >> 7 & 0x7F | 0x80)
+            buf.append(m >> 14)
+    else:
+        buf += uvarint(m)
+    if m > ZERO_COPY_THRESHOLD:
+        out.append(bytes(buf))
+        buf.clear()
+        out.append(v_assignment)
+    else:
+        buf += v_assignment
     buf.append(0)
 
 
@@ -468,7 +646,25 @@ def _w_SyncGroupResponse_v5(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_ih(o.throttle_time_ms, o.error_code)
     buf += write_compact_nullable_string(o.protocol_type)
     buf += write_compact_nullable_string(o.protocol_name)
-    write_compact_bytes(buf, out, o.assignment)
+    v_assignment = o.assignment
+    m = len(v_assignment) + 1
+    if m < 0x80:
+        buf.append(m)
+    elif m < 0x200000:
+        buf.append(m & 0x7F | 0x80)
+        if m < 0x4000:
+            buf.append(m >> 7)
+        else:
+            buf.append(m >> 7 & 0x7F | 0x80)
+            buf.append(m >> 14)
+    else:
+        buf += uvarint(m)
+    if m > ZERO_COPY_THRESHOLD:
+        out.append(bytes(buf))
+        buf.clear()
+        out.append(v_assignment)
+    else:
+        buf += v_assignment
     buf.append(0)
 
 

@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,19 +45,23 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
 _U_i = struct.Struct(">i").unpack_from
 _P_i = struct.Struct(">i").pack
+_U_iB = struct.Struct(">iB").unpack_from
 _U_ih = struct.Struct(">ih").unpack_from
 _P_ih = struct.Struct(">ih").pack
+_U_ihB = struct.Struct(">ihB").unpack_from
 _U_iq = struct.Struct(">iq").unpack_from
 _P_iq = struct.Struct(">iq").pack
 _U_iqi = struct.Struct(">iqi").unpack_from
 _P_iqi = struct.Struct(">iqi").pack
+_U_iqiB = struct.Struct(">iqiB").unpack_from
 _U_qh = struct.Struct(">qh").unpack_from
 _P_qh = struct.Struct(">qh").pack
-_U_qhi = struct.Struct(">qhi").unpack_from
 _P_qhi = struct.Struct(">qhi").pack
+_U_qhiB = struct.Struct(">qhiB").unpack_from
 
 
 @dataclass(slots=True)
@@ -255,211 +260,166 @@ _C_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_TxnOffsetCommitResponseP
 )
 
 
-def _r_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index, f_committed_offset) = _U_iq(buf, pos)
-    pos += 12
-    f_committed_metadata: Any
-    f_committed_metadata, pos = read_nullable_string(buf, pos)
-    obj = _C_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition(
-        partition_index=f_partition_index,
-        committed_offset=f_committed_offset,
-        committed_metadata=f_committed_metadata,
-    )
-    return obj, pos
-
-
-def _r_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = (
-            _r_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition_v0(
-                buf, pos
-            )
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic(
-        name=f_name, partitions=f_partitions
-    )
-    return obj, pos
-
-
 def _r_TxnOffsetCommitRequest_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_transactional_id, pos = read_string(buf, pos)
-    f_group_id, pos = read_string(buf, pos)
-    (f_producer_id, f_producer_epoch) = _U_qh(buf, pos)
+    obj = _new(_C_TxnOffsetCommitRequest)
+    obj.generation_id = -1
+    obj.member_id = ""
+    obj.group_instance_id = None
+    obj.transactional_id, pos = read_string(buf, pos)
+    obj.group_id, pos = read_string(buf, pos)
+    (obj.producer_id, obj.producer_epoch) = _U_qh(buf, pos)
     pos += 10
-    f_topics: Any
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v0(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_TxnOffsetCommitRequest(
-        transactional_id=f_transactional_id,
-        group_id=f_group_id,
-        producer_id=f_producer_id,
-        producer_epoch=f_producer_epoch,
-        topics=f_topics,
-    )
-    return obj, pos
-
-
-def _r_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition_v2(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index, f_committed_offset, f_committed_leader_epoch) = _U_iqi(buf, pos)
-    pos += 16
-    f_committed_metadata: Any
-    f_committed_metadata, pos = read_nullable_string(buf, pos)
-    obj = _C_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition(
-        partition_index=f_partition_index,
-        committed_offset=f_committed_offset,
-        committed_leader_epoch=f_committed_leader_epoch,
-        committed_metadata=f_committed_metadata,
-    )
-    return obj, pos
-
-
-def _r_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v2(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = (
-            _r_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition_v2(
-                buf, pos
+        e_topics = _new(_C_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic)
+        e_topics.name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition
             )
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic(
-        name=f_name, partitions=f_partitions
-    )
+            e1_partitions.committed_leader_epoch = -1
+            (e1_partitions.partition_index, e1_partitions.committed_offset) = _U_iq(buf, pos)
+            pos += 12
+            e1_partitions.committed_metadata, pos = read_nullable_string(buf, pos)
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_TxnOffsetCommitRequest_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_transactional_id, pos = read_string(buf, pos)
-    f_group_id, pos = read_string(buf, pos)
-    (f_producer_id, f_producer_epoch) = _U_qh(buf, pos)
+    obj = _new(_C_TxnOffsetCommitRequest)
+    obj.generation_id = -1
+    obj.member_id = ""
+    obj.group_instance_id = None
+    obj.transactional_id, pos = read_string(buf, pos)
+    obj.group_id, pos = read_string(buf, pos)
+    (obj.producer_id, obj.producer_epoch) = _U_qh(buf, pos)
     pos += 10
-    f_topics: Any
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v2(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_TxnOffsetCommitRequest(
-        transactional_id=f_transactional_id,
-        group_id=f_group_id,
-        producer_id=f_producer_id,
-        producer_epoch=f_producer_epoch,
-        topics=f_topics,
-    )
-    return obj, pos
-
-
-def _r_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition_v3(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index, f_committed_offset, f_committed_leader_epoch) = _U_iqi(buf, pos)
-    pos += 16
-    f_committed_metadata: Any
-    f_committed_metadata, pos = read_compact_nullable_string(buf, pos)
-    obj = _C_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition(
-        partition_index=f_partition_index,
-        committed_offset=f_committed_offset,
-        committed_leader_epoch=f_committed_leader_epoch,
-        committed_metadata=f_committed_metadata,
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v3(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = (
-            _r_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition_v3(
-                buf, pos
+        e_topics = _new(_C_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic)
+        e_topics.name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition
             )
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic(
-        name=f_name, partitions=f_partitions
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+            (
+                e1_partitions.partition_index,
+                e1_partitions.committed_offset,
+                e1_partitions.committed_leader_epoch,
+            ) = _U_iqi(buf, pos)
+            pos += 16
+            e1_partitions.committed_metadata, pos = read_nullable_string(buf, pos)
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_TxnOffsetCommitRequest_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_transactional_id, pos = read_compact_string(buf, pos)
-    f_group_id, pos = read_compact_string(buf, pos)
-    (f_producer_id, f_producer_epoch, f_generation_id) = _U_qhi(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_TxnOffsetCommitRequest)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.transactional_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.transactional_id, pos = read_compact_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.group_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.group_id, pos = read_compact_string(buf, pos)
+    (obj.producer_id, obj.producer_epoch, obj.generation_id, n) = _U_qhiB(buf, pos)
     pos += 14
-    f_member_id, pos = read_compact_string(buf, pos)
-    f_group_instance_id: Any
-    f_group_instance_id, pos = read_compact_nullable_string(buf, pos)
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.member_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.member_id, pos = read_compact_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        end = pos + n
+        obj.group_instance_id = str(buf[pos + 1 : end], "utf-8")
+        pos = end
+    else:
+        obj.group_instance_id, pos = read_compact_nullable_string(buf, pos)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v3(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_TxnOffsetCommitRequest(
-        transactional_id=f_transactional_id,
-        group_id=f_group_id,
-        producer_id=f_producer_id,
-        producer_epoch=f_producer_epoch,
-        generation_id=f_generation_id,
-        member_id=f_member_id,
-        group_instance_id=f_group_instance_id,
-        topics=f_topics,
-    )
+        e_topics = _new(_C_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_topics.name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_topics.name, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition
+            )
+            (
+                e1_partitions.partition_index,
+                e1_partitions.committed_offset,
+                e1_partitions.committed_leader_epoch,
+                n2,
+            ) = _U_iqiB(buf, pos)
+            pos += 16
+            if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                end2 = pos + n2
+                e1_partitions.committed_metadata = str(buf[pos + 1 : end2], "utf-8")
+                pos = end2
+            else:
+                e1_partitions.committed_metadata, pos = read_compact_nullable_string(buf, pos)
+            if buf[pos] == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     if buf[pos] == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
     return obj, pos
-
-
-def _w_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_iq(o.partition_index, o.committed_offset)
-    buf += write_nullable_string(o.committed_metadata)
-
-
-def _w_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.name)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    for e in a_partitions:
-        _w_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition_v0(
-            e, buf, out
-        )
 
 
 def _w_TxnOffsetCommitRequest_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -469,26 +429,12 @@ def _w_TxnOffsetCommitRequest_v0(o: Any, buf: bytearray, out: list[Any]) -> None
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v0(e, buf, out)
-
-
-def _w_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition_v2(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_iqi(o.partition_index, o.committed_offset, o.committed_leader_epoch)
-    buf += write_nullable_string(o.committed_metadata)
-
-
-def _w_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v2(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.name)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    for e in a_partitions:
-        _w_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition_v2(
-            e, buf, out
-        )
+        buf += write_string(e.name)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_iq(e1.partition_index, e1.committed_offset)
+            buf += write_nullable_string(e1.committed_metadata)
 
 
 def _w_TxnOffsetCommitRequest_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -498,28 +444,12 @@ def _w_TxnOffsetCommitRequest_v2(o: Any, buf: bytearray, out: list[Any]) -> None
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v2(e, buf, out)
-
-
-def _w_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition_v3(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_iqi(o.partition_index, o.committed_offset, o.committed_leader_epoch)
-    buf += write_compact_nullable_string(o.committed_metadata)
-    buf.append(0)
-
-
-def _w_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v3(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_compact_string(o.name)
-    a_partitions = o.partitions
-    buf += uvarint(len(a_partitions) + 1)
-    for e in a_partitions:
-        _w_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_TxnOffsetCommitRequestPartition_v3(
-            e, buf, out
-        )
-    buf.append(0)
+        buf += write_string(e.name)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_iqi(e1.partition_index, e1.committed_offset, e1.committed_leader_epoch)
+            buf += write_nullable_string(e1.committed_metadata)
 
 
 def _w_TxnOffsetCommitRequest_v3(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -529,128 +459,105 @@ def _w_TxnOffsetCommitRequest_v3(o: Any, buf: bytearray, out: list[Any]) -> None
     buf += write_compact_string(o.member_id)
     buf += write_compact_nullable_string(o.group_instance_id)
     a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
+    n = len(a_topics) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topics:
-        _w_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v3(e, buf, out)
+        buf += write_compact_string(e.name)
+        a1_partitions = e.partitions
+        n1 = len(a1_partitions) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_partitions:
+            buf += _P_iqi(e1.partition_index, e1.committed_offset, e1.committed_leader_epoch)
+            buf += write_compact_nullable_string(e1.committed_metadata)
+            buf.append(0)
+        buf.append(0)
     buf.append(0)
 
 
-def _r_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_TxnOffsetCommitResponsePartition_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index, f_error_code) = _U_ih(buf, pos)
-    pos += 6
-    obj = _C_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_TxnOffsetCommitResponsePartition(
-        partition_index=f_partition_index, error_code=f_error_code
-    )
-    return obj, pos
-
-
-def _r_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v0(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = (
-            _r_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_TxnOffsetCommitResponsePartition_v0(
-                buf, pos
-            )
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic(
-        name=f_name, partitions=f_partitions
-    )
-    return obj, pos
-
-
 def _r_TxnOffsetCommitResponse_v0(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    obj = _new(_C_TxnOffsetCommitResponse)
+    (obj.throttle_time_ms,) = _U_i(buf, pos)
     pos += 4
-    f_topics: Any
     n, pos = read_array_len(buf, pos, False)
-    f_topics = []
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v0(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_TxnOffsetCommitResponse(throttle_time_ms=f_throttle_time_ms, topics=f_topics)
-    return obj, pos
-
-
-def _r_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_TxnOffsetCommitResponsePartition_v3(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index, f_error_code) = _U_ih(buf, pos)
-    pos += 6
-    obj = _C_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_TxnOffsetCommitResponsePartition(
-        partition_index=f_partition_index, error_code=f_error_code
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v3(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = (
-            _r_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_TxnOffsetCommitResponsePartition_v3(
-                buf, pos
+        e_topics = _new(_C_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic)
+        e_topics.name, pos = read_string(buf, pos)
+        n1, pos = read_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_TxnOffsetCommitResponsePartition
             )
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic(
-        name=f_name, partitions=f_partitions
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
+            (e1_partitions.partition_index, e1_partitions.error_code) = _U_ih(buf, pos)
+            pos += 6
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     return obj, pos
 
 
 def _r_TxnOffsetCommitResponse_v3(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_throttle_time_ms,) = _U_i(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_TxnOffsetCommitResponse)
+    (obj.throttle_time_ms, n) = _U_iB(buf, pos)
     pos += 4
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v3(buf, pos)
-        f_topics.append(e_topics)
-    obj = _C_TxnOffsetCommitResponse(throttle_time_ms=f_throttle_time_ms, topics=f_topics)
+        e_topics = _new(_C_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_topics.name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_topics.name, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_TxnOffsetCommitResponsePartition
+            )
+            (e1_partitions.partition_index, e1_partitions.error_code, n2) = _U_ihB(buf, pos)
+            pos += 6
+            if n2 == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     if buf[pos] == 0:
         pos += 1
     else:
         pos = skip_tagged_fields(buf, pos)
     return obj, pos
-
-
-def _w_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_TxnOffsetCommitResponsePartition_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_ih(o.partition_index, o.error_code)
-
-
-def _w_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v0(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_string(o.name)
-    a_partitions = o.partitions
-    buf += _P_i(len(a_partitions))
-    for e in a_partitions:
-        _w_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_TxnOffsetCommitResponsePartition_v0(
-            e, buf, out
-        )
 
 
 def _w_TxnOffsetCommitResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> None:
@@ -658,35 +565,33 @@ def _w_TxnOffsetCommitResponse_v0(o: Any, buf: bytearray, out: list[Any]) -> Non
     a_topics = o.topics
     buf += _P_i(len(a_topics))
     for e in a_topics:
-        _w_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v0(e, buf, out)
-
-
-def _w_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_TxnOffsetCommitResponsePartition_v3(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_ih(o.partition_index, o.error_code)
-    buf.append(0)
-
-
-def _w_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v3(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_compact_string(o.name)
-    a_partitions = o.partitions
-    buf += uvarint(len(a_partitions) + 1)
-    for e in a_partitions:
-        _w_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_TxnOffsetCommitResponsePartition_v3(
-            e, buf, out
-        )
-    buf.append(0)
+        buf += write_string(e.name)
+        a1_partitions = e.partitions
+        buf += _P_i(len(a1_partitions))
+        for e1 in a1_partitions:
+            buf += _P_ih(e1.partition_index, e1.error_code)
 
 
 def _w_TxnOffsetCommitResponse_v3(o: Any, buf: bytearray, out: list[Any]) -> None:
     buf += _P_i(o.throttle_time_ms)
     a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
+    n = len(a_topics) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topics:
-        _w_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v3(e, buf, out)
+        buf += write_compact_string(e.name)
+        a1_partitions = e.partitions
+        n1 = len(a1_partitions) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_partitions:
+            buf += _P_ih(e1.partition_index, e1.error_code)
+            buf.append(0)
+        buf.append(0)
     buf.append(0)
 
 

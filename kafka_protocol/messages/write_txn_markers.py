@@ -13,13 +13,13 @@ from typing import Any, Callable, ClassVar, Self
 from kafka_protocol.exceptions import DecodeError, UnsupportedVersion
 from kafka_protocol.messages._runtime import (
     DECODE_ERRORS,
+    ZERO_COPY_THRESHOLD,
     ZERO_UUID,
     join,
+    raise_too_long,
     read_array_len,
     read_bytes,
     read_compact_array_len,
-    read_compact_bytes,
-    read_compact_nullable_bytes,
     read_compact_nullable_string,
     read_compact_string,
     read_nullable_bytes,
@@ -29,6 +29,7 @@ from kafka_protocol.messages._runtime import (
     read_tag_count,
     read_tag_header,
     read_uuid,
+    read_uvarint,
     skip_tagged_fields,
     uvarint,
     write_bytes,
@@ -44,17 +45,18 @@ from kafka_protocol.messages._runtime import (
 
 _unpack_from = struct.unpack_from
 _pack = struct.pack
+_new = object.__new__
 
-_U_i = struct.Struct(">i").unpack_from
 _P_i = struct.Struct(">i").pack
-_U_ib = struct.Struct(">ib").unpack_from
+_U_iB = struct.Struct(">iB").unpack_from
 _P_ib = struct.Struct(">ib").pack
-_U_ih = struct.Struct(">ih").unpack_from
+_U_ibB = struct.Struct(">ibB").unpack_from
 _P_ih = struct.Struct(">ih").pack
-_U_q = struct.Struct(">q").unpack_from
+_U_ihB = struct.Struct(">ihB").unpack_from
 _P_q = struct.Struct(">q").pack
-_U_qho = struct.Struct(">qh?").unpack_from
+_U_qB = struct.Struct(">qB").unpack_from
 _P_qho = struct.Struct(">qh?").pack
+_U_qhoB = struct.Struct(">qh?B").unpack_from
 
 
 @dataclass(slots=True)
@@ -249,87 +251,62 @@ _C_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult 
 _C_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult_WritableTxnMarkerPartitionResult = WriteTxnMarkersResponse.WritableTxnMarkerResult.WritableTxnMarkerTopicResult.WritableTxnMarkerPartitionResult
 
 
-def _r_WriteTxnMarkersRequest_WritableTxnMarker_WritableTxnMarkerTopic_v1(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    f_partition_indexes: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partition_indexes = list(_unpack_from(">%di" % n, buf, pos))
-    pos += n * 4
-    obj = _C_WriteTxnMarkersRequest_WritableTxnMarker_WritableTxnMarkerTopic(
-        name=f_name, partition_indexes=f_partition_indexes
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_WriteTxnMarkersRequest_WritableTxnMarker_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_producer_id, f_producer_epoch, f_transaction_result) = _U_qho(buf, pos)
-    pos += 11
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
-    for _ in range(n):
-        e_topics, pos = _r_WriteTxnMarkersRequest_WritableTxnMarker_WritableTxnMarkerTopic_v1(
-            buf, pos
-        )
-        f_topics.append(e_topics)
-    (f_coordinator_epoch,) = _U_i(buf, pos)
-    pos += 4
-    obj = _C_WriteTxnMarkersRequest_WritableTxnMarker(
-        producer_id=f_producer_id,
-        producer_epoch=f_producer_epoch,
-        transaction_result=f_transaction_result,
-        topics=f_topics,
-        coordinator_epoch=f_coordinator_epoch,
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
 def _r_WriteTxnMarkersRequest_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_markers: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_markers = []
-    for _ in range(n):
-        e_markers, pos = _r_WriteTxnMarkersRequest_WritableTxnMarker_v1(buf, pos)
-        f_markers.append(e_markers)
-    obj = _C_WriteTxnMarkersRequest(markers=f_markers)
-    if buf[pos] == 0:
+    buflen = len(buf)
+    obj = _new(_C_WriteTxnMarkersRequest)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
         pos += 1
     else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_WriteTxnMarkersRequest_WritableTxnMarker_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    (f_producer_id, f_producer_epoch, f_transaction_result) = _U_qho(buf, pos)
-    pos += 11
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_markers: Any
+    a_markers: list[Any] = []
     for _ in range(n):
-        e_topics, pos = _r_WriteTxnMarkersRequest_WritableTxnMarker_WritableTxnMarkerTopic_v1(
-            buf, pos
+        e_markers = _new(_C_WriteTxnMarkersRequest_WritableTxnMarker)
+        e_markers.transaction_version = 0
+        (e_markers.producer_id, e_markers.producer_epoch, e_markers.transaction_result, n1) = (
+            _U_qhoB(buf, pos)
         )
-        f_topics.append(e_topics)
-    (f_coordinator_epoch, f_transaction_version) = _U_ib(buf, pos)
-    pos += 5
-    obj = _C_WriteTxnMarkersRequest_WritableTxnMarker(
-        producer_id=f_producer_id,
-        producer_epoch=f_producer_epoch,
-        transaction_result=f_transaction_result,
-        topics=f_topics,
-        coordinator_epoch=f_coordinator_epoch,
-        transaction_version=f_transaction_version,
-    )
+        pos += 11
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_topics: Any
+        a1_topics: list[Any] = []
+        for _ in range(n1):
+            e1_topics = _new(_C_WriteTxnMarkersRequest_WritableTxnMarker_WritableTxnMarkerTopic)
+            n2 = buf[pos]
+            if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                end2 = pos + n2
+                e1_topics.name = str(buf[pos + 1 : end2], "utf-8")
+                pos = end2
+            else:
+                e1_topics.name, pos = read_compact_string(buf, pos)
+            n2 = buf[pos]
+            if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                n2 -= 1
+                pos += 1
+            else:
+                n2, pos = read_compact_array_len(buf, pos, False)
+            e1_topics.partition_indexes = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            if buf[pos] == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_topics.append(e1_topics)
+        e_markers.topics = a1_topics
+        (e_markers.coordinator_epoch, n1) = _U_iB(buf, pos)
+        pos += 4
+        if n1 == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_markers.append(e_markers)
+    obj.markers = a_markers
     if buf[pos] == 0:
         pos += 1
     else:
@@ -338,13 +315,60 @@ def _r_WriteTxnMarkersRequest_WritableTxnMarker_v2(buf: memoryview, pos: int) ->
 
 
 def _r_WriteTxnMarkersRequest_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_markers: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_markers = []
+    buflen = len(buf)
+    obj = _new(_C_WriteTxnMarkersRequest)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_markers: Any
+    a_markers: list[Any] = []
     for _ in range(n):
-        e_markers, pos = _r_WriteTxnMarkersRequest_WritableTxnMarker_v2(buf, pos)
-        f_markers.append(e_markers)
-    obj = _C_WriteTxnMarkersRequest(markers=f_markers)
+        e_markers = _new(_C_WriteTxnMarkersRequest_WritableTxnMarker)
+        (e_markers.producer_id, e_markers.producer_epoch, e_markers.transaction_result, n1) = (
+            _U_qhoB(buf, pos)
+        )
+        pos += 11
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_topics: Any
+        a1_topics: list[Any] = []
+        for _ in range(n1):
+            e1_topics = _new(_C_WriteTxnMarkersRequest_WritableTxnMarker_WritableTxnMarkerTopic)
+            n2 = buf[pos]
+            if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                end2 = pos + n2
+                e1_topics.name = str(buf[pos + 1 : end2], "utf-8")
+                pos = end2
+            else:
+                e1_topics.name, pos = read_compact_string(buf, pos)
+            n2 = buf[pos]
+            if 0 < n2 < 0x80 and n2 <= buflen - pos:
+                n2 -= 1
+                pos += 1
+            else:
+                n2, pos = read_compact_array_len(buf, pos, False)
+            e1_topics.partition_indexes = list(_unpack_from(">%di" % n2, buf, pos))
+            pos += n2 * 4
+            if buf[pos] == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_topics.append(e1_topics)
+        e_markers.topics = a1_topics
+        (e_markers.coordinator_epoch, e_markers.transaction_version, n1) = _U_ibB(buf, pos)
+        pos += 5
+        if n1 == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_markers.append(e_markers)
+    obj.markers = a_markers
     if buf[pos] == 0:
         pos += 1
     else:
@@ -352,109 +376,117 @@ def _r_WriteTxnMarkersRequest_v2(buf: memoryview, pos: int) -> tuple[Any, int]:
     return obj, pos
 
 
-def _w_WriteTxnMarkersRequest_WritableTxnMarker_WritableTxnMarkerTopic_v1(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_compact_string(o.name)
-    a_partition_indexes = o.partition_indexes
-    buf += uvarint(len(a_partition_indexes) + 1)
-    buf += _pack(">%di" % len(a_partition_indexes), *a_partition_indexes)
-    buf.append(0)
-
-
-def _w_WriteTxnMarkersRequest_WritableTxnMarker_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_qho(o.producer_id, o.producer_epoch, o.transaction_result)
-    a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
-    for e in a_topics:
-        _w_WriteTxnMarkersRequest_WritableTxnMarker_WritableTxnMarkerTopic_v1(e, buf, out)
-    buf += _P_i(o.coordinator_epoch)
-    buf.append(0)
-
-
 def _w_WriteTxnMarkersRequest_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_markers = o.markers
-    buf += uvarint(len(a_markers) + 1)
+    n = len(a_markers) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_markers:
-        _w_WriteTxnMarkersRequest_WritableTxnMarker_v1(e, buf, out)
-    buf.append(0)
-
-
-def _w_WriteTxnMarkersRequest_WritableTxnMarker_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
-    buf += _P_qho(o.producer_id, o.producer_epoch, o.transaction_result)
-    a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
-    for e in a_topics:
-        _w_WriteTxnMarkersRequest_WritableTxnMarker_WritableTxnMarkerTopic_v1(e, buf, out)
-    buf += _P_ib(o.coordinator_epoch, o.transaction_version)
+        buf += _P_qho(e.producer_id, e.producer_epoch, e.transaction_result)
+        a1_topics = e.topics
+        n1 = len(a1_topics) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_topics:
+            buf += write_compact_string(e1.name)
+            a2_partition_indexes = e1.partition_indexes
+            n2 = len(a2_partition_indexes) + 1
+            if n2 < 0x80:
+                buf.append(n2)
+            else:
+                buf += uvarint(n2)
+            buf += _pack(">%di" % len(a2_partition_indexes), *a2_partition_indexes)
+            buf.append(0)
+        buf += _P_i(e.coordinator_epoch)
+        buf.append(0)
     buf.append(0)
 
 
 def _w_WriteTxnMarkersRequest_v2(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_markers = o.markers
-    buf += uvarint(len(a_markers) + 1)
+    n = len(a_markers) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_markers:
-        _w_WriteTxnMarkersRequest_WritableTxnMarker_v2(e, buf, out)
+        buf += _P_qho(e.producer_id, e.producer_epoch, e.transaction_result)
+        a1_topics = e.topics
+        n1 = len(a1_topics) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_topics:
+            buf += write_compact_string(e1.name)
+            a2_partition_indexes = e1.partition_indexes
+            n2 = len(a2_partition_indexes) + 1
+            if n2 < 0x80:
+                buf.append(n2)
+            else:
+                buf += uvarint(n2)
+            buf += _pack(">%di" % len(a2_partition_indexes), *a2_partition_indexes)
+            buf.append(0)
+        buf += _P_ib(e.coordinator_epoch, e.transaction_version)
+        buf.append(0)
     buf.append(0)
-
-
-def _r_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult_WritableTxnMarkerPartitionResult_v1(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    (f_partition_index, f_error_code) = _U_ih(buf, pos)
-    pos += 6
-    obj = _C_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult_WritableTxnMarkerPartitionResult(
-        partition_index=f_partition_index, error_code=f_error_code
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
-
-
-def _r_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult_v1(
-    buf: memoryview, pos: int
-) -> tuple[Any, int]:
-    f_name, pos = read_compact_string(buf, pos)
-    f_partitions: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_partitions = []
-    for _ in range(n):
-        e_partitions, pos = (
-            _r_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult_WritableTxnMarkerPartitionResult_v1(
-                buf, pos
-            )
-        )
-        f_partitions.append(e_partitions)
-    obj = _C_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult(
-        name=f_name, partitions=f_partitions
-    )
-    if buf[pos] == 0:
-        pos += 1
-    else:
-        pos = skip_tagged_fields(buf, pos)
-    return obj, pos
 
 
 def _r_WriteTxnMarkersResponse_WritableTxnMarkerResult_v1(
     buf: memoryview, pos: int
 ) -> tuple[Any, int]:
-    (f_producer_id,) = _U_q(buf, pos)
+    buflen = len(buf)
+    obj = _new(_C_WriteTxnMarkersResponse_WritableTxnMarkerResult)
+    (obj.producer_id, n) = _U_qB(buf, pos)
     pos += 8
-    f_topics: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_topics = []
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_topics: Any
+    a_topics: list[Any] = []
     for _ in range(n):
-        e_topics, pos = (
-            _r_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult_v1(
-                buf, pos
-            )
+        e_topics = _new(
+            _C_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult
         )
-        f_topics.append(e_topics)
-    obj = _C_WriteTxnMarkersResponse_WritableTxnMarkerResult(
-        producer_id=f_producer_id, topics=f_topics
-    )
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            end1 = pos + n1
+            e_topics.name = str(buf[pos + 1 : end1], "utf-8")
+            pos = end1
+        else:
+            e_topics.name, pos = read_compact_string(buf, pos)
+        n1 = buf[pos]
+        if 0 < n1 < 0x80 and n1 <= buflen - pos:
+            n1 -= 1
+            pos += 1
+        else:
+            n1, pos = read_compact_array_len(buf, pos, False)
+        e1_partitions: Any
+        a1_partitions: list[Any] = []
+        for _ in range(n1):
+            e1_partitions = _new(
+                _C_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult_WritableTxnMarkerPartitionResult
+            )
+            (e1_partitions.partition_index, e1_partitions.error_code, n2) = _U_ihB(buf, pos)
+            pos += 6
+            if n2 == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
+            a1_partitions.append(e1_partitions)
+        e_topics.partitions = a1_partitions
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
+        a_topics.append(e_topics)
+    obj.topics = a_topics
     if buf[pos] == 0:
         pos += 1
     else:
@@ -463,13 +495,20 @@ def _r_WriteTxnMarkersResponse_WritableTxnMarkerResult_v1(
 
 
 def _r_WriteTxnMarkersResponse_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
-    f_markers: Any
-    n, pos = read_compact_array_len(buf, pos, False)
-    f_markers = []
+    buflen = len(buf)
+    obj = _new(_C_WriteTxnMarkersResponse)
+    n = buf[pos]
+    if 0 < n < 0x80 and n <= buflen - pos:
+        n -= 1
+        pos += 1
+    else:
+        n, pos = read_compact_array_len(buf, pos, False)
+    e_markers: Any
+    a_markers: list[Any] = []
     for _ in range(n):
         e_markers, pos = _r_WriteTxnMarkersResponse_WritableTxnMarkerResult_v1(buf, pos)
-        f_markers.append(e_markers)
-    obj = _C_WriteTxnMarkersResponse(markers=f_markers)
+        a_markers.append(e_markers)
+    obj.markers = a_markers
     if buf[pos] == 0:
         pos += 1
     else:
@@ -477,42 +516,38 @@ def _r_WriteTxnMarkersResponse_v1(buf: memoryview, pos: int) -> tuple[Any, int]:
     return obj, pos
 
 
-def _w_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult_WritableTxnMarkerPartitionResult_v1(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += _P_ih(o.partition_index, o.error_code)
-    buf.append(0)
-
-
-def _w_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult_v1(
-    o: Any, buf: bytearray, out: list[Any]
-) -> None:
-    buf += write_compact_string(o.name)
-    a_partitions = o.partitions
-    buf += uvarint(len(a_partitions) + 1)
-    for e in a_partitions:
-        _w_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult_WritableTxnMarkerPartitionResult_v1(
-            e, buf, out
-        )
-    buf.append(0)
-
-
 def _w_WriteTxnMarkersResponse_WritableTxnMarkerResult_v1(
     o: Any, buf: bytearray, out: list[Any]
 ) -> None:
     buf += _P_q(o.producer_id)
     a_topics = o.topics
-    buf += uvarint(len(a_topics) + 1)
+    n = len(a_topics) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_topics:
-        _w_WriteTxnMarkersResponse_WritableTxnMarkerResult_WritableTxnMarkerTopicResult_v1(
-            e, buf, out
-        )
+        buf += write_compact_string(e.name)
+        a1_partitions = e.partitions
+        n1 = len(a1_partitions) + 1
+        if n1 < 0x80:
+            buf.append(n1)
+        else:
+            buf += uvarint(n1)
+        for e1 in a1_partitions:
+            buf += _P_ih(e1.partition_index, e1.error_code)
+            buf.append(0)
+        buf.append(0)
     buf.append(0)
 
 
 def _w_WriteTxnMarkersResponse_v1(o: Any, buf: bytearray, out: list[Any]) -> None:
     a_markers = o.markers
-    buf += uvarint(len(a_markers) + 1)
+    n = len(a_markers) + 1
+    if n < 0x80:
+        buf.append(n)
+    else:
+        buf += uvarint(n)
     for e in a_markers:
         _w_WriteTxnMarkersResponse_WritableTxnMarkerResult_v1(e, buf, out)
     buf.append(0)
