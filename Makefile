@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.floe-installed
 
-.PHONY: install dev test lint codegen codegen-check bench clean
+.PHONY: install dev test lint codegen codegen-check bench clean infra
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -34,6 +34,14 @@ codegen: $(STAMP)
 ## Fail if the checked-in generated modules differ from a fresh generation.
 codegen-check: $(STAMP)
 	$(BIN)/python -m kafka_protocol.codegen --check
+
+## Deploy artifacts: terraform fmt/validate/test (offline), checkov, Dockerfile/static checks, agent booted with the module's env.
+infra: $(STAMP) $(VENV)/checkov/bin/checkov
+	$(BIN)/python -m pytest -q tests/infra
+
+$(VENV)/checkov/bin/checkov:
+	$(PY) -m venv $(VENV)/checkov
+	$(VENV)/checkov/bin/pip install -q checkov
 
 bench: $(STAMP)
 	$(BIN)/python -m loadtest.codec

@@ -1,0 +1,54 @@
+# Floe agent image: `docker build -t floe:0.1.0 .` then
+#   docker run -p 9092:9092 -p 9644:9644 floe:0.1.0                 # embedded SQLite + ./data (a demo)
+#   docker run -e FLOE_METASTORE=postgresql://... -e FLOE_OBJECTS=s3://bucket/prefix?region=... \
+#              -e FLOE_ADVERTISED_HOST=<address clients use> floe:0.1.0
+# Configuration is the FLOE_* environment (docs/operations.md); the same image
+# runs the compactor (`floe compactor run`) and the CLI (`floe topics ...`).
+
+# -- build: the project and its dependencies in a virtualenv ----------------------
+FROM python:3.11-slim AS build
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY kafka_protocol ./kafka_protocol
+COPY objectstore ./objectstore
+COPY metastore ./metastore
+COPY agent ./agent
+COPY compactor ./compactor
+COPY floe_cli ./floe_cli
+RUN python -m venv /opt/floe \
+    && /opt/floe/bin/pip install --upgrade pip \
+    && /opt/floe/bin/pip install . \
+    && /opt/floe/bin/floe version
+
+# -- runtime: slim, non-root --------------------------------------------------------
+FROM python:3.11-slim
+
+RUN groupadd --system --gid 10001 floe \
+    && useradd --system --uid 10001 --gid floe --home-dir /var/lib/floe --create-home \
+       --shell /usr/sbin/nologin floe
+
+COPY --from=build /opt/floe /opt/floe
+
+ENV PATH=/opt/floe/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    FLOE_HOST=0.0.0.0 \
+    FLOE_PORT=9092 \
+    FLOE_ADMIN_PORT=9644
+
+# `floe agent` without FLOE_METASTORE/FLOE_OBJECTS keeps its data in ./data here.
+WORKDIR /var/lib/floe
+USER 10001:10001
+
+# Kafka listener, admin HTTP (/healthz, /metrics).
+EXPOSE 9092 9644
+
+HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('FLOE_ADMIN_PORT', '9644'), timeout=3)"]
+
+ENTRYPOINT ["floe"]
+CMD ["agent"]

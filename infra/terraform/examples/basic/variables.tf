@@ -1,0 +1,87 @@
+variable "region" {
+  description = "AWS region to deploy into."
+  type        = string
+  default     = "us-east-1"
+}
+
+variable "name" {
+  description = "Name prefix of the deployment's resources."
+  type        = string
+  default     = "floe"
+}
+
+variable "vpc_id" {
+  description = "Existing VPC to deploy into (with a NAT gateway or VPC endpoints for S3, Secrets Manager, ECR and CloudWatch Logs)."
+  type        = string
+}
+
+variable "agent_subnets" {
+  description = "Private subnet per availability zone, keyed by AZ name, e.g. { \"us-east-1a\" = \"subnet-aaa\", \"us-east-1b\" = \"subnet-bbb\" }."
+  type        = map(string)
+}
+
+variable "client_cidr_blocks" {
+  description = "CIDR blocks of the Kafka clients."
+  type        = list(string)
+}
+
+variable "agent_image" {
+  description = "Floe image built from the repository's Dockerfile and pushed to a registry, with an immutable tag."
+  type        = string
+}
+
+variable "database_engine" {
+  description = "\"rds\" or \"aurora\"."
+  type        = string
+  default     = "rds"
+}
+
+variable "postgres_version" {
+  description = "PostgreSQL version (Aurora needs major.minor, e.g. \"16.4\")."
+  type        = string
+  default     = "16"
+}
+
+variable "aurora_instance_count" {
+  description = "Aurora only: number of instances."
+  type        = number
+  default     = 2
+}
+
+variable "db_password_version" {
+  description = "Bump to generate a new database password and rewrite the DSN secret."
+  type        = number
+  default     = 1
+}
+
+variable "enable_compactor" {
+  description = "Run the compactor service."
+  type        = bool
+  default     = false
+}
+
+variable "enable_sasl" {
+  description = "Store SASL users in Secrets Manager and inject them into the agents (see the module's variable description: not read by the agent yet)."
+  type        = bool
+  default     = false
+}
+
+variable "sasl_users_json" {
+  description = "SASL users as a JSON object {\"user\": \"password\"}; pass with TF_VAR_sasl_users_json. Ephemeral: never stored in state."
+  type        = string
+  default     = null
+  sensitive   = true
+  ephemeral   = true
+}
+
+variable "kms_key_arn" {
+  description = "Optional customer-managed KMS key for the bucket, the database and the secrets."
+  type        = string
+  default     = null
+}
+
+variable "production" {
+  description = "false = a throw-away environment: no deletion protection, no final snapshot, bucket destroyable."
+  type        = bool
+  default     = true
+}

@@ -1,0 +1,74 @@
+output "bootstrap_servers" {
+  description = "Kafka bootstrap address (bootstrap.servers) through the NLB, any zone."
+  value       = "${aws_lb.kafka.dns_name}:${var.kafka_port}"
+}
+
+output "zone_bootstrap_servers" {
+  description = "Zone-aware bootstrap address per availability zone: the NLB's zonal DNS name and that zone's listener. Clients in a zone should use their zone's entry (it is also what that zone's agents advertise)."
+  value       = { for zone, port in local.zone_ports : zone => "${zone}.${aws_lb.kafka.dns_name}:${port}" }
+}
+
+output "load_balancer_dns_name" {
+  description = "DNS name of the network load balancer."
+  value       = aws_lb.kafka.dns_name
+}
+
+output "bucket_name" {
+  description = "Name of the S3 bucket holding Floe's objects."
+  value       = aws_s3_bucket.objects.bucket
+}
+
+output "bucket_arn" {
+  description = "ARN of the S3 bucket holding Floe's objects."
+  value       = aws_s3_bucket.objects.arn
+}
+
+output "objects_url" {
+  description = "FLOE_OBJECTS given to the agents and the compactor."
+  value       = local.objects_url
+}
+
+output "metastore_dsn_secret_arn" {
+  description = "ARN of the Secrets Manager secret holding the metastore DSN (FLOE_METASTORE)."
+  value       = aws_secretsmanager_secret.metastore_dsn.arn
+}
+
+output "sasl_users_secret_arn" {
+  description = "ARN of the SASL users secret (null unless enable_sasl)."
+  value       = var.enable_sasl ? aws_secretsmanager_secret.sasl_users[0].arn : null
+}
+
+output "database_endpoint" {
+  description = "Host name of the metastore database (writer endpoint for Aurora)."
+  value       = local.db_address
+}
+
+output "ecs_cluster_name" {
+  description = "Name of the ECS cluster."
+  value       = aws_ecs_cluster.floe.name
+}
+
+output "agent_service_names" {
+  description = "ECS service of the agents, per availability zone."
+  value       = { for zone, svc in aws_ecs_service.agent : zone => svc.name }
+}
+
+output "agent_task_role_arn" {
+  description = "IAM role the agents run as (object access under the prefix only)."
+  value       = aws_iam_role.agent.arn
+}
+
+output "agent_security_group_id" {
+  description = "Security group of the agents."
+  value       = aws_security_group.agent.id
+}
+
+output "log_group_name" {
+  description = "CloudWatch log group of the agents and the compactor."
+  value       = aws_cloudwatch_log_group.floe.name
+}
+
+output "agent_environment" {
+  description = "Plain FLOE_* environment of the agents per zone (secrets excluded)."
+  value       = { for zone in local.zones : zone => merge(local.agent_environment, local.agent_zone_environment[zone]) }
+}

@@ -1,0 +1,43 @@
+# Secrets Manager: the metastore DSN (injected into the agents as FLOE_METASTORE
+# by ECS) and, optionally, the SASL users. Both values are write-only attributes
+# fed from ephemeral variables: they never appear in Terraform state or plans.
+# Rotation = bump db_password_version / sasl_users_version (docs/operations.md).
+
+resource "aws_secretsmanager_secret" "metastore_dsn" {
+  name_prefix             = "${var.name}/metastore-dsn-"
+  description             = "Floe metastore DSN (postgresql://user:password@host:port/db), read by the agents as FLOE_METASTORE"
+  kms_key_id              = var.kms_key_arn
+  recovery_window_in_days = var.secret_recovery_window_days
+  tags                    = local.tags
+}
+
+resource "aws_secretsmanager_secret_version" "metastore_dsn" {
+  secret_id                = aws_secretsmanager_secret.metastore_dsn.id
+  secret_string_wo         = "postgresql://${var.db_username}:${urlencode(var.db_password)}@${local.db_address}:${local.db_port}/${var.db_name}"
+  secret_string_wo_version = var.db_password_version
+}
+
+resource "aws_secretsmanager_secret" "sasl_users" {
+  count = var.enable_sasl ? 1 : 0
+
+  name_prefix             = "${var.name}/sasl-users-"
+  description             = "Floe SASL users: JSON object {user: password}, read by the agents as FLOE_SASL_USERS"
+  kms_key_id              = var.kms_key_arn
+  recovery_window_in_days = var.secret_recovery_window_days
+  tags                    = local.tags
+}
+
+resource "aws_secretsmanager_secret_version" "sasl_users" {
+  count = var.enable_sasl ? 1 : 0
+
+  secret_id                = aws_secretsmanager_secret.sasl_users[0].id
+  secret_string_wo         = var.sasl_users_json
+  secret_string_wo_version = var.sasl_users_version
+
+  lifecycle {
+    precondition {
+      condition     = var.sasl_users_json != null
+      error_message = "enable_sasl = true needs sasl_users_json."
+    }
+  }
+}

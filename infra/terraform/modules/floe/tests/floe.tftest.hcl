@@ -1,0 +1,273 @@
+# Offline plan/apply of the module against a mocked AWS provider:
+#   terraform init -backend=false -plugin-dir=/opt/tf-plugins && terraform test
+# (see ../../../README.md). Checks the wiring that matters for Floe: each zone's
+# agents get their zone and advertise it, the DSN secret becomes FLOE_METASTORE,
+# the bucket is private and encrypted, the database engine switch.
+
+mock_provider "aws" {
+  mock_data "aws_region" {
+    defaults = {
+      name = "us-east-1"
+    }
+  }
+  mock_data "aws_partition" {
+    defaults = {
+      partition = "aws"
+    }
+  }
+  mock_data "aws_iam_policy_document" {
+    defaults = {
+      json = "{\"Version\":\"2012-10-17\",\"Statement\":[]}"
+    }
+  }
+  mock_resource "aws_lb" {
+    defaults = {
+      dns_name = "floe-nlb-0123456789.elb.us-east-1.amazonaws.com"
+      arn      = "arn:aws:elasticloadbalancing:us-east-1:123456789012:loadbalancer/net/floe-nlb/0123456789"
+    }
+  }
+  # The provider still validates ARN-typed arguments: give referenced ARNs a real shape.
+  mock_resource "aws_lb_target_group" {
+    defaults = {
+      arn = "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/floe/0123456789"
+    }
+  }
+  mock_resource "aws_iam_role" {
+    defaults = {
+      arn = "arn:aws:iam::123456789012:role/floe"
+    }
+  }
+  mock_resource "aws_ecs_cluster" {
+    defaults = {
+      arn = "arn:aws:ecs:us-east-1:123456789012:cluster/floe"
+      id  = "arn:aws:ecs:us-east-1:123456789012:cluster/floe"
+    }
+  }
+  mock_resource "aws_ecs_task_definition" {
+    defaults = {
+      arn = "arn:aws:ecs:us-east-1:123456789012:task-definition/floe-agent:1"
+    }
+  }
+  mock_resource "aws_cloudwatch_log_group" {
+    defaults = {
+      arn = "arn:aws:logs:us-east-1:123456789012:log-group:/ecs/floe"
+    }
+  }
+  mock_resource "aws_s3_bucket" {
+    defaults = {
+      bucket = "floe-objects-test"
+      arn    = "arn:aws:s3:::floe-objects-test"
+    }
+  }
+  mock_resource "aws_secretsmanager_secret" {
+    defaults = {
+      arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:floe/metastore-dsn-abc"
+    }
+  }
+  mock_resource "aws_db_instance" {
+    defaults = {
+      address = "floe-metastore.abc.us-east-1.rds.amazonaws.com"
+      port    = 5432
+    }
+  }
+  mock_resource "aws_rds_cluster" {
+    defaults = {
+      endpoint = "floe-metastore.cluster-abc.us-east-1.rds.amazonaws.com"
+      port     = 5432
+    }
+  }
+}
+
+variables {
+  vpc_id = "vpc-0123456789abcdef0"
+  agent_subnets = {
+    "us-east-1a" = "subnet-0aaaaaaaaaaaaaaaa"
+    "us-east-1b" = "subnet-0bbbbbbbbbbbbbbbb"
+    "us-east-1c" = "subnet-0cccccccccccccccc"
+  }
+  client_cidr_blocks = ["10.0.0.0/8"]
+  agent_image        = "123456789012.dkr.ecr.us-east-1.amazonaws.com/floe:0.1.0"
+  db_password        = "test-password-0123456789"
+  # Ephemeral inputs must be set in both the plan and apply phases of a test run.
+  sasl_users_json = "{}"
+}
+
+run "defaults" {
+  command = apply
+
+  assert {
+    condition     = length(aws_ecs_service.agent) == 3 && length(aws_lb_listener.zone) == 3
+    error_message = "one agent service and one zone listener per availability zone"
+  }
+
+  assert {
+    condition = alltrue([
+      for zone in ["us-east-1a", "us-east-1b", "us-east-1c"] :
+      contains(jsondecode(aws_ecs_task_definition.agent[zone].container_definitions)[0].environment, { name = "FLOE_ZONE", value = zone })
+    ])
+    error_message = "every zone's task definition must set FLOE_ZONE to its own zone"
+  }
+
+  assert {
+    condition = alltrue([
+      for zone, port in { "us-east-1a" = "9093", "us-east-1b" = "9094", "us-east-1c" = "9095" } :
+      contains(jsondecode(aws_ecs_task_definition.agent[zone].container_definitions)[0].environment, { name = "FLOE_ADVERTISED_PORT", value = port })
+      && contains(jsondecode(aws_ecs_task_definition.agent[zone].container_definitions)[0].environment, { name = "FLOE_ADVERTISED_HOST", value = "${zone}.floe-nlb-0123456789.elb.us-east-1.amazonaws.com" })
+    ])
+    error_message = "each zone's agents must advertise the NLB zonal DNS name and that zone's listener port"
+  }
+
+  assert {
+    condition     = aws_lb_listener.zone["us-east-1b"].port == 9094 && aws_lb_listener.bootstrap.port == 9092
+    error_message = "bootstrap listener on kafka_port, zone z on kafka_port + 1 + z"
+  }
+
+  assert {
+    condition = (
+      jsondecode(aws_ecs_task_definition.agent["us-east-1a"].container_definitions)[0].secrets
+      == [{ name = "FLOE_METASTORE", valueFrom = aws_secretsmanager_secret.metastore_dsn.arn }]
+    )
+    error_message = "the DSN secret must be injected as FLOE_METASTORE (and nothing else without SASL)"
+  }
+
+  assert {
+    condition = contains(
+      jsondecode(aws_ecs_task_definition.agent["us-east-1c"].container_definitions)[0].environment,
+      { name = "FLOE_OBJECTS", value = "s3://floe-objects-test/floe?region=us-east-1" }
+    )
+    error_message = "FLOE_OBJECTS must be s3://bucket/prefix?region=REGION"
+  }
+
+  assert {
+    condition = alltrue([
+      aws_s3_bucket_public_access_block.objects.block_public_acls,
+      aws_s3_bucket_public_access_block.objects.block_public_policy,
+      aws_s3_bucket_public_access_block.objects.ignore_public_acls,
+      aws_s3_bucket_public_access_block.objects.restrict_public_buckets,
+    ])
+    error_message = "the bucket must block all public access"
+  }
+
+  assert {
+    condition     = one(one(aws_s3_bucket_server_side_encryption_configuration.objects.rule).apply_server_side_encryption_by_default).sse_algorithm == "AES256"
+    error_message = "SSE-S3 by default"
+  }
+
+  assert {
+    condition     = one(aws_s3_bucket_versioning.objects.versioning_configuration).status == "Disabled"
+    error_message = "versioning stays off"
+  }
+
+  assert {
+    condition     = length(aws_db_instance.metastore) == 1 && length(aws_rds_cluster.metastore) == 0
+    error_message = "database_engine = rds creates one RDS instance and no Aurora cluster"
+  }
+
+  assert {
+    condition = anytrue([
+      for p in aws_db_parameter_group.metastore[0].parameter : p.name == "synchronous_commit" && p.value == "on"
+    ])
+    error_message = "the parameter group must keep synchronous_commit on"
+  }
+
+  assert {
+    condition     = aws_db_instance.metastore[0].storage_encrypted && !aws_db_instance.metastore[0].publicly_accessible
+    error_message = "the database is encrypted and private"
+  }
+
+  assert {
+    condition     = length(aws_ecs_service.compactor) == 0 && length(aws_secretsmanager_secret.sasl_users) == 0
+    error_message = "compactor and SASL are off by default"
+  }
+
+  assert {
+    condition     = !aws_lb.kafka.enable_cross_zone_load_balancing
+    error_message = "cross-zone load balancing must stay off (zone affinity)"
+  }
+
+  assert {
+    condition     = output.bootstrap_servers == "floe-nlb-0123456789.elb.us-east-1.amazonaws.com:9092"
+    error_message = "bootstrap_servers output"
+  }
+}
+
+run "aurora_kms_compactor_sasl" {
+  command = apply
+
+  variables {
+    database_engine  = "aurora"
+    postgres_version = "16.4"
+    kms_key_arn      = "arn:aws:kms:us-east-1:123456789012:key/11111111-2222-3333-4444-555555555555"
+    enable_compactor = true
+    enable_sasl      = true
+    sasl_users_json  = "{\"alice\":\"secret\"}"
+  }
+
+  assert {
+    condition     = length(aws_rds_cluster.metastore) == 1 && length(aws_rds_cluster_instance.metastore) == 2 && length(aws_db_instance.metastore) == 0
+    error_message = "database_engine = aurora creates a cluster with aurora_instance_count instances"
+  }
+
+  assert {
+    condition     = one(one(aws_s3_bucket_server_side_encryption_configuration.objects.rule).apply_server_side_encryption_by_default).sse_algorithm == "aws:kms"
+    error_message = "a KMS key switches the bucket to SSE-KMS"
+  }
+
+  assert {
+    condition     = jsondecode(aws_ecs_task_definition.compactor[0].container_definitions)[0].command == ["compactor", "run"]
+    error_message = "the compactor runs `floe compactor run`"
+  }
+
+  assert {
+    condition = contains(
+      jsondecode(aws_ecs_task_definition.agent["us-east-1a"].container_definitions)[0].secrets,
+      { name = "FLOE_SASL_USERS", valueFrom = aws_secretsmanager_secret.sasl_users[0].arn }
+    )
+    error_message = "SASL users are injected from Secrets Manager"
+  }
+}
+
+run "rejects_non_az_zone_keys" {
+  command = plan
+
+  variables {
+    agent_subnets = {
+      "zone-a" = "subnet-0aaaaaaaaaaaaaaaa"
+      "zone-b" = "subnet-0bbbbbbbbbbbbbbbb"
+    }
+  }
+
+  expect_failures = [var.agent_subnets]
+}
+
+run "rejects_single_zone" {
+  command = plan
+
+  variables {
+    agent_subnets = { "us-east-1a" = "subnet-0aaaaaaaaaaaaaaaa" }
+  }
+
+  expect_failures = [var.agent_subnets]
+}
+
+run "rejects_unknown_engine_and_latest_tag" {
+  command = plan
+
+  variables {
+    database_engine = "mysql"
+    agent_image     = "floe:latest"
+  }
+
+  expect_failures = [var.database_engine, var.agent_image]
+}
+
+run "aurora_needs_full_version" {
+  command = plan
+
+  variables {
+    database_engine  = "aurora"
+    postgres_version = "16"
+  }
+
+  expect_failures = [aws_rds_cluster.metastore]
+}

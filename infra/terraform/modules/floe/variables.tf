@@ -1,0 +1,541 @@
+# Inputs of the Floe module. Every variable is used and documented; the agent's
+# FLOE_* environment built from them lives in one place: locals.tf
+# (local.agent_environment), which tests/infra renders and boots a real agent with.
+
+# -- naming and network -----------------------------------------------------------
+
+variable "name" {
+  description = "Name prefix of every resource (load balancer, target groups, ECS cluster, DB identifier). Lowercase letters, digits and hyphens, 3-24 characters."
+  type        = string
+  default     = "floe"
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{1,22}[a-z0-9]$", var.name))
+    error_message = "name must be 3-24 characters of lowercase letters, digits and hyphens, starting with a letter (load balancer and target group names are limited to 32 characters)."
+  }
+}
+
+variable "tags" {
+  description = "Tags added to every resource that supports them."
+  type        = map(string)
+  default     = {}
+}
+
+variable "vpc_id" {
+  description = "VPC the agents, the load balancer and the database live in."
+  type        = string
+
+  validation {
+    condition     = can(regex("^vpc-[0-9a-f]+$", var.vpc_id))
+    error_message = "vpc_id must look like vpc-0123abcd."
+  }
+}
+
+variable "agent_subnets" {
+  description = "Private subnet of each availability zone the agents run in, keyed by AZ name (e.g. { \"us-east-1a\" = \"subnet-...\" }). One ECS service per entry; its tasks get FLOE_ZONE set to the key and advertise the load balancer's zonal DNS name. At least two zones (RDS needs two)."
+  type        = map(string)
+
+  validation {
+    condition     = length(var.agent_subnets) >= 2
+    error_message = "agent_subnets needs at least two availability zones (RDS subnet groups and zone-aware serving need them)."
+  }
+  validation {
+    condition     = alltrue([for az in keys(var.agent_subnets) : can(regex("^[a-z]{2}(-[a-z]+)+-[0-9][a-z]$", az))])
+    error_message = "agent_subnets keys must be availability zone names such as us-east-1a: they become FLOE_ZONE and the NLB zonal DNS prefix."
+  }
+  validation {
+    condition     = alltrue([for s in values(var.agent_subnets) : can(regex("^subnet-[0-9a-f]+$", s))])
+    error_message = "agent_subnets values must be subnet ids (subnet-...)."
+  }
+}
+
+variable "load_balancer_subnets" {
+  description = "Subnets of the network load balancer, one per agent AZ. null = the agent subnets (an internal NLB). Give public subnets together with load_balancer_internal = false to expose Kafka to the internet."
+  type        = list(string)
+  default     = null
+}
+
+variable "database_subnet_ids" {
+  description = "Subnets of the RDS subnet group (two AZs or more). null = the agent subnets."
+  type        = list(string)
+  default     = null
+}
+
+variable "load_balancer_internal" {
+  description = "Whether the network load balancer is internal (reachable from the VPC and peered networks only)."
+  type        = bool
+  default     = true
+}
+
+variable "load_balancer_deletion_protection" {
+  description = "Enable deletion protection on the network load balancer."
+  type        = bool
+  default     = true
+}
+
+variable "client_cidr_blocks" {
+  description = "CIDR blocks of the Kafka clients allowed to reach the load balancer's Kafka listeners."
+  type        = list(string)
+
+  validation {
+    condition     = length(var.client_cidr_blocks) > 0 && alltrue([for c in var.client_cidr_blocks : can(cidrhost(c, 0))])
+    error_message = "client_cidr_blocks must be a non-empty list of CIDR blocks."
+  }
+}
+
+# -- agents -----------------------------------------------------------------------
+
+variable "agent_image" {
+  description = "Container image of the Floe agent (built from the repository's Dockerfile), e.g. 123456789012.dkr.ecr.us-east-1.amazonaws.com/floe:0.1.0. Pin a tag or digest: a rolling upgrade is a change of this value."
+  type        = string
+
+  validation {
+    condition     = length(var.agent_image) > 0 && !endswith(var.agent_image, ":latest")
+    error_message = "agent_image must be set and must not use the :latest tag (rolling upgrades need an immutable tag or digest)."
+  }
+}
+
+variable "kafka_port" {
+  description = "Kafka port: the agents' listener (FLOE_PORT) and the load balancer's bootstrap listener. Zone z (in sorted AZ order, from 0) also gets a listener on kafka_port + 1 + z, which its agents advertise."
+  type        = number
+  default     = 9092
+
+  validation {
+    condition     = var.kafka_port >= 1024 && var.kafka_port <= 65000
+    error_message = "kafka_port must be between 1024 and 65000 (the image runs as a non-root user; zone listeners use the ports just above)."
+  }
+}
+
+variable "admin_port" {
+  description = "Agent admin HTTP port (FLOE_ADMIN_PORT) serving /healthz (load balancer health checks) and /metrics (Prometheus)."
+  type        = number
+  default     = 9644
+
+  validation {
+    condition     = var.admin_port >= 1024 && var.admin_port <= 65535
+    error_message = "admin_port must be between 1024 and 65535."
+  }
+}
+
+variable "cluster_id" {
+  description = "Kafka cluster id the agents report (FLOE_CLUSTER_ID). null = the name variable."
+  type        = string
+  default     = null
+}
+
+variable "agent_cpu" {
+  description = "Fargate CPU units per agent task (1024 = 1 vCPU). An agent process uses about one core: see docs/operations.md for MB/s per vCPU."
+  type        = number
+  default     = 1024
+
+  validation {
+    condition     = contains([256, 512, 1024, 2048, 4096, 8192, 16384], var.agent_cpu)
+    error_message = "agent_cpu must be a Fargate CPU size: 256, 512, 1024, 2048, 4096, 8192 or 16384."
+  }
+}
+
+variable "agent_memory" {
+  description = "Fargate memory (MiB) per agent task. Must hold the produce buffer (256 MiB budget) plus the fetch cache (fetch_cache_bytes) plus ~300 MiB for Python."
+  type        = number
+  default     = 2048
+
+  validation {
+    condition     = var.agent_memory >= 512 && var.agent_memory <= 122880
+    error_message = "agent_memory must be between 512 and 122880 MiB."
+  }
+}
+
+variable "cpu_architecture" {
+  description = "CPU architecture of the Fargate tasks: X86_64 or ARM64 (Graviton, cheaper; the image must be built for it)."
+  type        = string
+  default     = "X86_64"
+
+  validation {
+    condition     = contains(["X86_64", "ARM64"], var.cpu_architecture)
+    error_message = "cpu_architecture must be X86_64 or ARM64."
+  }
+}
+
+variable "agents_per_zone" {
+  description = "Initial number of agent tasks in each zone (autoscaling moves it between agents_min_per_zone and agents_max_per_zone)."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.agents_per_zone >= 1
+    error_message = "agents_per_zone must be at least 1."
+  }
+}
+
+variable "agents_min_per_zone" {
+  description = "Autoscaling floor: agent tasks per zone."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.agents_min_per_zone >= 1
+    error_message = "agents_min_per_zone must be at least 1 (each zone's listener needs an agent)."
+  }
+}
+
+variable "agents_max_per_zone" {
+  description = "Autoscaling ceiling: agent tasks per zone."
+  type        = number
+  default     = 4
+
+  validation {
+    condition     = var.agents_max_per_zone >= 1 && var.agents_max_per_zone <= 100
+    error_message = "agents_max_per_zone must be between 1 and 100."
+  }
+}
+
+variable "autoscaling_cpu_target" {
+  description = "Target average CPU utilisation (percent) of each zone's agent service for target-tracking autoscaling."
+  type        = number
+  default     = 60
+
+  validation {
+    condition     = var.autoscaling_cpu_target >= 10 && var.autoscaling_cpu_target <= 90
+    error_message = "autoscaling_cpu_target must be between 10 and 90."
+  }
+}
+
+variable "flush_bytes" {
+  description = "FLOE_FLUSH_BYTES: an agent closes and uploads its open segment at this size. Larger = fewer PUTs, more latency under load."
+  type        = number
+  default     = 8388608
+
+  validation {
+    condition     = var.flush_bytes >= 65536
+    error_message = "flush_bytes must be at least 64 KiB."
+  }
+}
+
+variable "flush_interval_ms" {
+  description = "FLOE_FLUSH_INTERVAL_MS: an agent uploads its open segment after this long. Sets the floor of produce latency (p50 ~ this value) and the PUT rate at low throughput (1000/flush_interval_ms PUTs/s per agent)."
+  type        = number
+  default     = 250
+
+  validation {
+    condition     = var.flush_interval_ms >= 10 && var.flush_interval_ms <= 10000
+    error_message = "flush_interval_ms must be between 10 and 10000."
+  }
+}
+
+variable "fetch_cache_bytes" {
+  description = "FLOE_FETCH_CACHE_BYTES: in-memory block cache of each agent. Counts against agent_memory."
+  type        = number
+  default     = 268435456
+
+  validation {
+    condition     = var.fetch_cache_bytes >= 16777216
+    error_message = "fetch_cache_bytes must be at least 16 MiB."
+  }
+}
+
+variable "auto_create_topics" {
+  description = "FLOE_AUTO_CREATE_TOPICS: create unknown topics on Metadata/Produce (Kafka's auto.create.topics.enable)."
+  type        = bool
+  default     = false
+}
+
+variable "default_partitions" {
+  description = "FLOE_DEFAULT_PARTITIONS: partitions of auto-created topics."
+  type        = number
+  default     = 6
+
+  validation {
+    condition     = var.default_partitions >= 1
+    error_message = "default_partitions must be at least 1."
+  }
+}
+
+# -- object storage ---------------------------------------------------------------
+
+variable "bucket_name" {
+  description = "Name of the S3 bucket created for Floe's objects. null = a unique name generated from the name variable."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.bucket_name == null || can(regex("^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", var.bucket_name))
+    error_message = "bucket_name must be a valid S3 bucket name."
+  }
+}
+
+variable "object_prefix" {
+  description = "Key prefix of Floe's objects in the bucket (FLOE_OBJECTS = s3://bucket/prefix). The agents' IAM role is limited to this prefix."
+  type        = string
+  default     = "floe"
+
+  validation {
+    condition     = can(regex("^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9_.-]+)*$", var.object_prefix))
+    error_message = "object_prefix must be a non-empty key prefix without leading or trailing slashes."
+  }
+}
+
+variable "bucket_force_destroy" {
+  description = "Allow terraform destroy to delete a non-empty bucket (all topic data). Keep false in production."
+  type        = bool
+  default     = false
+}
+
+variable "kms_key_arn" {
+  description = "Customer-managed KMS key for the bucket (SSE-KMS), the database storage and the secrets. null = SSE-S3 (AES256) for the bucket and AWS-managed keys elsewhere."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.kms_key_arn == null || can(regex("^arn:aws[a-z-]*:kms:", var.kms_key_arn))
+    error_message = "kms_key_arn must be a KMS key ARN."
+  }
+}
+
+variable "abort_incomplete_multipart_days" {
+  description = "Lifecycle rule: abort incomplete multipart uploads after this many days (orphan safety; Floe itself uses single PUTs)."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.abort_incomplete_multipart_days >= 1
+    error_message = "abort_incomplete_multipart_days must be at least 1."
+  }
+}
+
+variable "tmp_expiration_days" {
+  description = "Lifecycle rule: expire objects under <object_prefix>/tmp/ (scratch space; never referenced by the metastore) after this many days."
+  type        = number
+  default     = 2
+
+  validation {
+    condition     = var.tmp_expiration_days >= 1
+    error_message = "tmp_expiration_days must be at least 1."
+  }
+}
+
+# -- metastore (PostgreSQL) ---------------------------------------------------------
+
+variable "database_engine" {
+  description = "Metastore database: \"rds\" (one RDS for PostgreSQL instance, Multi-AZ by default) or \"aurora\" (an Aurora PostgreSQL cluster)."
+  type        = string
+  default     = "rds"
+
+  validation {
+    condition     = contains(["rds", "aurora"], var.database_engine)
+    error_message = "database_engine must be \"rds\" or \"aurora\"."
+  }
+}
+
+variable "postgres_version" {
+  description = "PostgreSQL engine version (major or major.minor, e.g. \"16\" or \"16.4\"); the parameter group family follows the major version. 14 or newer."
+  type        = string
+  default     = "16"
+
+  validation {
+    condition     = can(regex("^[0-9]+(\\.[0-9]+)?$", var.postgres_version)) && tonumber(split(".", var.postgres_version)[0]) >= 14
+    error_message = "postgres_version must be 14 or newer, written as major or major.minor."
+  }
+}
+
+variable "db_instance_class" {
+  description = "Instance class of the RDS instance or of each Aurora instance. The commit path is one short transaction per flushed object: CPU and commit latency matter more than memory."
+  type        = string
+  default     = "db.m7g.large"
+
+  validation {
+    condition     = startswith(var.db_instance_class, "db.")
+    error_message = "db_instance_class must be an RDS instance class (db.*)."
+  }
+}
+
+variable "db_allocated_storage" {
+  description = "RDS only: initial gp3 storage in GiB (storage autoscaling grows it up to db_max_allocated_storage)."
+  type        = number
+  default     = 50
+
+  validation {
+    condition     = var.db_allocated_storage >= 20
+    error_message = "db_allocated_storage must be at least 20 GiB."
+  }
+}
+
+variable "db_max_allocated_storage" {
+  description = "RDS only: storage autoscaling ceiling in GiB."
+  type        = number
+  default     = 500
+
+  validation {
+    condition     = var.db_max_allocated_storage >= 20
+    error_message = "db_max_allocated_storage must be at least 20 GiB."
+  }
+}
+
+variable "db_multi_az" {
+  description = "RDS only: run a synchronous standby in a second AZ (failover in 1-2 minutes; produce requests wait meanwhile)."
+  type        = bool
+  default     = true
+}
+
+variable "aurora_instance_count" {
+  description = "Aurora only: number of instances in the cluster (1 writer + readers as failover targets). 2 or more for high availability."
+  type        = number
+  default     = 2
+
+  validation {
+    condition     = var.aurora_instance_count >= 1 && var.aurora_instance_count <= 15
+    error_message = "aurora_instance_count must be between 1 and 15."
+  }
+}
+
+variable "db_name" {
+  description = "Name of the metastore database."
+  type        = string
+  default     = "floe"
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9_]{0,62}$", var.db_name))
+    error_message = "db_name must start with a letter and contain lowercase letters, digits and underscores."
+  }
+}
+
+variable "db_username" {
+  description = "Master user of the metastore database (the agents connect as this user)."
+  type        = string
+  default     = "floe"
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9_]{0,62}$", var.db_username)) && !contains(["admin", "postgres", "rdsadmin"], var.db_username)
+    error_message = "db_username must start with a letter, contain lowercase letters, digits and underscores, and not be a reserved name."
+  }
+}
+
+variable "db_password" {
+  description = "Master password of the metastore database. Ephemeral and write-only: it is set on the database and in the DSN secret but never stored in Terraform state. Generate it with the aws_secretsmanager_random_password ephemeral resource (see examples/basic). Applied only when db_password_version changes."
+  type        = string
+  sensitive   = true
+  ephemeral   = true
+
+  validation {
+    condition     = length(var.db_password) >= 16
+    error_message = "db_password must be at least 16 characters."
+  }
+}
+
+variable "db_password_version" {
+  description = "Bump to rotate: the database password and the metastore DSN secret are rewritten (with the current db_password) only when this number changes. Bump it too after the database endpoint changes (e.g. switching database_engine)."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.db_password_version >= 1 && floor(var.db_password_version) == var.db_password_version
+    error_message = "db_password_version must be a positive integer."
+  }
+}
+
+variable "db_backup_retention_days" {
+  description = "Automated backup (point-in-time recovery) retention in days."
+  type        = number
+  default     = 7
+
+  validation {
+    condition     = var.db_backup_retention_days >= 1 && var.db_backup_retention_days <= 35
+    error_message = "db_backup_retention_days must be between 1 and 35."
+  }
+}
+
+variable "db_deletion_protection" {
+  description = "Enable deletion protection on the database (the metastore holds every offset: losing it loses the log)."
+  type        = bool
+  default     = true
+}
+
+variable "db_skip_final_snapshot" {
+  description = "Skip the final snapshot when the database is destroyed. Keep false in production."
+  type        = bool
+  default     = false
+}
+
+# -- optional parts ---------------------------------------------------------------
+
+variable "enable_compactor" {
+  description = "Run the compactor (`floe compactor run`) as its own single-task ECS service."
+  type        = bool
+  default     = false
+}
+
+variable "compactor_cpu" {
+  description = "Fargate CPU units of the compactor task."
+  type        = number
+  default     = 1024
+
+  validation {
+    condition     = contains([256, 512, 1024, 2048, 4096, 8192, 16384], var.compactor_cpu)
+    error_message = "compactor_cpu must be a Fargate CPU size."
+  }
+}
+
+variable "compactor_memory" {
+  description = "Fargate memory (MiB) of the compactor task (it holds the objects it merges)."
+  type        = number
+  default     = 4096
+
+  validation {
+    condition     = var.compactor_memory >= 512
+    error_message = "compactor_memory must be at least 512 MiB."
+  }
+}
+
+variable "enable_sasl" {
+  description = "Store SASL users in Secrets Manager and inject them into the agents as FLOE_SASL_USERS. NOTE: the agent does not read FLOE_SASL_USERS yet (SASL is a separate issue); until it does, clients are NOT authenticated. Restrict client_cidr_blocks meanwhile."
+  type        = bool
+  default     = false
+}
+
+variable "sasl_users_json" {
+  description = "SASL users as a JSON object {\"user\": \"password\", ...}. Ephemeral and write-only (never in state); written when sasl_users_version changes. Used only when enable_sasl is true."
+  type        = string
+  default     = null
+  sensitive   = true
+  ephemeral   = true
+}
+
+variable "sasl_users_version" {
+  description = "Bump to rewrite the SASL users secret from sasl_users_json (agents pick it up on their next start: force a new deployment)."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.sasl_users_version >= 1
+    error_message = "sasl_users_version must be at least 1."
+  }
+}
+
+# -- operations -------------------------------------------------------------------
+
+variable "log_retention_days" {
+  description = "CloudWatch Logs retention of the agent and compactor logs."
+  type        = number
+  default     = 30
+
+  validation {
+    condition     = contains([1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653], var.log_retention_days)
+    error_message = "log_retention_days must be a CloudWatch Logs retention value (1, 3, 5, 7, 14, 30, 60, 90, ...)."
+  }
+}
+
+variable "secret_recovery_window_days" {
+  description = "Days a deleted secret can be restored (0 = delete immediately, for throw-away environments)."
+  type        = number
+  default     = 7
+
+  validation {
+    condition     = var.secret_recovery_window_days == 0 || (var.secret_recovery_window_days >= 7 && var.secret_recovery_window_days <= 30)
+    error_message = "secret_recovery_window_days must be 0 or between 7 and 30."
+  }
+}
+
+variable "container_insights" {
+  description = "Enable CloudWatch Container Insights on the ECS cluster (per-task CPU, memory, network metrics)."
+  type        = bool
+  default     = true
+}

@@ -1,0 +1,228 @@
+"""The deploy configuration boots a real agent: no drift between Terraform and code.
+
+The agent's environment is taken from the Terraform module itself
+(``local.agent_environment`` + the per-zone map + the secret names, read with
+python-hcl2), rendered with the variable defaults, and the placeholders only
+AWS knows are replaced by the test's services:
+
+* the DSN secret (FLOE_METASTORE) is rendered from the module's own
+  ``secret_string_wo`` template with the test Postgres host/port/db/user;
+* FLOE_OBJECTS keeps the module's ``s3://bucket/prefix?region=REGION`` form with
+  the test's moto bucket, plus ``&endpoint=`` (the one thing ECS does not need);
+* FLOE_ZONE is the zone's key, as the module sets it;
+* the listener binds 127.0.0.1 on free ports and advertises them (the NLB's
+  zonal DNS name and port in AWS).
+
+Then ``python -m floe_cli.main agent`` runs with exactly that environment,
+answers /healthz, and confluent-kafka creates a topic, produces and consumes
+through it. A renamed FLOE_* variable, a value format the agent rejects, or a
+DSN template it cannot open fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from tests.fixtures.s3 import REGION, free_port
+from tests.infra.tf import MODULE_DIR, REPO_ROOT, TfDir, render, variable_defaults
+
+pytestmark = [
+    pytest.mark.infra,
+    pytest.mark.postgres,
+    pytest.mark.s3,
+    pytest.mark.interop,
+    pytest.mark.timeout(180),
+]
+
+ZONE = "us-east-1a"
+TEST_OVERRIDES = (
+    "FLOE_HOST",
+    "FLOE_PORT",
+    "FLOE_ADMIN_PORT",
+    "FLOE_ADVERTISED_HOST",
+    "FLOE_ADVERTISED_PORT",
+)
+
+
+def rendered_environment(
+    module: TfDir, *, bucket: str, region: str, db: dict[str, Any]
+) -> tuple[dict[str, str], dict[str, str]]:
+    """(plain env as the module renders it for ZONE, secrets rendered from their templates)."""
+    variables = variable_defaults(module)
+    variables.update({
+        "db_username": db["user"],
+        "db_password": db["password"],
+        "db_name": db["database"],
+    })  # fmt: skip
+    locals_src = module.locals()
+    assert locals_src["object_prefix"] == '${trim(var.object_prefix, "/")}'
+    assert locals_src["cluster_id"] == "${coalesce(var.cluster_id, var.name)}"
+    locals_ = {
+        "bucket_name": bucket,
+        "region": region,
+        "object_prefix": str(variables["object_prefix"]).strip("/"),
+        "cluster_id": variables.get("cluster_id") or variables["name"],
+        "db_address": db["host"],
+        "db_port": db["port"],
+    }
+    env = {
+        k: render(str(v), variables, locals_) for k, v in locals_src["agent_environment"].items()
+    }
+
+    # Per-zone entries: FLOE_ZONE comes straight from the zone key.
+    zone_src = str(locals_src["agent_zone_environment"])
+    assert re.search(r"\bFLOE_ZONE = zone\b", zone_src), zone_src
+    env["FLOE_ZONE"] = ZONE
+    for name in re.findall(r"\b(FLOE_[A-Z_]+)\s*=", zone_src):
+        assert name == "FLOE_ZONE" or name in TEST_OVERRIDES, (
+            f"{name}: teach this test how to render it"
+        )
+
+    # Secrets: FLOE_METASTORE <- the DSN secret, written from the module's template.
+    secrets_src = str(locals_src["agent_secrets"])
+    assert re.search(r"FLOE_METASTORE = aws_secretsmanager_secret\.metastore_dsn\.arn", secrets_src)
+    dsn_template = module.resources()["aws_secretsmanager_secret_version.metastore_dsn"][
+        "secret_string_wo"
+    ]
+    secrets = {"FLOE_METASTORE": render(dsn_template, variables, locals_)}
+    return env, secrets
+
+
+def postgres_parts(url: str) -> dict[str, Any]:
+    u = make_url(url)
+    return {
+        "user": u.username or "postgres",
+        "password": u.password or "",
+        "host": u.host,
+        "port": u.port or 5432,
+        "database": u.database,
+    }
+
+
+def healthz(admin_port: int) -> dict[str, Any] | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/healthz", timeout=1) as r:
+            return json.loads(r.read()) if r.status == 200 else None
+    except (OSError, ValueError, urllib.error.URLError):
+        return None
+
+
+def test_module_environment_boots_a_real_agent(
+    postgres_url: str, s3_url: str, moto_server: str, tmp_path: Path
+) -> None:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+    module = TfDir.load(MODULE_DIR)
+    bucket = urlsplit(s3_url).netloc
+    env, secrets = rendered_environment(
+        module, bucket=bucket, region=REGION, db=postgres_parts(postgres_url)
+    )
+
+    # What the module produces, checked before anything is overridden.
+    assert env["FLOE_OBJECTS"] == f"s3://{bucket}/floe?region={REGION}"
+    assert secrets["FLOE_METASTORE"].startswith("postgresql://")
+    assert env["FLOE_ZONE"] == ZONE
+
+    port, admin_port = free_port(), free_port()
+    test_env = {
+        "FLOE_HOST": "127.0.0.1",
+        "FLOE_PORT": str(port),
+        "FLOE_ADMIN_PORT": str(admin_port),
+        "FLOE_ADVERTISED_HOST": "127.0.0.1",
+        "FLOE_ADVERTISED_PORT": str(port),
+    }
+    assert set(test_env) == set(TEST_OVERRIDES)
+    agent_env = {**env, **secrets, **test_env}
+    agent_env["FLOE_OBJECTS"] += f"&endpoint={moto_server}"
+
+    proc_env = {k: v for k, v in os.environ.items() if not k.startswith("FLOE_")}
+    proc_env.update(agent_env)
+    proc_env["PYTHONUNBUFFERED"] = "1"
+    proc_env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(REPO_ROOT), proc_env.get("PYTHONPATH")])
+    )
+    log_path = tmp_path / "agent.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "floe_cli.main", "agent"],  # no flags: configuration is the environment
+            stdout=log, stderr=subprocess.STDOUT, env=proc_env, cwd=tmp_path,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        delay = 0.05
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"agent exited (rc={proc.returncode}):\n{log_path.read_text()[-6000:]}")
+            h = healthz(admin_port)
+            if h is not None and h.get("kafka_port") == port:
+                break
+            if time.monotonic() > deadline:
+                pytest.fail(f"agent not healthy after 60 s:\n{log_path.read_text()[-6000:]}")
+            time.sleep(delay)  # bounded poll on readiness
+            delay = min(delay * 2, 0.5)
+
+        bootstrap = f"127.0.0.1:{port}"
+        # The module sets auto_create_topics = false: create the topic like an operator would.
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        for fut in admin.create_topics(
+            [NewTopic("deploy-check", num_partitions=1, replication_factor=1)]
+        ).values():
+            fut.result(30)
+
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        sent = [(f"k{i}".encode(), f"value-{i}".encode()) for i in range(5)]
+        for k, v in sent:
+            producer.produce("deploy-check", key=k, value=v)
+        assert producer.flush(30) == 0
+
+        consumer = Consumer({
+            "bootstrap.servers": bootstrap, "group.id": "deploy-check", "enable.auto.commit": False,
+        })  # fmt: skip
+        got: list[tuple[bytes | None, bytes | None]] = []
+        try:
+            consumer.assign([TopicPartition("deploy-check", 0, OFFSET_BEGINNING)])
+            deadline = time.monotonic() + 30
+            while len(got) < len(sent) and time.monotonic() < deadline:
+                msg = consumer.poll(0.5)
+                if msg is None:
+                    continue
+                assert msg.error() is None, msg.error()
+                got.append((msg.key(), msg.value()))
+        finally:
+            consumer.close()
+        assert got == sent
+
+        # The agent took its zone from FLOE_ZONE (reported as broker.rack) and
+        # advertises the address it was given.
+        md = admin.list_topics(timeout=10)
+        assert [(b.host, b.port) for b in md.brokers.values()] == [("127.0.0.1", port)]
+        (broker_id,) = md.brokers
+        resource = ConfigResource(ConfigResource.Type.BROKER, str(broker_id))
+        configs = admin.describe_configs([resource])[resource].result(30)
+        assert configs["broker.rack"].value == ZONE
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 0, log_path.read_text()[-4000:]
+    text = log_path.read_text()
+    assert "Traceback" not in text, text[-4000:]
