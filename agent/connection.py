@@ -96,6 +96,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._frame_ready = asyncio.Event()
         self._out: asyncio.Queue[tuple[RequestHeader, Any] | None] = asyncio.Queue()
         self._pending = 0
+        self._all_answered = asyncio.Event()
+        self._all_answered.set()
         self._transport: asyncio.Transport | None = None
         self._reading_paused = False
         self._can_write = asyncio.Event()
@@ -161,6 +163,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._frame = None
         self._frames.append(frame)
         self._pending += 1
+        self._all_answered.clear()
         self._frame_ready.set()
         if self._pending >= self._max_inflight and not self._reading_paused and self._transport:
             self._reading_paused = True
@@ -171,6 +174,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        self._all_answered.set()
+        # Responses that will never be written: close their coroutines so they
+        # do not warn "never awaited" (their work, e.g. a commit, is unaffected).
+        while not self._out.empty():
+            item = self._out.get_nowait()
+            if item is not None and isinstance(item[1], Deferred):
+                close = getattr(item[1].awaitable, "close", None)
+                if close is not None:
+                    close()
         self._frame_ready.set()
         self._can_write.set()
         self._out.put_nowait(None)
@@ -187,6 +199,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._can_write.set()
 
     # -- request processing ---------------------------------------------------------
+
+    async def wait_answered(self, timeout: float) -> None:
+        """Wait (bounded) until every request read so far has been answered."""
+        try:
+            await asyncio.wait_for(self._all_answered.wait(), timeout)
+        except TimeoutError:
+            pass
+
+    def stop_reading(self) -> None:
+        if self._transport is not None and not self._closed and not self._reading_paused:
+            self._reading_paused = True
+            self._transport.pause_reading()
 
     def close(self) -> None:
         if self._transport is not None and not self._closed:
@@ -248,6 +272,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                         self.close()
                         return
                 self._pending -= 1
+                if self._pending == 0 and not self._frames:
+                    self._all_answered.set()
                 if self._reading_paused and self._pending < self._max_inflight // 2 and self._transport:
                     self._reading_paused = False
                     self._transport.resume_reading()

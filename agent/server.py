@@ -81,9 +81,19 @@ class AgentServer:
         if server is not None and server.sockets:
             self.admin_port = server.sockets[0].getsockname()[1]
 
-    async def close(self) -> None:
+    async def close(self, drain_timeout: float = 10.0) -> None:
+        """Graceful shutdown: stop accepting and reading, flush and commit what is
+        buffered, answer the requests waiting for it, then close connections."""
         if self._server is not None:
             self._server.close()
+        for c in list(self._conns):
+            c.stop_reading()
+        self.broker.pipeline.seal()
+        try:
+            await asyncio.wait_for(self.broker.pipeline.drain(), drain_timeout)
+        except TimeoutError:
+            log.warning("produce pipeline did not drain within %.0f s", drain_timeout)
+        await asyncio.gather(*(c.wait_answered(drain_timeout) for c in list(self._conns)))
         for c in list(self._conns):
             c.close()
         if self._server is not None:
