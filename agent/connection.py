@@ -200,7 +200,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     # -- request processing ---------------------------------------------------------
 
-    async def wait_answered(self, timeout: float) -> None:
+    async def wait_answered(self, timeout: float) -> None:  # noqa: ASYNC109
         """Wait (bounded) until every request read so far has been answered."""
         try:
             await asyncio.wait_for(self._all_answered.wait(), timeout)
