@@ -1,7 +1,8 @@
 """The Broker: one agent's state, shared by every connection and handler.
 
 It owns the metastore handle, the object store, the produce pipeline, the
-fetch block cache, the commit notifier and a short-lived topic cache. Handlers
+fetch block cache, the commit notifier, the group coordinator and a
+short-lived topic cache. Handlers
 get it as their first argument; nothing here speaks the wire protocol.
 """
 
@@ -15,7 +16,9 @@ from dataclasses import dataclass
 
 from agent.cache import BlockCache
 from agent.clock import Clock, SystemClock
+from agent.cluster import Cluster, ClusteredGroupCoordinator, ClusterSettings, Peer, node_id_for
 from agent.config import AgentConfig
+from agent.groups import GroupConfig
 from agent.metrics import METRICS
 from agent.notify import CommitNotifier
 from agent.produce_pipeline import ProducePipeline
@@ -52,8 +55,9 @@ class Broker:
         self.store = store
         self.clock = clock or SystemClock()
         self.notifier = CommitNotifier()
-        self.node_id = 1
-        self.advertised = NodeInfo(self.node_id, config.advertised_host, config.advertised_port or config.port, config.zone)
+        port = config.advertised_port or config.port
+        self.node_id = node_id_for(config.advertised_host, port)
+        self.advertised = NodeInfo(self.node_id, config.advertised_host, port, config.zone)
         self.pipeline = ProducePipeline(
             store,
             metastore,
@@ -71,6 +75,32 @@ class Broker:
         self._topic_ttl = 1.0
         self._owns = owns_resources
         self._create_lock = asyncio.Lock()
+        self.groups = ClusteredGroupCoordinator(
+            metastore,
+            self.clock,
+            GroupConfig(
+                initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+                min_session_timeout_ms=config.group_min_session_timeout_ms,
+                max_session_timeout_ms=config.group_max_session_timeout_ms,
+                agent_id=config.agent_id,
+            ),
+        )
+        # Membership, rings, peer cache and cross-agent wake-ups (agent.cluster);
+        # this agent alone until the server starts it.
+        self.cluster = Cluster(
+            metastore,
+            Peer(config.agent_id, config.advertised_host, port, config.zone, None),
+            self.clock,
+            self._store_range,
+            self.notifier,
+            metastore_url=config.metastore,
+            settings=ClusterSettings(
+                heartbeat_s=config.cluster_heartbeat_ms / 1000,
+                dead_after_s=config.cluster_dead_after_ms / 1000,
+                peer_cache=config.peer_cache,
+            ),
+        )
+        self.cluster.attach_groups(self.groups)
 
     @classmethod
     async def open(cls, config: AgentConfig, *, clock: Clock | None = None) -> Broker:
@@ -80,13 +110,18 @@ class Broker:
 
     def start(self, *, ticker: bool = True) -> None:
         self.pipeline.start(ticker=ticker)
+        self.groups.start()
 
     def set_port(self, port: int) -> None:
         """Record the bound port (when configured with port 0) for Metadata answers."""
         if not self.config.advertised_port:
+            self.node_id = node_id_for(self.advertised.host, port)
             self.advertised = NodeInfo(self.node_id, self.advertised.host, port, self.advertised.rack)
+            self.cluster.set_me(Peer(self.config.agent_id, self.advertised.host, port, self.config.zone, None))
 
     async def close(self) -> None:
+        await self.cluster.stop()
+        await self.groups.close()
         await self.pipeline.close()
         if self._owns:
             await self.meta.close()
@@ -96,6 +131,7 @@ class Broker:
 
     def _on_commit(self, partitions: object) -> None:
         self.notifier.notify(partitions)  # type: ignore[arg-type]
+        self.cluster.committed(partitions)  # type: ignore[arg-type]
 
     def invalidate_topics(self) -> None:
         self._topics_by_name.clear()
@@ -147,6 +183,9 @@ class Broker:
     # -- reads ----------------------------------------------------------------------
 
     async def _load_range(self, key: str, start: int, end: int) -> bytes:
+        return await self.cluster.load(key, start, end)  # the ring owner's cache, or _store_range
+
+    async def _store_range(self, key: str, start: int, end: int) -> bytes:
         t0 = time.perf_counter()
         data = await self.store.get(key, start, end)
         METRICS.gets.inc()

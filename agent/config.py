@@ -55,6 +55,17 @@ class AgentConfig(BaseSettings):
 
     admin_port: int = Field(0, ge=0, le=65535, description="HTTP port for /metrics and /healthz")
 
+    group_initial_rebalance_delay_ms: int = Field(
+        100, ge=0, description="Wait this long for more members when an empty group starts rebalancing"
+    )
+    group_min_session_timeout_ms: int = Field(6000, ge=1, description="Smallest session.timeout.ms accepted")
+    group_max_session_timeout_ms: int = Field(1_800_000, ge=1, description="Largest session.timeout.ms accepted")
+    offset_metadata_max_bytes: int = Field(4096, ge=0, description="Longest metadata string of a committed offset")
+
+    cluster_heartbeat_ms: int = Field(1000, gt=0, description="Agent registry heartbeat interval")
+    cluster_dead_after_ms: int = Field(5000, gt=0, description="An agent without a heartbeat this long leaves the ring")
+    peer_cache: bool = Field(True, description="Read blocks through the ring owner's cache (per zone)")
+
     @field_validator("objects")
     @classmethod
     def _objects_url(cls, v: str) -> str:

@@ -1,0 +1,38 @@
+"""DeleteGroups (key 42).
+
+Behavior: deletes groups with no members, with their committed offsets
+(NON_EMPTY_GROUP while any member is in the group, GROUP_ID_NOT_FOUND for
+unknown groups, INVALID_GROUP_ID for an empty id).
+
+Versions: 0-2 (v2+ flexible).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agent.handlers.registry import handler
+from kafka_protocol.errors import ErrorCode
+from kafka_protocol.messages import DeleteGroupsRequest, DeleteGroupsResponse
+from metastore import MetastoreError
+
+if TYPE_CHECKING:
+    from agent.broker import Broker
+    from agent.connection import RequestContext
+
+Result = DeleteGroupsResponse.DeletableGroupResult
+
+
+@handler(DeleteGroupsRequest)
+async def handle(broker: Broker, ctx: RequestContext, req: DeleteGroupsRequest) -> DeleteGroupsResponse:
+    results: list[Result] = []
+    for group_id in req.groups_names:
+        if not group_id:
+            results.append(Result(group_id=group_id, error_code=ErrorCode.INVALID_GROUP_ID))
+            continue
+        try:
+            error = await broker.groups.delete_group(group_id)
+        except MetastoreError:
+            error = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        results.append(Result(group_id=group_id, error_code=int(error)))
+    return DeleteGroupsResponse(throttle_time_ms=0, results=results)

@@ -1,0 +1,147 @@
+"""OffsetFetch (key 9).
+
+Behavior: committed offsets come from the metastore (the only copy that
+matters), so any agent answers the same. Partitions without a commit (or of
+unknown topics) get offset -1, empty metadata and no error, as Kafka answers.
+A null topic list (v2+) means every partition the group committed, for topics
+that still exist. v8+ asks for several groups at once. ``require_stable`` is
+ignored (no transactional offsets). v10 addresses topics by id (unknown ids
+get UNKNOWN_TOPIC_ID). A metastore failure answers COORDINATOR_NOT_AVAILABLE.
+
+Versions: 0-10 (v6+ flexible, v8+ batched groups). Min 0 for old clients.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from agent.handlers.registry import handler
+from kafka_protocol.errors import ErrorCode
+from kafka_protocol.messages import OffsetFetchRequest, OffsetFetchResponse
+from metastore import MetastoreError
+from metastore.types import GroupOffset
+
+if TYPE_CHECKING:
+    from agent.broker import Broker
+    from agent.connection import RequestContext
+
+V8Group = OffsetFetchResponse.OffsetFetchResponseGroup
+V8Topic = V8Group.OffsetFetchResponseTopics
+V8Partition = V8Topic.OffsetFetchResponsePartitions
+OldTopic = OffsetFetchResponse.OffsetFetchResponseTopic
+OldPartition = OldTopic.OffsetFetchResponsePartition
+
+
+@dataclass(slots=True)
+class _Topic:
+    name: str
+    topic_id: uuid.UUID
+    # (partition, offset, leader epoch, metadata, error)
+    partitions: list[tuple[int, int, int, str | None, int]] = field(default_factory=list)
+
+
+async def _group_offsets(
+    broker: Broker, group_id: str, wanted: list[tuple[str, uuid.UUID, list[int]]] | None, by_id: bool
+) -> tuple[int, list[_Topic]]:
+    """``wanted`` is (name, topic id, partitions) per requested topic, or None for all."""
+    resolved: list[tuple[_Topic, uuid.UUID | None, list[int]]] = []
+    if wanted is not None:
+        for name, tid, parts in wanted:
+            info = await (broker.topic_by_id(tid) if by_id else broker.topic(name))
+            resolved.append((_Topic(info.name if info else name, tid), info.id if info else None, parts))
+    try:
+        ids = None if wanted is None else [r[1] for r in resolved if r[1] is not None]
+        stored: list[GroupOffset] = await broker.groups.fetch_offsets(group_id, ids)
+    except MetastoreError:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
+    commits = {(o.topic_id, o.partition): o for o in stored}
+    if wanted is None:
+        topics: dict[uuid.UUID, _Topic] = {}
+        for o in stored:
+            if o.topic_id not in topics:
+                info = await broker.topic_by_id(o.topic_id)
+                if info is None:
+                    continue  # the topic was deleted
+                topics[o.topic_id] = _Topic(info.name, info.id)
+            topics[o.topic_id].partitions.append((o.partition, o.offset, o.leader_epoch, o.metadata, 0))
+        return ErrorCode.NONE, list(topics.values())
+    for topic, found_id, parts in resolved:
+        for p in parts:
+            if found_id is None and by_id:
+                topic.partitions.append((p, -1, -1, "", ErrorCode.UNKNOWN_TOPIC_ID))
+                continue
+            commit = commits.get((found_id, p)) if found_id is not None else None
+            if commit is None:
+                topic.partitions.append((p, -1, -1, "", 0))
+            else:
+                topic.partitions.append((p, commit.offset, commit.leader_epoch, commit.metadata, 0))
+    return ErrorCode.NONE, [r[0] for r in resolved]
+
+
+@handler(OffsetFetchRequest, min_version=0)
+async def handle(broker: Broker, ctx: RequestContext, req: OffsetFetchRequest) -> OffsetFetchResponse:
+    v = ctx.header.api_version
+    if v >= 8:
+        groups: list[V8Group] = []
+        for g in req.groups:
+            wanted = (
+                None
+                if g.topics is None
+                else [(t.name, t.topic_id, list(t.partition_indexes)) for t in g.topics]
+            )
+            error, topics = await _group_offsets(broker, g.group_id, wanted, v >= 10)
+            groups.append(
+                V8Group(
+                    group_id=g.group_id,
+                    error_code=int(error),
+                    topics=[
+                        V8Topic(
+                            name=t.name,
+                            topic_id=t.topic_id,
+                            partitions=[
+                                V8Partition(
+                                    partition_index=p,
+                                    committed_offset=off,
+                                    committed_leader_epoch=epoch,
+                                    metadata=meta,
+                                    error_code=int(err),
+                                )
+                                for p, off, epoch, meta, err in t.partitions
+                            ],
+                        )
+                        for t in topics
+                    ],
+                )
+            )
+        return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
+    old_wanted = (
+        None
+        if req.topics is None and v >= 2
+        else [(t.name, uuid.UUID(int=0), list(t.partition_indexes)) for t in req.topics or []]
+    )
+    error, topics = await _group_offsets(broker, req.group_id, old_wanted, False)
+    if error and v < 2 and old_wanted is not None:
+        # v0-1 have no top-level error: report it on every partition.
+        topics = [_Topic(n, tid, [(p, -1, -1, "", error) for p in parts]) for n, tid, parts in old_wanted]
+    return OffsetFetchResponse(
+        throttle_time_ms=0,
+        error_code=int(error),
+        topics=[
+            OldTopic(
+                name=t.name,
+                partitions=[
+                    OldPartition(
+                        partition_index=p,
+                        committed_offset=off,
+                        committed_leader_epoch=epoch,
+                        metadata=meta,
+                        error_code=int(err),
+                    )
+                    for p, off, epoch, meta, err in t.partitions
+                ],
+            )
+            for t in topics
+        ],
+    )
