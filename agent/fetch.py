@@ -47,6 +47,7 @@ from kafka_protocol.records import (
     patch_partition_leader_epoch,
 )
 from metastore.types import BatchLocation, ErrorCode, FindResult
+from objectstore.parquet import is_parquet_key
 
 if TYPE_CHECKING:
     from agent.broker import Broker
@@ -226,6 +227,8 @@ class FetchReader:
         """The batches' bytes in the given order, with base offsets patched in."""
         if not batches:
             return b""
+        if any(is_parquet_key(b.object_key) for b in batches):
+            return await self._read_mixed(batches)
         ranges = plan_reads(batches)
         datas = await asyncio.gather(*(self.cache.read(r.object_key, r.start, r.end) for r in ranges))
         reads: dict[tuple[str, int], tuple[int, bytes]] = {}
@@ -233,6 +236,51 @@ class FetchReader:
             for b in r.batches:
                 reads[(b.object_key, b.byte_pos)] = (r.start, data)
         return assemble(batches, reads)
+
+
+    async def _read_mixed(self, batches: Sequence[BatchLocation]) -> bytes:
+        """Segment batches as usual; batches the compactor moved into Parquet objects
+        are rebuilt from their rows (same offsets, keys, values, headers, timestamps)."""
+        parts: list[bytes] = []
+        run: list[BatchLocation] = []
+        for b in batches:
+            if is_parquet_key(b.object_key):
+                if run:
+                    parts.append(await self.read(run))
+                    run = []
+                parts.append(await self._read_parquet(b))
+            else:
+                run.append(b)
+        if run:
+            parts.append(await self.read(run))
+        return b"".join(parts)
+
+    async def _read_parquet(self, b: BatchLocation) -> bytes:
+        from objectstore import parquet
+
+        data = await self._whole_object(b.object_key)
+        try:
+            table = await asyncio.to_thread(parquet.read_offset_range, data, b.base_offset, b.last_offset)
+            (batch,) = parquet.rebuild_batches(table, [(b.base_offset, b.last_offset)])
+        except (ValueError, OSError, KeyError) as e:  # pyarrow's errors derive from these
+            raise BatchReadError(f"Parquet object {b.object_key}: {e}") from e
+        if batch is None:
+            return b""
+        out = bytearray(batch)
+        patch_partition_leader_epoch(out, 0, 0)
+        return bytes(out)
+
+    async def _whole_object(self, key: str) -> bytes:
+        """A whole (Parquet) object through the block cache: blocks until a short one."""
+        bs = self.cache.block_size
+        chunks: list[bytes] = []
+        index = 0
+        while True:
+            block = await self.cache.read(key, index * bs, (index + 1) * bs)
+            chunks.append(block)
+            if len(block) < bs:
+                return b"".join(chunks)
+            index += 1
 
 
 _READERS: weakref.WeakKeyDictionary[Broker, FetchReader] = weakref.WeakKeyDictionary()

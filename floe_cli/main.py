@@ -30,6 +30,7 @@ def _agent_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", help="bind address (env FLOE_HOST, default 0.0.0.0)")
     p.add_argument("--port", type=int, help="Kafka port (env FLOE_PORT, default 9092)")
     p.add_argument("--advertised-host", help="host clients connect to (env FLOE_ADVERTISED_HOST)")
+    p.add_argument("--advertised-port", type=int, help="port clients connect to (env FLOE_ADVERTISED_PORT)")
     p.add_argument("--metastore", help="metastore URL: sqlite:///path or postgresql://... (env FLOE_METASTORE)")
     p.add_argument("--objects", help="object store URL: file:///dir, s3://bucket/prefix, memory:// (env FLOE_OBJECTS)")
     p.add_argument("--zone", help="availability zone (env FLOE_ZONE)")
@@ -57,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
     from floe_cli.topics import add_topics_parser
 
     add_topics_parser(sub)
+    from floe_cli.compactor_cmd import add_compactor_parser
+
+    add_compactor_parser(sub)
+    from floe_cli.metastore_cmd import add_metastore_parser
+
+    add_metastore_parser(sub)
     return parser
 
 
@@ -65,6 +72,7 @@ def _config_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "host": args.host,
         "port": args.port,
         "advertised_host": args.advertised_host,
+        "advertised_port": args.advertised_port,
         "metastore": args.metastore,
         "objects": args.objects,
         "zone": args.zone,
@@ -124,6 +132,14 @@ def main(argv: list[str] | None = None) -> int:
         from floe_cli.topics import run_topics
 
         return run_topics(args)
+    if args.command == "compactor":
+        from floe_cli.compactor_cmd import run_compactor
+
+        return run_compactor(args)
+    if args.command == "metastore":
+        from floe_cli.metastore_cmd import run_metastore
+
+        return run_metastore(args)
     return 2
 
 

@@ -3,7 +3,8 @@ producer ids, the object and agent registries.
 
 ``await open_metastore(url)`` picks the implementation from the URL scheme
 (``sqlite://`` / ``sqlite+aiosqlite://`` embedded, ``postgresql://`` /
-``postgresql+asyncpg://``; ``sqlite:///:memory:`` for a throw-away one), migrates the schema unless told not to, and returns a
+``postgresql+asyncpg://``; ``sqlite:///:memory:`` for a throw-away one; ``http://``
+for a metastore served by ``floe metastore serve``), migrates the schema unless told not to, and returns a
 ``Metastore``. Imports nothing else of Floe's.
 """
 
@@ -43,6 +44,10 @@ async def open_metastore(
 ) -> Metastore:
     """Open the metastore at ``url`` (migrating it first unless ``auto_migrate`` is
     False); close it with ``await ms.close()`` or ``async with``."""
+    if url.startswith(("http://", "https://")):  # served by `floe metastore serve`
+        from metastore.remote import RemoteMetastore
+
+        return await RemoteMetastore(url).start()  # type: ignore[return-value]
     if is_postgres(url):
         from metastore.postgres import PostgresMetastore
 

@@ -15,12 +15,22 @@ from metastore.types import (
     AgentInfo,
     BatchToCommit,
     CommitResult,
+    CompactionObject,
     DeleteRecordsResult,
     DescribeConfigResult,
     FindResult,
+    GroupListing,
+    GroupOffset,
+    GroupRecord,
     ListOffsetsResult,
+    NewObject,
     ObjectInfo,
+    ParquetFileInfo,
+    PartitionSummary,
     ProducerIdResult,
+    RetentionResult,
+    StoredBatch,
+    SwapResult,
     TopicInfo,
     TopicResult,
 )
@@ -96,5 +106,57 @@ class Metastore(Protocol):
     async def heartbeat(self, agent_id: str) -> bool: ...
     async def deregister_agent(self, agent_id: str) -> None: ...
     async def live_agents(self, since_ms: int) -> list[AgentInfo]: ...
+
+    # consumer groups
+    async def load_group(self, group_id: str) -> GroupRecord | None: ...
+    async def save_group(self, group: GroupRecord) -> None: ...
+    async def list_groups(self) -> list[GroupListing]: ...
+    async def delete_group(self, group_id: str) -> bool: ...
+    async def commit_offsets(self, group_id: str, offsets: Sequence[GroupOffset]) -> None: ...
+    async def fetch_offsets(
+        self, group_id: str, topic_ids: Sequence[uuid.UUID] | None = None
+    ) -> list[GroupOffset]: ...
+    async def delete_offsets(
+        self, group_id: str, partitions: Sequence[tuple[uuid.UUID, int]]
+    ) -> int: ...
+
+    # compaction (compactor, retention, GC; metastore/compaction.py)
+    async def list_compaction_objects(
+        self, level: int, *, fmt: str = "segment", limit: int = 10_000
+    ) -> list[CompactionObject]: ...
+    async def batches_in_objects(self, object_ids: Sequence[int]) -> list[StoredBatch]: ...
+    async def partition_batches(
+        self,
+        topic_id: uuid.UUID,
+        partition: int,
+        *,
+        min_level: int = 0,
+        max_level: int = 1 << 14,
+        formats: Sequence[str] = ("segment",),
+        limit: int = 100_000,
+    ) -> list[StoredBatch]: ...
+    async def first_batch_offset(self, topic_id: uuid.UUID, partition: int) -> int | None: ...
+    async def partition_summaries(self) -> list[PartitionSummary]: ...
+    async def registered_keys(self, keys: Sequence[str]) -> set[str]: ...
+    async def list_parquet_files(
+        self, topic_id: uuid.UUID, partition: int
+    ) -> list[ParquetFileInfo]: ...
+    async def swap_batches(
+        self,
+        expected: Sequence[StoredBatch],
+        replacements: Sequence[StoredBatch],
+        new_objects: Sequence[NewObject],
+        parquet_files: Sequence[ParquetFileInfo] = (),
+    ) -> SwapResult: ...
+    async def enforce_retention(
+        self,
+        topic_id: uuid.UUID,
+        partition: int,
+        *,
+        delete_before_ms: int | None = None,
+        use_append_time: bool = False,
+        max_bytes: int | None = None,
+        max_batches: int = 10_000,
+    ) -> RetentionResult: ...
 
     async def close(self) -> None: ...

@@ -79,8 +79,13 @@ objects = Table(
     Column("state", String(16), nullable=False),  # live | deleting
     Column("created_at", BigInteger, nullable=False),
     Column("deleting_since", BigInteger, nullable=True),
+    # LSM level (0: an agent's segment, 1-2: merged by the compactor) and format
+    # ("segment" | "parquet"); migration 0003.
+    Column("level", SmallInteger, nullable=False, server_default=text("0")),
+    Column("format", String(16), nullable=False, server_default="segment"),
 )
 Index("ix_objects_state_deleting_since", objects.c.state, objects.c.deleting_since)
+Index("ix_objects_state_level", objects.c.state, objects.c.level)
 
 batches = Table(
     "batches",
@@ -193,3 +198,21 @@ group_offsets = Table(
     Column("commit_time", BigInteger, nullable=False),
     Column("expire_time", BigInteger, nullable=True),
 )
+
+# Parquet objects written by the compactor and the offset range each holds per
+# partition (migration 0003). Batch rows point into them too; this table is for
+# readers that want files (the Spark source).
+parquet_files = Table(
+    "parquet_files",
+    metadata,
+    Column("topic_id", Uuid(), primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    Column("object_id", BigInteger, primary_key=True),
+    Column("base_offset", BigInteger, nullable=False),
+    Column("last_offset", BigInteger, nullable=False),
+    Column("row_count", BigInteger, nullable=False),
+    Column("min_timestamp", BigInteger, nullable=False),
+    Column("max_timestamp", BigInteger, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+)
+Index("ix_parquet_files_object_id", parquet_files.c.object_id)

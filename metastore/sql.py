@@ -1,15 +1,17 @@
 """``SqlMetastore``: the complete metastore on SQLAlchemy Core (the SQLite default).
 
-Composed of the topic, log and registry mixins; the same code runs on Postgres,
+Composed of the topic, log, registry and group mixins; the same code runs on Postgres,
 where ``PostgresMetastore`` replaces the two hot paths with raw asyncpg.
 """
 
 from __future__ import annotations
 
+from metastore.compaction import CompactionMixin
+from metastore.groups import GroupsMixin
 from metastore.log import LogMixin
 from metastore.registry import RegistryMixin
 from metastore.topics import TopicsMixin
 
 
-class SqlMetastore(TopicsMixin, LogMixin, RegistryMixin):
+class SqlMetastore(TopicsMixin, LogMixin, RegistryMixin, GroupsMixin, CompactionMixin):
     """All operations over one SQLAlchemy async engine."""

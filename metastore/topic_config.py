@@ -61,6 +61,8 @@ TOPIC_CONFIG_KEYS: dict[str, ConfigKey] = {
     "segment.jitter.ms": ConfigKey("0", "long", 0),
     "segment.ms": ConfigKey("604800000", "long", 1),
     "unclean.leader.election.enable": ConfigKey("false", "bool"),
+    # Floe: the compactor also keeps the topic as Parquet (Spark's Kafka schema).
+    "floe.parquet.enable": ConfigKey("false", "bool"),
 }
 
 _INT_BOUNDS = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}

@@ -168,3 +168,147 @@ class AgentInfo:
     port: int
     zone: str | None
     heartbeat_at_ms: int
+
+
+# -- consumer groups ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMemberRecord:
+    """One member of a classic group as persisted. ``metadata`` is the member's
+    metadata for the group's chosen protocol (what Kafka's group log keeps too)."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    metadata: bytes | None
+    assignment: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRecord:
+    """A classic group's persisted state: enough for another agent to take it over."""
+
+    group_id: str
+    state: str  # Empty | PreparingRebalance | CompletingRebalance | Stable
+    generation: int
+    protocol_type: str | None
+    protocol: str | None
+    leader_id: str | None
+    members: list[GroupMemberRecord] = field(default_factory=list)
+    coordinator_agent: str | None = None
+    updated_at_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    group_id: str
+    protocol_type: str | None
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class GroupOffset:
+    """A committed offset of a group on one partition. ``commit_time_ms`` -1 means
+    "now" on the metastore's clock when committing."""
+
+    topic_id: uuid.UUID
+    partition: int
+    offset: int
+    leader_epoch: int = -1
+    metadata: str | None = None
+    commit_time_ms: int = -1
+    expire_time_ms: int | None = None
+
+
+# -- compaction (compactor, retention, GC) --------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBatch:
+    """A full batch row, with its object's key. As a replacement in ``swap_batches``
+    ``object_key`` names the new object and ``object_id`` is ignored."""
+
+    topic_id: uuid.UUID
+    partition: int
+    base_offset: int
+    last_offset: int
+    object_id: int
+    object_key: str
+    byte_pos: int
+    byte_len: int
+    record_count: int
+    base_timestamp: int
+    max_timestamp: int
+    append_time: int
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = -1
+    base_sequence: int = -1
+    is_transactional: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionObject:
+    """A live object as the compaction planner sees it."""
+
+    id: int
+    key: str
+    size: int
+    level: int
+    format: str  # "segment" | "parquet"
+    created_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class NewObject:
+    """An object the compactor wrote, to register in ``swap_batches``."""
+
+    key: str
+    size: int
+    level: int
+    format: str = "segment"
+
+
+@dataclass(frozen=True, slots=True)
+class ParquetFileInfo:
+    """One partition's offset range inside a Parquet object."""
+
+    object_key: str
+    topic_id: uuid.UUID
+    partition: int
+    base_offset: int
+    last_offset: int
+    row_count: int
+    min_timestamp: int
+    max_timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class SwapResult:
+    """Outcome of ``swap_batches``: ``ok`` False means a compare-and-swap conflict
+    (nothing changed; the new objects were registered as ``deleting``)."""
+
+    ok: bool
+    message: str | None = None
+    objects_deleting: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionSummary:
+    topic_id: uuid.UUID
+    partition: int
+    log_start_offset: int
+    high_watermark: int
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionResult:
+    error: ErrorCode
+    log_start_offset: int = -1
+    removed_batches: int = 0
+    removed_bytes: int = 0
+    objects_deleting: list[str] = field(default_factory=list)

@@ -1,0 +1,198 @@
+"""Executing one task: read the planned batches, write the new object(s), describe the swap.
+
+Runs the same in-process and inside a PySpark executor: it needs only an object
+store, never the metastore. Reads merge adjacent byte ranges of one object into
+one ranged GET. A merge copies batches byte-for-byte into
+:class:`~objectstore.segment.SegmentBuilder` (which lays them out grouped by
+partition), so offsets, CRCs and compression stay exactly as produced; only
+the byte positions in the replacement rows change. Key compaction and Parquet
+conversion decode records (:mod:`compactor.rewrite`, :mod:`objectstore.parquet`).
+
+New objects get fresh random keys and are PUT create-only; if the swap later
+fails they are registered as ``deleting`` (or, after a crash, found by the
+orphan GC), never overwritten.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import time
+import uuid
+from collections.abc import Sequence
+
+from compactor.rewrite import compact_partition
+from compactor.tasks import MergeTask, ParquetTask, Task, TaskResult
+from metastore.types import NewObject, ParquetFileInfo, StoredBatch
+from objectstore import parquet as pq
+from objectstore.base import ObjectStore
+from objectstore.segment import BatchMeta, SegmentBuilder
+
+RowKey = tuple[uuid.UUID, int, int]
+PARQUET_LEVEL = 2  # Parquet objects are final: never merged again
+
+
+def row_key(b: StoredBatch) -> RowKey:
+    return (b.topic_id, b.partition, b.last_offset)
+
+
+async def read_rows(
+    store: ObjectStore, rows: Sequence[StoredBatch], concurrency: int = 8
+) -> tuple[dict[RowKey, bytes], int]:
+    """The bytes of every row (merged ranged GETs); returns them and the bytes read."""
+    by_object: dict[str, list[StoredBatch]] = {}
+    for b in rows:
+        by_object.setdefault(b.object_key, []).append(b)
+    ranges: list[tuple[str, int, int, list[StoredBatch]]] = []
+    for key, group in by_object.items():
+        group.sort(key=lambda b: b.byte_pos)
+        start, end, members = group[0].byte_pos, group[0].byte_pos + group[0].byte_len, [group[0]]
+        for b in group[1:]:
+            if b.byte_pos <= end:
+                end = max(end, b.byte_pos + b.byte_len)
+                members.append(b)
+            else:
+                ranges.append((key, start, end, members))
+                start, end, members = b.byte_pos, b.byte_pos + b.byte_len, [b]
+        ranges.append((key, start, end, members))
+    sem = asyncio.Semaphore(max(1, concurrency))
+    out: dict[RowKey, bytes] = {}
+
+    async def one(key: str, start: int, end: int, members: list[StoredBatch]) -> int:
+        async with sem:
+            data = await store.get(key, start, end)
+        if len(data) != end - start:
+            raise ValueError(f"{key}: short read {len(data)} of {end - start} bytes at {start}")
+        for b in members:
+            lo = b.byte_pos - start
+            out[row_key(b)] = data[lo : lo + b.byte_len]
+        return len(data)
+
+    sizes = await asyncio.gather(*(one(*r) for r in ranges))
+    return out, sum(sizes)
+
+
+def _object_key(prefix: str, level: int) -> str:
+    ms = time.time_ns() // 1_000_000
+    return f"{prefix}L{level}/{ms:013d}-{uuid.uuid4().hex}-{os.urandom(3).hex()}"
+
+
+async def run_merge(task: MergeTask, store: ObjectStore) -> TaskResult:
+    datas, nread = await read_rows(store, task.rows, task.read_concurrency)
+    specs = {(c.topic_id, c.partition): c for c in task.compact}
+    by_partition: dict[tuple[uuid.UUID, int], list[StoredBatch]] = {}
+    for b in task.rows:
+        by_partition.setdefault((b.topic_id, b.partition), []).append(b)
+    planned: list[tuple[StoredBatch, bytes]] = []
+    dropped = 0
+    for tp in sorted(by_partition, key=lambda tp: (tp[0].bytes, tp[1])):
+        rows = sorted(by_partition[tp], key=lambda b: b.last_offset)
+        spec = specs.get(tp)
+        if spec is None:
+            planned.extend((b, datas[row_key(b)]) for b in rows)
+            continue
+        kept, n = compact_partition(rows, datas, spec)
+        dropped += n
+        planned.extend(kept)
+
+    new_objects: list[NewObject] = []
+    replacements: list[StoredBatch] = []
+    builder = SegmentBuilder()
+    members: list[StoredBatch] = []
+
+    async def flush() -> None:
+        nonlocal builder, members
+        if not members:
+            return
+        data, entries = builder.finish()
+        key = _object_key(task.key_prefix, task.out_level)
+        await store.put(key, data)
+        new_objects.append(NewObject(key, len(data), task.out_level, "segment"))
+        for b, e in zip(members, entries, strict=True):
+            replacements.append(
+                dataclasses.replace(
+                    b,
+                    object_id=-1,
+                    object_key=key,
+                    byte_pos=e.byte_pos,
+                    byte_len=e.byte_len,
+                    record_count=e.record_count,
+                    base_timestamp=e.base_timestamp,
+                    max_timestamp=e.max_timestamp,
+                )
+            )
+        builder, members = SegmentBuilder(), []
+
+    for b, data in planned:
+        builder.add(b.topic_id, b.partition, data, BatchMeta.from_record_batch(data))
+        members.append(b)
+        if builder.size >= task.target_bytes:
+            await flush()
+    await flush()
+    return TaskResult(
+        task.task_id,
+        new_objects,
+        replacements,
+        bytes_read=nread,
+        bytes_written=sum(o.size for o in new_objects),
+        records_dropped=dropped,
+    )
+
+
+async def run_parquet(task: ParquetTask, store: ObjectStore) -> TaskResult:
+    rows = sorted(task.rows, key=lambda b: b.last_offset)
+    datas, nread = await read_rows(store, rows, task.read_concurrency)
+    dropped = 0
+    if task.compact is not None:
+        kept, dropped = compact_partition(rows, datas, task.compact)
+    else:
+        kept = [(b, datas[row_key(b)]) for b in rows]
+    decoded = [(b, pq.decode_batch(data, b.base_offset)) for b, data in kept]
+    # Control batches (no data records) have no rows in the Kafka schema: their
+    # batch rows go away with the swap.
+    decoded = [(b, d) for b, d in decoded if d.records]
+    if not decoded:
+        return TaskResult(task.task_id, [], [], bytes_read=nread, records_dropped=dropped)
+    table = pq.batches_to_table(task.topic, task.partition, (d for _, d in decoded))
+    first, last, min_ts, max_ts = pq.table_stats(table)
+    data = pq.write_table(
+        table,
+        row_group_rows=task.row_group_rows,
+        metadata={
+            "floe.topic": task.topic,
+            "floe.topic_id": str(task.topic_id),
+            "floe.partition": str(task.partition),
+            "floe.base_offset": str(first),
+            "floe.last_offset": str(last),
+        },
+    )
+    key = (
+        f"{task.key_prefix}{task.topic_id}/{task.partition}/"
+        f"{first:020d}-{last:020d}-{uuid.uuid4().hex[:12]}{pq.PARQUET_SUFFIX}"
+    )
+    await store.put(key, data)
+    replacements = [
+        dataclasses.replace(
+            b, object_id=-1, object_key=key, byte_pos=0, record_count=len(d.records)
+        )
+        for b, d in decoded
+    ]
+    info = ParquetFileInfo(
+        key, task.topic_id, task.partition, first, last, table.num_rows, min_ts, max_ts
+    )
+    return TaskResult(
+        task.task_id,
+        [NewObject(key, len(data), PARQUET_LEVEL, "parquet")],
+        replacements,
+        [info],
+        bytes_read=nread,
+        bytes_written=len(data),
+        records_dropped=dropped,
+    )
+
+
+async def execute_task(task: Task, store: ObjectStore) -> TaskResult:
+    if isinstance(task, MergeTask):
+        return await run_merge(task, store)
+    return await run_parquet(task, store)

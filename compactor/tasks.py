@@ -1,0 +1,85 @@
+"""Compaction tasks and their results: plain, picklable values.
+
+The planner (driver side) turns metastore rows into tasks; an executor (the
+in-process runner or a PySpark job) turns each task into new objects plus the
+batch rows that should replace the planned ones; the driver commits each result
+with ``Metastore.swap_batches``. Tasks carry everything an executor needs (rows
+with object keys and byte ranges), so executors never talk to the metastore.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from metastore.types import NewObject, ParquetFileInfo, StoredBatch
+
+
+@dataclass(frozen=True, slots=True)
+class CompactSpec:
+    """Key compaction of one partition (cleanup.policy=compact) inside a task."""
+
+    topic_id: uuid.UUID
+    partition: int
+    # Tombstones whose batch was appended before this may be dropped...
+    tombstone_cutoff_ms: int
+    # ...but only when the task holds the partition's oldest batch, so no older
+    # value of the key can survive elsewhere.
+    prefix_complete: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MergeTask:
+    """Rewrite the batches of some objects into partition-ordered objects of ``out_level``."""
+
+    task_id: str
+    level: int
+    out_level: int
+    rows: list[StoredBatch]
+    target_bytes: int
+    key_prefix: str
+    compact: list[CompactSpec] = field(default_factory=list)
+    read_concurrency: int = 8
+
+    @property
+    def kind(self) -> str:
+        return f"merge L{self.level}->L{self.out_level}"
+
+
+@dataclass(frozen=True, slots=True)
+class ParquetTask:
+    """Rewrite one partition's segment batches into one Parquet object."""
+
+    task_id: str
+    topic_id: uuid.UUID
+    topic: str
+    partition: int
+    rows: list[StoredBatch]
+    row_group_rows: int
+    key_prefix: str
+    compact: CompactSpec | None = None
+    read_concurrency: int = 8
+
+    @property
+    def kind(self) -> str:
+        return "parquet"
+
+
+Task = MergeTask | ParquetTask
+
+
+@dataclass(frozen=True, slots=True)
+class TaskResult:
+    """What an executor produced; ``replacements`` keep every planned row's offsets."""
+
+    task_id: str
+    new_objects: list[NewObject]
+    replacements: list[StoredBatch]
+    parquet_files: list[ParquetFileInfo] = field(default_factory=list)
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_dropped: int = 0
+
+
+def new_task_id() -> str:
+    return uuid.uuid4().hex[:16]

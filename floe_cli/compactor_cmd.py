@@ -1,0 +1,138 @@
+"""`floe compactor run [--once] [--spark] [--dry-run-orphans]`: the compactor loop.
+
+Opens the metastore and object store by URL (same flags and env as the agent:
+``--metastore``/``FLOE_METASTORE``, ``--objects``/``FLOE_OBJECTS``; defaults
+are `floe dev`'s ./floe-data), runs passes in-process, or with ``--spark`` hands
+each phase's tasks to a PySpark job (``--spark-master``, default local[*]) and
+commits from this process. Shows a rich progress bar per phase and a summary
+per pass. ``floe compactor orphans`` lists (or deletes) unregistered objects.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def add_compactor_parser(sub: Any) -> None:
+    comp = sub.add_parser(
+        "compactor", help="merge objects, enforce retention, write Parquet, collect garbage"
+    )
+    comp.add_argument(
+        "--metastore", default=None, help="metastore URL (env FLOE_METASTORE; default ./floe-data)"
+    )
+    comp.add_argument(
+        "--objects", default=None, help="object store URL (env FLOE_OBJECTS; default ./floe-data)"
+    )
+    comp.add_argument("--log-level", default="WARNING")
+    csub = comp.add_subparsers(dest="compactor_command", required=True)
+    run = csub.add_parser("run", help="run compaction passes (a loop unless --once)")
+    run.add_argument("--once", action="store_true", help="one pass, then exit")
+    run.add_argument("--force", action="store_true", help="merge levels below their trigger too")
+    run.add_argument("--spark", action="store_true", help="run the tasks as a PySpark job")
+    run.add_argument("--spark-master", default="local[*]")
+    run.add_argument("--interval-ms", type=int, default=None, help="pause between passes")
+    run.add_argument("--l0-trigger", type=int, default=None)
+    run.add_argument("--l1-trigger", type=int, default=None)
+    run.add_argument("--delete-grace-ms", type=int, default=None)
+    run.add_argument("--orphan-grace-ms", type=int, default=None)
+    orph = csub.add_parser("orphans", help="objects no metastore row references (crashed uploads)")
+    orph.add_argument(
+        "--delete", action="store_true", help="delete them (default: dry run, list only)"
+    )
+    orph.add_argument("--grace-ms", type=int, default=3_600_000)
+
+
+def _urls(args: argparse.Namespace) -> tuple[str, str]:
+    data = Path("floe-data").resolve()
+    meta = args.metastore or os.environ.get("FLOE_METASTORE") or f"sqlite:///{data / 'meta.db'}"
+    objects = args.objects or os.environ.get("FLOE_OBJECTS") or f"file://{data / 'objects'}"
+    return meta, objects
+
+
+async def _main(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from compactor.config import CompactorConfig
+    from compactor.gc import collect_orphans
+    from compactor.runner import Compactor, PassSummary, TaskExecutor
+    from floe_cli.topics import ensure_sqlite_dir
+    from metastore import MetastoreError, open_metastore
+    from objectstore import open_object_store
+
+    console = Console(stderr=True)
+    meta_url, objects_url = _urls(args)
+    ensure_sqlite_dir(meta_url)
+    try:
+        meta = await open_metastore(meta_url)
+    except MetastoreError as e:
+        print(f"floe: cannot open the metastore at {meta_url}: {e}", file=sys.stderr)
+        return 1
+    store = open_object_store(objects_url)
+    try:
+        if args.compactor_command == "orphans":
+            found = await collect_orphans(meta, store, args.grace_ms, dry_run=not args.delete)
+            for o in found:
+                print(f"{o.key}\t{o.size}\t{o.last_modified.isoformat()}")
+            verb = "deleted" if args.delete else "found (dry run)"
+            console.print(f"{len(found)} orphan(s) {verb}")
+            return 0
+        overrides = {
+            "interval_ms": args.interval_ms,
+            "l0_trigger": args.l0_trigger,
+            "l1_trigger": args.l1_trigger,
+            "delete_grace_ms": args.delete_grace_ms,
+            "orphan_grace_ms": args.orphan_grace_ms,
+        }
+        try:
+            cfg = CompactorConfig(**{k: v for k, v in overrides.items() if v is not None})
+        except Exception as e:  # pydantic ValidationError: say what is wrong
+            print(f"floe: invalid compactor configuration: {e}", file=sys.stderr)
+            return 2
+        executor: TaskExecutor | None = None
+        if args.spark:
+            from compactor.spark import SparkExecutor, local_spark_session
+
+            executor = SparkExecutor(local_spark_session(args.spark_master), objects_url)
+        with Progress(console=console, transient=True) as progress:
+            bars: dict[str, Any] = {}
+
+            def on_progress(phase: str, done: int, total: int) -> None:
+                if phase not in bars:
+                    bars[phase] = progress.add_task(phase, total=total)
+                progress.update(bars[phase], completed=done, total=total)
+
+            comp = Compactor(meta, store, cfg, executor=executor, progress=on_progress)
+
+            def report(s: PassSummary) -> None:
+                for line in s.lines():
+                    console.print(line)
+                for task_id in bars.values():
+                    progress.remove_task(task_id)
+                bars.clear()
+
+            if args.once:
+                report(await comp.run_pass(force=args.force))
+                return 0
+            await comp.run_forever(on_pass=report)
+        return 0
+    finally:
+        await store.close()
+        await meta.close()
+
+
+def run_compactor(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    try:
+        return asyncio.run(_main(args))
+    except KeyboardInterrupt:
+        return 0

@@ -1,0 +1,251 @@
+"""The Parquet layout of a topic: Spark's Kafka-source schema, records <-> Arrow.
+
+Where it sits: the compactor turns a partition's record batches into one
+Parquet object (:func:`batches_to_table` + :func:`write_table`); the agent's
+fetch path turns rows back into Kafka record batches when data only exists as
+Parquet (:func:`read_offset_range` + :func:`rebuild_batches`); the Spark source
+reads the same files with the same schema. Shared here so neither imports the
+other.
+
+Columns are those of Spark's Kafka source (``includeHeaders=true``)::
+
+    key binary, value binary, topic string, partition int32, offset int64,
+    timestamp timestamp[us, UTC], timestampType int32,
+    headers list<struct<key string, value binary>>
+
+Rows are sorted by ``(partition, offset)`` and cut into row groups of
+``row_group_rows`` rows, so the ``offset`` column's statistics let a reader
+skip row groups outside the offset range it wants. Files carry their range in
+key-value metadata (``floe.*``). Object keys end in :data:`PARQUET_SUFFIX`;
+that suffix is how the fetch path recognises a Parquet-backed batch row.
+
+pyarrow is imported lazily, so importing this module (for
+:func:`is_parquet_key`) costs nothing on an agent that never meets Parquet.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import google_crc32c
+
+from kafka_protocol.records import (
+    ATTR_CONTROL,
+    CRC_OFFSET,
+    CRC_START,
+    LAST_OFFSET_DELTA_OFFSET,
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    Record,
+    RecordBatchBuilder,
+    RecordBatchView,
+    patch_base_offset,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+PARQUET_SUFFIX = ".parquet"
+DEFAULT_ROW_GROUP_ROWS = 16_384
+
+COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
+
+
+def set_last_offset_delta(batch: bytes, delta: int) -> bytes:
+    """``batch`` with ``lastOffsetDelta`` set to ``delta`` and its CRC32C recomputed.
+
+    Kafka's log cleaner keeps a batch's original last offset when it drops its
+    tail records, so that the batch still ends where the producer's did.
+    """
+    buf = bytearray(batch)
+    struct.pack_into(">i", buf, LAST_OFFSET_DELTA_OFFSET, delta)
+    struct.pack_into(">I", buf, CRC_OFFSET, google_crc32c.value(bytes(buf[CRC_START:])))
+    return bytes(buf)
+
+
+def is_parquet_key(key: str) -> bool:
+    return key.endswith(PARQUET_SUFFIX)
+
+
+def kafka_schema() -> pa.Schema:
+    """Spark's Kafka source schema, exactly (``string``, not ``large_string``)."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            pa.field("key", pa.binary()),
+            pa.field("value", pa.binary()),
+            pa.field("topic", pa.string()),
+            pa.field("partition", pa.int32()),
+            pa.field("offset", pa.int64()),
+            pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+            pa.field("timestampType", pa.int32()),
+            pa.field(
+                "headers",
+                pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])),
+            ),
+        ]
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedBatch:
+    """The data records of one stored batch, with absolute offsets."""
+
+    base_offset: int
+    last_offset: int
+    timestamp_type: int
+    records: list[Record]
+
+
+def decode_batch(data: bytes | memoryview, base_offset: int) -> DecodedBatch:
+    """Decode a stored batch (whose header may hold a placeholder base offset)."""
+    buf = bytearray(data)
+    patch_base_offset(buf, 0, base_offset)
+    view = RecordBatchView(buf)
+    if view.attributes & ATTR_CONTROL:
+        records: list[Record] = []
+    else:
+        records = list(view.records())
+    return DecodedBatch(base_offset, view.last_offset, view.timestamp_type, records)
+
+
+def batches_to_table(topic: str, partition: int, batches: Iterable[DecodedBatch]) -> pa.Table:
+    """Rows of the Kafka schema for ``batches`` (in offset order)."""
+    import pyarrow as pa
+
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    offsets: list[int] = []
+    stamps: list[int] = []
+    types: list[int] = []
+    headers: list[list[dict[str, Any]]] = []
+    for b in batches:
+        for r in b.records:
+            keys.append(r.key)
+            values.append(r.value)
+            offsets.append(r.offset)
+            stamps.append(r.timestamp * 1000)
+            types.append(b.timestamp_type)
+            headers.append([{"key": k, "value": v} for k, v in r.headers])
+    n = len(offsets)
+    schema = kafka_schema()
+    return pa.Table.from_arrays(
+        [
+            pa.array(keys, pa.binary()),
+            pa.array(values, pa.binary()),
+            pa.array([topic] * n, pa.string()),
+            pa.array([partition] * n, pa.int32()),
+            pa.array(offsets, pa.int64()),
+            pa.array(stamps, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+            pa.array(types, pa.int32()),
+            pa.array(headers, schema.field("headers").type),
+        ],
+        schema=schema,
+    )
+
+
+def write_table(
+    table: pa.Table,
+    *,
+    row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
+    metadata: dict[str, str] | None = None,
+    compression: str = "zstd",
+) -> bytes:
+    """Serialise ``table`` (sorted by partition, offset) as one Parquet file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if metadata:
+        merged = dict(table.schema.metadata or {})
+        merged.update({k.encode(): v.encode() for k, v in metadata.items()})
+        table = table.replace_schema_metadata(merged)
+    sink = pa.BufferOutputStream()
+    pq.write_table(
+        table,
+        sink,
+        row_group_size=max(1, row_group_rows),
+        compression=compression,
+        write_statistics=True,
+    )
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def read_offset_range(data: bytes, first: int, last: int) -> pa.Table:
+    """Rows with ``first <= offset <= last``, reading only row groups that may hold them."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    f = pq.ParquetFile(pa.BufferReader(data))
+    md = f.metadata
+    col = f.schema_arrow.get_field_index("offset")
+    wanted: list[int] = []
+    for i in range(md.num_row_groups):
+        stats = md.row_group(i).column(col).statistics
+        if stats is not None and stats.has_min_max and (stats.max < first or stats.min > last):
+            continue
+        wanted.append(i)
+    if not wanted:
+        return kafka_schema().empty_table()
+    table = f.read_row_groups(wanted)
+    mask = pc.and_(pc.greater_equal(table["offset"], first), pc.less_equal(table["offset"], last))
+    return table.filter(mask)
+
+
+def rebuild_batches(table: pa.Table, spans: Sequence[tuple[int, int]]) -> list[bytes | None]:
+    """One Kafka record batch per ``(base_offset, last_offset)`` span from rows.
+
+    Offsets, timestamps, keys, values and headers are the original ones; the
+    batch is uncompressed and carries no producer id. ``lastOffsetDelta`` is the
+    span's, so a batch whose tail was compacted away still ends where it did. A
+    span without rows gives None.
+    """
+    cols = table.select(["key", "value", "offset", "timestamp", "timestampType", "headers"])
+    offsets = cols["offset"].to_pylist()
+    keys = cols["key"].to_pylist()
+    values = cols["value"].to_pylist()
+    stamps = cols["timestamp"].cast("int64").to_pylist()
+    types = cols["timestampType"].to_pylist()
+    hdrs = cols["headers"].to_pylist()
+    out: list[bytes | None] = []
+    i = 0
+    n = len(offsets)
+    for base, last in spans:
+        while i < n and offsets[i] < base:
+            i += 1
+        builder: RecordBatchBuilder | None = None
+        while i < n and offsets[i] <= last:
+            if builder is None:
+                ttype = TIMESTAMP_LOG_APPEND_TIME if types[i] == 1 else TIMESTAMP_CREATE_TIME
+                builder = RecordBatchBuilder(base_offset=base, timestamp_type=ttype)
+            builder.append(
+                keys[i],
+                values[i],
+                [(h["key"], h["value"]) for h in (hdrs[i] or [])],
+                timestamp_ms=stamps[i] // 1000,
+                offset_delta=offsets[i] - base,
+            )
+            i += 1
+        if builder is None:
+            out.append(None)
+            continue
+        out.append(set_last_offset_delta(builder.build(), last - base))
+    return out
+
+
+def table_stats(table: pa.Table) -> tuple[int, int, int, int]:
+    """``(min offset, max offset, min timestamp ms, max timestamp ms)`` of a non-empty table."""
+    import pyarrow.compute as pc
+
+    o = pc.min_max(table["offset"])
+    t = pc.min_max(table["timestamp"].cast("int64"))
+    return (
+        int(o["min"].as_py()),
+        int(o["max"].as_py()),
+        int(t["min"].as_py()) // 1000,
+        int(t["max"].as_py()) // 1000,
+    )

@@ -1,0 +1,195 @@
+"""The compactor against a real agent and confluent-kafka clients: merges while
+producing and consuming, retention and DeleteRecords, compacted topics."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from compactor.config import CompactorConfig
+from tests.compactor.agent_helpers import SyncCompactor, consume_all, produce
+
+pytestmark = [pytest.mark.slow, pytest.mark.interop]
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 1, **config: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    fut = admin.create_topics([NewTopic(name, partitions, 1, config=config)])[name]
+    fut.result(30)
+
+
+def earliest(bootstrap: str, topic: str, partition: int = 0) -> int:
+    from confluent_kafka import Consumer
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "wm"})
+    try:
+        lo, _hi = c.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=10, cached=False
+        )
+        return int(lo)
+    finally:
+        c.close()
+
+
+def test_merge_while_producing_and_consuming(agent_factory: Callable[..., Any]) -> None:
+    agent = agent_factory(flush_interval_ms=5)
+    topic, parts = "busy", 2
+    create_topic(agent.bootstrap, topic, parts)
+    chunks = [
+        [(i % parts, f"k{c}-{i}".encode(), f"v{c}-{i}".encode() * (1 + i % 5)) for i in range(40)]
+        for c in range(80)
+    ]
+    first, second = chunks[:40], chunks[40:]
+    for rows in first:  # one flush per chunk: ~one small object each
+        produce(agent.bootstrap, topic, rows)
+    comp = SyncCompactor(
+        agent,
+        CompactorConfig(
+            l0_trigger=8, l1_trigger=4, max_inputs=8, delete_grace_ms=1_000, orphan_grace_ms=60_000
+        ),
+    )
+    try:
+        l0_before = comp.object_count(0)
+        assert l0_before >= 35
+        cold = agent_factory(metastore=comp.metastore_url, objects=comp.objects_url)
+        n1 = sum(len(c) for c in first)
+        got = consume_all(cold.bootstrap, topic, parts, n1)
+        gets_before = cold.broker.cache.stats.loads
+        assert len(got) == n1
+
+        # Produce the second half while the compactor runs and a consumer reads from 0.
+        total = n1 + sum(len(c) for c in second)
+        consumed: list[Any] = []
+        reader = threading.Thread(
+            target=lambda: consumed.extend(
+                consume_all(agent.bootstrap, topic, parts, total, timeout=120)
+            )
+        )
+        writer = threading.Thread(
+            target=lambda: [produce(agent.bootstrap, topic, rows) for rows in second]
+        )
+        reader.start()
+        writer.start()
+        passes = 0
+        while writer.is_alive() or passes < 2:
+            comp.run_pass()
+            passes += 1
+            time.sleep(0.05)
+        writer.join()
+        for _ in range(3):
+            comp.run_pass(force=True)
+        time.sleep(1.1)  # past the grace period: replaced objects get deleted
+        s = comp.run_pass(force=True)
+        reader.join()
+        produced = {(p, k, v) for rows in chunks for p, k, v in rows}
+
+        def check(records: list[Any]) -> None:
+            assert len(records) == total
+            for p in range(parts):
+                offs = [o for pp, o, _, _ in records if pp == p]
+                assert offs == list(range(len(offs)))  # every offset exactly once, in order
+            assert {(p, k, v) for p, _, k, v in records} == produced
+
+        check(consumed)
+        assert comp.object_count(0) <= 1 and comp.object_count(2) >= 1
+        cold2 = agent_factory(metastore=comp.metastore_url, objects=comp.objects_url)
+        after = consume_all(cold2.bootstrap, topic, parts, total)
+        check(after)
+        gets_after = cold2.broker.cache.stats.loads
+        print(
+            f"\nfull replay GETs: before {gets_before} ({l0_before} L0 objects, {n1} records); "
+            f"after {gets_after} ({total} records); last pass: {s.lines()}"
+        )
+        assert gets_after < gets_before / 4
+    finally:
+        comp.close()
+
+
+def test_retention_and_delete_records_move_earliest(agent_factory: Callable[..., Any]) -> None:
+    agent = agent_factory(flush_interval_ms=5)
+    create_topic(agent.bootstrap, "ret", 1, **{"retention.ms": "600000"})
+    old = int(time.time() * 1000) - 3_600_000
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": agent.bootstrap, "linger.ms": 0})
+    for i in range(30):
+        p.produce("ret", b"old-%d" % i, partition=0, timestamp=old + i)
+        p.flush(10)
+    for i in range(30):
+        p.produce("ret", b"new-%d" % i, partition=0)
+        p.flush(10)
+    comp = SyncCompactor(agent, CompactorConfig(delete_grace_ms=0, orphan_grace_ms=60_000))
+    try:
+        assert earliest(agent.bootstrap, "ret") == 0
+        s = comp.run_pass()
+        assert s.retention_partitions == 1 and s.retention_batches == 30
+        assert earliest(agent.bootstrap, "ret") == 30
+        got = consume_all(agent.bootstrap, "ret", 1, 30)
+        assert [v for _, _, _, v in got] == [b"new-%d" % i for i in range(30)]
+        assert s.objects_deleted == 30  # grace 0: retired objects go in the same pass
+
+        admin = AdminClient({"bootstrap.servers": agent.bootstrap})
+        fut = admin.delete_records([TopicPartition("ret", 0, 45)])
+        next(iter(fut.values())).result(10)
+        assert earliest(agent.bootstrap, "ret") == 45
+        s = comp.run_pass()
+        assert s.retention_batches == 15 and s.objects_deleted == 15
+        got = consume_all(agent.bootstrap, "ret", 1, 15)
+        assert [o for _, o, _, _ in got] == list(range(45, 60))
+
+        # retention.bytes: keep at most ~5 batches' worth.
+        from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+        size = (
+            comp.run(
+                comp.meta.find_batches(comp.run(comp.meta.get_topic("ret")).id, 0, 45, 1 << 20)
+            )
+            .batches[0]
+            .byte_len
+        )
+        res = ConfigResource(
+            "topic",
+            "ret",
+            incremental_configs=[
+                ConfigEntry(
+                    "retention.bytes", str(size * 5), incremental_operation=AlterConfigOpType.SET
+                )
+            ],
+        )
+        next(iter(admin.incremental_alter_configs([res]).values())).result(10)
+        comp.run_pass()
+        assert earliest(agent.bootstrap, "ret") == 55
+    finally:
+        comp.close()
+
+
+def test_compacted_topic_keeps_latest_per_key(agent_factory: Callable[..., Any]) -> None:
+    agent = agent_factory(flush_interval_ms=5)
+    create_topic(
+        agent.bootstrap, "cmp", 1, **{"cleanup.policy": "compact", "delete.retention.ms": "0"}
+    )
+    for version in range(5):
+        rows = [(0, f"k{k}".encode(), f"v{version}-{k}".encode()) for k in range(10)]
+        produce(agent.bootstrap, "cmp", rows[:5])
+        produce(agent.bootstrap, "cmp", rows[5:])
+    produce(agent.bootstrap, "cmp", [(0, b"k0", None)])  # tombstone
+    produce(agent.bootstrap, "cmp", [(0, b"k1", b"final")])
+    comp = SyncCompactor(agent, CompactorConfig(l0_trigger=1, l1_trigger=1, delete_grace_ms=0))
+    try:
+        s = comp.run_pass(force=True)
+        assert s.phases["merge L1->L2"].records_dropped > 0
+        got = consume_all(agent.bootstrap, "cmp", 1, 9)
+        latest = {k: v for _, _, k, v in got}
+        assert len(got) == 9 and len(latest) == 9  # one record per key, k0 deleted
+        assert latest[b"k1"] == b"final"
+        assert all(latest[f"k{k}".encode()] == f"v4-{k}".encode() for k in range(2, 10))
+        offsets = [o for _, o, _, _ in got]
+        assert offsets == sorted(offsets) and offsets[-1] == 51  # offsets unchanged
+    finally:
+        comp.close()
