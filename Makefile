@@ -43,7 +43,11 @@ $(VENV)/checkov/bin/checkov:
 	$(PY) -m venv $(VENV)/checkov
 	$(VENV)/checkov/bin/pip install -q checkov
 
+## OMB-style benchmark against floe dev (see loadtest/RESULTS.md); bench-codec for the codec micro-benchmark.
 bench: $(STAMP)
+	$(BIN)/python -m loadtest run loadtest/workloads/1-topic-16-partitions-1kb-2p-2c-8k.yaml --backend dev
+
+bench-codec: $(STAMP)
 	$(BIN)/python -m loadtest.codec
 
 clean:

@@ -137,10 +137,17 @@ def _check_magic(magic: int) -> None:
     raise CorruptRecordError(f"unknown record batch magic {magic}")
 
 
+try:  # the `crc32c` package (hardware CRC) takes any buffer: no copy of the batch
+    from crc32c import crc32c as _crc32c_buf
+except ImportError:  # pragma: no cover - optional speed-up
+    _crc32c_buf = None
+
+
 def _crc32c(view: memoryview) -> int:
+    if _crc32c_buf is not None:
+        return int(_crc32c_buf(view))
     # google_crc32c's C extension only accepts read-only buffers that need no
-    # release (it parses with "y#"), so a memoryview has to be copied. The copy
-    # is a memcpy, cheaper than the CRC itself.
+    # release (it parses with "y#"), so a memoryview has to be copied.
     return int(google_crc32c.value(view.tobytes()))
 
 

@@ -19,22 +19,8 @@ import functools
 import json
 import multiprocessing as mp
 import os
-import shutil
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
 import time
-import urllib.request
-from pathlib import Path
 from typing import Any
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _producer_proc(
@@ -117,63 +103,14 @@ async def _raw_put_baseline(objects_url: str, size: int, count: int) -> float:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    tmp = Path(tempfile.mkdtemp(prefix="floe-bench-"))
-    cleanups: list[Any] = []
+    from loadtest.services import scrape, start_backend
+
+    backend = start_backend(args.backend)
     try:
-        if args.backend == "dev":
-            metastore = f"sqlite:///{tmp / 'meta.db'}"
-            objects = f"file://{tmp / 'objects'}"
-        else:
-            from metastore.pgserver import PostgresServer
-
-            pg = PostgresServer().start()
-            cleanups.append(pg.stop)
-            metastore = pg.url()
-            port = _free_port()
-            moto = subprocess.Popen(
-                [sys.executable, "-m", "moto.server", "-p", str(port), "-H", "127.0.0.1"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            )
-            cleanups.append(moto.kill)
-            endpoint = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    urllib.request.urlopen(endpoint + "/", timeout=1).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.05)
-            os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
-            os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
-            import boto3
-
-            boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket="bench")
-            objects = f"s3://bench/floe?endpoint={endpoint}&region=us-east-1"
-
-        kport, aport = _free_port(), _free_port()
-        log = open(tmp / "agent.log", "wb")
-        agent = subprocess.Popen(
-            [sys.executable, "-m", "floe_cli.main", "agent", "--host", "127.0.0.1", "--port", str(kport),
-             "--admin-port", str(aport), "--metastore", metastore, "--objects", objects, "--log-level", "WARNING"],
-            stdout=log, stderr=subprocess.STDOUT, env={**os.environ},
-        )
-        def stop_agent() -> None:
-            agent.send_signal(signal.SIGTERM)
-            agent.wait(30)
-
-        cleanups.append(stop_agent)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{aport}/healthz", timeout=1).close()
-                break
-            except OSError:
-                if agent.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError((tmp / "agent.log").read_text()[-3000:]) from None
-                time.sleep(0.1)
-        bootstrap = f"127.0.0.1:{kport}"
+        assert backend.objects_url is not None
+        objects = backend.objects_url
+        aport = backend.agents[0].admin_port
+        bootstrap = backend.bootstrap
 
         from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -197,8 +134,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             p.join(30)
         lat = [x for r in results for x in r["latencies"]]
         total = per * args.producers
-        metrics = urllib.request.urlopen(f"http://127.0.0.1:{aport}/metrics", timeout=5).read().decode()
-        puts = next((float(line.split()[-1]) for line in metrics.splitlines() if line.startswith("floe_object_puts_total")), 0.0)
+        puts = scrape(f"http://127.0.0.1:{aport}").get("floe_object_puts_total", 0.0)
         raw = asyncio.run(_raw_put_baseline(objects, 8 * 1024 * 1024 if args.backend == "dev" else 4 * 1024 * 1024, 16))
         out = {
             "backend": args.backend,
@@ -216,12 +152,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         out["ratio_produce_to_raw_put"] = out["produce_MBps"] / raw if raw else None
         return out
     finally:
-        for c in reversed(cleanups):
-            try:
-                c()
-            except Exception:
-                pass
-        shutil.rmtree(tmp, ignore_errors=True)
+        backend.close()
 
 
 def main(argv: list[str] | None = None) -> None:

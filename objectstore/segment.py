@@ -113,20 +113,28 @@ class SegmentBuilder:
 
     def __init__(self) -> None:
         self._groups: dict[tuple[bytes, int], list[int]] = {}
-        self._batches: list[tuple[uuid.UUID, int, bytes, BatchMeta]] = []
+        self._batches: list[tuple[uuid.UUID, int, bytes | memoryview, BatchMeta]] = []
         self._data_bytes = 0
 
     def add(
-        self, topic_id: uuid.UUID, partition: int, batch: bytes | memoryview, meta: BatchMeta
+        self,
+        topic_id: uuid.UUID,
+        partition: int,
+        batch: bytes | memoryview,
+        meta: BatchMeta,
+        *,
+        copy: bool = True,
     ) -> int:
         """Append a batch; returns its index in :meth:`finish`'s entry list.
 
         The bytes are copied unless already ``bytes``, so callers may reuse
-        their receive buffer right after this returns.
+        their receive buffer right after this returns. With ``copy=False`` a
+        memoryview is kept as is (the caller promises not to change the
+        buffer until :meth:`finish`): the batch is then copied once, by finish.
         """
         if not 0 <= partition < 2**31:
             raise ValueError(f"partition out of range: {partition}")
-        data = batch if isinstance(batch, bytes) else bytes(batch)
+        data = batch if (isinstance(batch, bytes) or not copy) else bytes(batch)
         if not 0 < len(data) < 2**31:
             raise ValueError(f"batch size out of range: {len(data)} bytes")
         index = len(self._batches)
@@ -151,7 +159,7 @@ class SegmentBuilder:
 
     def finish(self) -> tuple[bytes, list[SegmentEntry]]:
         """Lay out the object. ``entries[i]`` describes the i-th :meth:`add` call."""
-        parts: list[bytes] = [HEADER]
+        parts: list[bytes | memoryview] = [HEADER]
         entries: list[SegmentEntry | None] = [None] * len(self._batches)
         in_file: list[SegmentEntry] = []
         pos = HEADER_SIZE

@@ -1,0 +1,251 @@
+"""Start what a benchmark runs against: services (Postgres, moto S3) and agent processes.
+
+Shared by ``loadtest.produce`` and the OMB-style driver (``python -m loadtest run``).
+
+* ``dev``: SQLite metastore + ``file://`` objects in a temp dir, one agent process.
+* ``postgres-s3``: a private PostgreSQL (``metastore.pgserver``, fsync off) and
+  moto's S3 server as its own process, one agent process.
+* ``bootstrap=HOST:PORT``: an already running cluster; nothing is started (and
+  there is no /metrics unless ``--admin-url`` is given).
+
+Every agent is ``python -m floe_cli.main agent`` started directly (no wrapper),
+so ``Agent.pid`` is the Python process to point py-spy at.
+
+Multi-agent hook: :func:`start_backend` takes ``agents=N``; today only 1 is
+supported (the ring/peer settings of a cluster are not wired yet) and N > 1
+raises with a clear message.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            return False
+        try:
+            urllib.request.urlopen(url, timeout=1).close()
+            return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+def start_moto() -> tuple[subprocess.Popen[bytes], str]:
+    """moto's S3 server as its own process on a free loopback port."""
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-p", str(port), "-H", "127.0.0.1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    if not wait_http(endpoint + "/", 30, proc):
+        proc.kill()
+        raise RuntimeError("moto server did not start")
+    return proc, endpoint
+
+
+@dataclass
+class Agent:
+    proc: subprocess.Popen[bytes]
+    kafka_port: int
+    admin_port: int
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.kafka_port}"
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://127.0.0.1:{self.admin_port}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+def start_agent(
+    metastore: str,
+    objects: str,
+    workdir: Path,
+    *,
+    flush_interval_ms: int | None = None,
+    flush_bytes: int | None = None,
+    log_level: str = "WARNING",
+    name: str = "agent",
+) -> Agent:
+    kport, aport = free_port(), free_port()
+    log_path = workdir / f"{name}.log"
+    cmd = [
+        sys.executable, "-m", "floe_cli.main", "agent", "--host", "127.0.0.1",
+        "--port", str(kport), "--admin-port", str(aport),
+        "--metastore", metastore, "--objects", objects, "--log-level", log_level,
+    ]
+    if flush_interval_ms is not None:
+        cmd += ["--flush-interval-ms", str(flush_interval_ms)]
+    if flush_bytes is not None:
+        cmd += ["--flush-bytes", str(flush_bytes)]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
+    agent = Agent(proc, kport, aport, log_path)
+    if not wait_http(f"{agent.admin_url}/healthz", 60, proc):
+        agent.stop()
+        raise RuntimeError("agent did not start:\n" + log_path.read_text()[-3000:])
+    return agent
+
+
+@dataclass
+class Backend:
+    """A running system under test plus what is needed to measure its baselines."""
+
+    kind: str  # dev | postgres-s3 | bootstrap
+    bootstrap: str
+    metastore_url: str | None = None  # None when we did not start it
+    objects_url: str | None = None
+    s3_endpoint: str | None = None
+    agents: list[Agent] = field(default_factory=list)
+    admin_urls: list[str] = field(default_factory=list)
+    workdir: Path | None = None
+    postgres: Any = None  # metastore.pgserver.PostgresServer
+    _cleanups: list[Callable[[], None]] = field(default_factory=list)
+
+    def close(self) -> None:
+        for c in reversed(self._cleanups):
+            try:
+                c()
+            except Exception:
+                pass
+        self._cleanups.clear()
+
+
+def start_backend(
+    spec: str,
+    *,
+    agents: int = 1,
+    flush_interval_ms: int | None = None,
+    flush_bytes: int | None = None,
+    admin_url: str | None = None,
+    keep: bool = False,
+) -> Backend:
+    """``spec`` is ``dev``, ``postgres-s3`` or ``bootstrap=HOST:PORT``."""
+    if spec.startswith("bootstrap="):
+        b = Backend("bootstrap", spec.split("=", 1)[1])
+        if admin_url:
+            b.admin_urls.append(admin_url.rstrip("/"))
+        return b
+    if spec not in ("dev", "postgres-s3"):
+        raise ValueError(f"unknown backend {spec!r}: dev | postgres-s3 | bootstrap=HOST:PORT")
+    if agents != 1:
+        raise NotImplementedError("multi-agent clusters: hook only, start one agent for now")
+    import shutil
+
+    tmp = Path(tempfile.mkdtemp(prefix="floe-bench-"))
+    b = Backend(spec, "", workdir=tmp)
+    if not keep:
+        b._cleanups.append(lambda: shutil.rmtree(tmp, ignore_errors=True))
+    try:
+        if spec == "dev":
+            (tmp / "objects").mkdir()
+            b.metastore_url = f"sqlite:///{tmp / 'meta.db'}"
+            b.objects_url = f"file://{tmp / 'objects'}"
+        else:
+            from metastore.pgserver import PostgresServer
+
+            pg = PostgresServer().start()
+            b.postgres = pg
+            b._cleanups.append(pg.stop)
+            b.metastore_url = pg.url()
+            moto, endpoint = start_moto()
+
+            def stop_moto() -> None:
+                moto.terminate()
+                try:
+                    moto.wait(10)
+                except subprocess.TimeoutExpired:
+                    moto.kill()
+
+            b._cleanups.append(stop_moto)
+            b.s3_endpoint = endpoint
+            os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
+            os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
+            import boto3
+
+            boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(
+                Bucket="bench"
+            )
+            b.objects_url = f"s3://bench/floe?endpoint={endpoint}&region=us-east-1"
+        agent = start_agent(
+            b.metastore_url, b.objects_url, tmp,
+            flush_interval_ms=flush_interval_ms, flush_bytes=flush_bytes,
+        )
+        b._cleanups.append(agent.stop)
+        b.agents.append(agent)
+        b.admin_urls.append(agent.admin_url)
+        b.bootstrap = agent.bootstrap
+        return b
+    except BaseException:
+        b.close()
+        raise
+
+
+# -- /metrics --------------------------------------------------------------------------
+
+
+def scrape(admin_url: str, timeout: float = 5.0) -> dict[str, float]:
+    """Prometheus text -> {sample name with labels: value} (``*_created`` dropped)."""
+    text = urllib.request.urlopen(f"{admin_url}/metrics", timeout=timeout).read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name, _, value = line.rpartition(" ")
+        if name.split("{", 1)[0].endswith("_created"):
+            continue
+        try:
+            out[name] = float(value)
+        except ValueError:
+            continue
+    return out
+
+
+def scrape_all(admin_urls: list[str]) -> dict[str, float]:
+    total: dict[str, float] = {}
+    for url in admin_urls:
+        for k, v in scrape(url).items():
+            total[k] = total.get(k, 0.0) + v
+    return total
+
+
+def diff(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: v - before.get(k, 0.0) for k, v in sorted(after.items()) if v != before.get(k, 0.0)}

@@ -1,0 +1,63 @@
+"""Smoke test of the OMB-style driver: a ~10 s tiny workload against a `floe dev`
+agent process; the JSON result must carry OMB's keys with sane values."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from loadtest.__main__ import main
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+WORKLOAD = Path(__file__).parents[2] / "loadtest" / "workloads" / "smoke.yaml"
+
+OMB_SERIES = [
+    "publishRate", "consumeRate", "backlog", "publishErrorRate",
+    "publishLatency50pct", "publishLatency99pct", "publishLatency999pct", "publishLatencyMax",
+    "publishDelayLatency50pct", "publishDelayLatency99pct",
+    "endToEndLatency50pct", "endToEndLatency99pct", "endToEndLatency999pct", "endToEndLatencyMax",
+]
+OMB_AGGREGATED = [
+    "aggregatedPublishLatency50pct", "aggregatedPublishLatency99pct",
+    "aggregatedPublishLatency999pct", "aggregatedPublishLatencyMax",
+    "aggregatedPublishDelayLatency50pct", "aggregatedPublishDelayLatency99pct",
+    "aggregatedEndToEndLatency50pct", "aggregatedEndToEndLatency99pct",
+    "aggregatedEndToEndLatency999pct", "aggregatedEndToEndLatencyMax",
+]
+
+
+def test_smoke_run_against_dev(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert main(["run", str(WORKLOAD), "--backend", "dev", "--out", str(out), "--quiet"]) == 0
+    r = json.loads((out / "result.json").read_text())
+    assert (out / "result.png").stat().st_size > 1000
+
+    n = len(r["timeSeconds"])
+    assert n >= 5
+    for key in OMB_SERIES:
+        assert len(r[key]) == n, key
+    for key in OMB_AGGREGATED:
+        assert isinstance(r[key], float) and not math.isnan(r[key]), key
+
+    rate = r["workload"]["producerRate"]
+    assert 0.7 * rate <= r["aggregatedPublishRate"] <= 1.3 * rate
+    assert r["aggregatedConsumeRate"] >= 0.7 * rate
+    assert r["aggregatedPublishErrors"] == 0
+    # Acknowledged only after a 250 ms flush + PUT + commit; well under 10 s on any box.
+    assert 50 <= r["aggregatedPublishLatency50pct"] <= 10_000
+    assert r["aggregatedPublishLatency50pct"] <= r["aggregatedPublishLatency99pct"]
+    assert r["aggregatedPublishLatency99pct"] <= r["aggregatedPublishLatencyMax"]
+    assert r["aggregatedEndToEndLatency50pct"] >= r["aggregatedPublishLatency50pct"] * 0.5
+
+    # Baselines from the same run and the agent's counters.
+    assert r["baselines"]["objectstore"]["put"]["MBps"] > 0
+    assert r["baselines"]["loopback_tcp"]["MBps"] > 0
+    d = r["agentMetrics"]["diff"]
+    assert d["floe_object_puts_total"] >= 1
+    assert r["ratios"]["metastore_transactions_per_flushed_object"] == 1.0
+    assert r["ratios"]["puts_per_GiB_produced"] > 0
+    assert "produce_MBps_over_raw_put_MBps" in r["ratios"]
