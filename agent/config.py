@@ -43,7 +43,14 @@ class AgentConfig(BaseSettings):
         100 * MiB, gt=0, description="Largest Kafka frame accepted (socket.request.max.bytes)"
     )
     max_inflight_requests: int = Field(
-        256, gt=0, description="Requests a connection may have queued before reading pauses"
+        4096,
+        gt=0,
+        description=(
+            "Requests a connection may have queued before reading pauses. High on purpose:"
+            " every produce waits ~flush_interval for its segment, and librdkafka pipelines"
+            " a request per linger per partition; produce memory is bounded by"
+            " max_buffered_bytes, not by this count"
+        ),
     )
 
     auto_create_topics: bool = Field(True, description="Create unknown topics on Metadata/Produce")
