@@ -37,7 +37,7 @@ from __future__ import annotations
 import struct
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import google_crc32c
 
@@ -137,6 +137,7 @@ def _check_magic(magic: int) -> None:
     raise CorruptRecordError(f"unknown record batch magic {magic}")
 
 
+_crc32c_buf: Any
 try:  # the `crc32c` package (hardware CRC) takes any buffer: no copy of the batch
     from crc32c import crc32c as _crc32c_buf
 except ImportError:  # pragma: no cover - optional speed-up
