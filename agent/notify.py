@@ -42,6 +42,10 @@ class CommitNotifier:
             for ev in self._waiters.get(k, ()):
                 ev.set()
 
+    def watched_keys(self) -> list[PartitionKey]:
+        """Partitions some fetch is waiting on (cross-agent polling, agent.cluster)."""
+        return list(self._waiters)
+
     def notify_all(self) -> None:
         for evs in self._waiters.values():
             for ev in evs:

@@ -8,6 +8,7 @@ registry. ``run_agent`` is what ``floe agent`` / ``floe dev`` call.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import signal
 from contextlib import suppress
@@ -54,6 +55,9 @@ class AgentServer:
         self.broker.set_port(self.port)
         self.broker.start()
         await self._start_admin(cfg)
+        cluster = self.broker.cluster
+        cluster.set_me(dataclasses.replace(cluster.me, admin_port=self.admin_port))
+        await cluster.start()
         log.info("floe agent %s listening on %s:%d (admin :%d)", cfg.agent_id, cfg.host, self.port, self.admin_port)
 
     def _closed(self, conn: KafkaConnection) -> None:
@@ -73,6 +77,7 @@ class AgentServer:
 
         app.router.add_get("/metrics", metrics)
         app.router.add_get("/healthz", healthz)
+        self.broker.cluster.add_routes(app, self.broker.cache)
         self._admin = web.AppRunner(app, access_log=None)
         await self._admin.setup()
         site = web.TCPSite(self._admin, cfg.host, cfg.admin_port)
@@ -86,6 +91,7 @@ class AgentServer:
         buffered, answer the requests waiting for it, then close connections."""
         if self._server is not None:
             self._server.close()
+        await self.broker.cluster.stop()  # leave the ring at once
         for c in list(self._conns):
             c.stop_reading()
         self.broker.pipeline.seal()

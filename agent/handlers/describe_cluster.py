@@ -1,8 +1,8 @@
 """DescribeCluster (key 60).
 
-Behavior: the cluster is this agent: ``cluster_id`` from the agent's config,
-the controller is this node, and the one broker is this node with its
-advertised host, port and rack (zone), never fenced. v1+ ``endpoint_type`` 1
+Behavior: ``cluster_id`` from the agent's config, the controller is this node,
+the brokers are the live agents (agent.cluster) with their advertised host,
+port and rack (zone), never fenced. v1+ ``endpoint_type`` 1
 (brokers) is served; anything else (2 = controllers) gets
 UNSUPPORTED_ENDPOINT_TYPE, as a Kafka broker answers. With
 ``include_cluster_authorized_operations`` every cluster operation is reported
@@ -57,8 +57,9 @@ async def handle(
         controller_id=node.node_id,
         brokers=[
             DescribeClusterResponse.DescribeClusterBroker(
-                broker_id=node.node_id, host=node.host, port=node.port, rack=node.rack, is_fenced=False
+                broker_id=p.node_id, host=p.host, port=p.port, rack=p.zone, is_fenced=False
             )
+            for p in broker.cluster.brokers()  # the live agents
         ],
         cluster_authorized_operations=(
             CLUSTER_OPERATIONS if req.include_cluster_authorized_operations else NOT_REQUESTED

@@ -1,6 +1,10 @@
 """Metadata (key 3).
 
-Behavior: one broker (this agent) leads every partition. A request for all
+Behavior: the brokers are the live agents (agent.cluster); a partition's
+leader is its ring owner among the agents of the client's zone (``floe_az=<zone>``
+in client.id; all agents when that zone has none or no hint is given), so its
+fetches land where its blocks are cached. Any agent accepts any produce and
+fetch, so the leader is only a routing hint. A request for all
 topics (null list, or an empty list in v0) lists every topic; unknown topics
 are auto-created when both the agent option and the request allow it
 (``allow_auto_topic_creation``, v4+), otherwise UNKNOWN_TOPIC_OR_PARTITION.
@@ -15,6 +19,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING
 
+from agent.cluster import client_zone
 from agent.handlers.registry import handler
 from kafka_protocol.messages import MetadataRequest, MetadataResponse
 
@@ -32,8 +37,8 @@ Topic = MetadataResponse.MetadataResponseTopic
 Partition = MetadataResponse.MetadataResponseTopic.MetadataResponsePartition
 
 
-def topic_entry(broker: Broker, info: TopicInfo) -> Topic:
-    node = broker.node_id
+def topic_entry(broker: Broker, info: TopicInfo, zone: str | None = None) -> Topic:
+    cluster = broker.cluster
     return Topic(
         error_code=0,
         name=info.name,
@@ -50,6 +55,7 @@ def topic_entry(broker: Broker, info: TopicInfo) -> Topic:
                 offline_replicas=[],
             )
             for p in range(info.partitions)
+            for node in (cluster.leader(info.id, p, zone).node_id,)
         ],
     )
 
@@ -57,11 +63,12 @@ def topic_entry(broker: Broker, info: TopicInfo) -> Topic:
 @handler(MetadataRequest)
 async def handle(broker: Broker, ctx: RequestContext, req: MetadataRequest) -> MetadataResponse:
     v = ctx.header.api_version
+    zone = client_zone(ctx.client_id)
     topics: list[Topic] = []
     wanted = req.topics
     if wanted is None or (v == 0 and not wanted):
         for info in await broker.meta.list_topics():
-            topics.append(topic_entry(broker, info))
+            topics.append(topic_entry(broker, info, zone))
     else:
         allow_create = broker.config.auto_create_topics and (v < 4 or req.allow_auto_topic_creation)
         for t in wanted:
@@ -81,11 +88,14 @@ async def handle(broker: Broker, ctx: RequestContext, req: MetadataRequest) -> M
             if info is None:
                 topics.append(Topic(error_code=UNKNOWN_TOPIC_OR_PARTITION, name=t.name))
                 continue
-            topics.append(topic_entry(broker, info))
+            topics.append(topic_entry(broker, info, zone))
     node = broker.advertised
     return MetadataResponse(
         throttle_time_ms=0,
-        brokers=[MetadataResponse.MetadataResponseBroker(node_id=node.node_id, host=node.host, port=node.port, rack=node.rack)],
+        brokers=[
+            MetadataResponse.MetadataResponseBroker(node_id=p.node_id, host=p.host, port=p.port, rack=p.zone)
+            for p in broker.cluster.brokers()
+        ],
         cluster_id=broker.config.cluster_id,
         controller_id=node.node_id,
         topics=topics,

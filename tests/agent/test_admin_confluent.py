@@ -161,7 +161,7 @@ def test_describe_and_alter_topic_configs(floe_agent):
     assert outcomes(ad.alter_configs([res])) == {res: KafkaError.INVALID_CONFIG}
     res = ConfigResource("topic", "missing", set_config={"segment.ms": "1000"})
     assert outcomes(ad.alter_configs([res])) == {res: KafkaError.UNKNOWN_TOPIC_OR_PART}
-    res = ConfigResource("broker", "1", set_config={"message.max.bytes": "10"})
+    res = ConfigResource("broker", str(floe_agent.broker.node_id), set_config={"message.max.bytes": "10"})
     assert outcomes(ad.alter_configs([res])) == {res: KafkaError.INVALID_REQUEST}
 
     missing = ConfigResource("topic", "missing")
@@ -204,7 +204,7 @@ def test_incremental_alter_configs(floe_agent):
 def test_describe_broker_configs(agent_factory):
     agent = agent_factory(default_partitions=5, auto_create_topics=False)
     ad = admin(agent)
-    res = ConfigResource("broker", "1")
+    res = ConfigResource("broker", str(agent.broker.node_id))
     entries = ad.describe_configs([res])[res].result(TIMEOUT)
     assert entries["num.partitions"].value == "5"
     assert entries["auto.create.topics.enable"].value == "false"
@@ -218,9 +218,10 @@ def test_describe_cluster(agent_factory):
     ad = admin(agent)
     desc = ad.describe_cluster(request_timeout=TIMEOUT).result(TIMEOUT)
     assert desc.cluster_id == "floe-test-cluster"
-    assert desc.controller.id == 1
+    node = agent.broker.node_id
+    assert desc.controller.id == node
     assert [(n.id, n.host, n.port, n.rack) for n in desc.nodes] == [
-        (1, "127.0.0.1", agent.port, "eu-west-1a")
+        (node, "127.0.0.1", agent.port, "eu-west-1a")
     ]
 
 

@@ -62,9 +62,10 @@ def test_create_describe_delete(floe_agent, kadmin):
         ("retention.ms", "DYNAMIC_TOPIC_CONFIG"),
         ("log.retention.ms", "DEFAULT_CONFIG"),
     ]
-    broker = kadmin.describe_configs([ConfigResource(ConfigResourceType.BROKER, "1")], config_filter="all")
-    assert broker["broker"]["1"]["num.partitions"]["value"] == "1"
-    assert broker["broker"]["1"]["num.partitions"]["read_only"] is True
+    node = str(floe_agent.broker.node_id)
+    broker = kadmin.describe_configs([ConfigResource(ConfigResourceType.BROKER, node)], config_filter="all")
+    assert broker["broker"][node]["num.partitions"]["value"] == "1"
+    assert broker["broker"][node]["num.partitions"]["read_only"] is True
 
     kadmin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, "kp", configs={"segment.ms": "1000"})])
     described = kadmin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "kp")])
@@ -92,9 +93,10 @@ def test_create_partitions(floe_agent, kadmin):
 def test_describe_cluster(floe_agent, kadmin):
     desc = kadmin.describe_cluster()
     assert desc["cluster_id"] == floe_agent.broker.config.cluster_id
-    assert desc["controller_id"] == 1
+    node = floe_agent.broker.node_id
+    assert desc["controller_id"] == node
     assert [(b["broker_id"], b["host"], b["port"]) for b in desc["brokers"]] == [
-        (1, "127.0.0.1", floe_agent.port)
+        (node, "127.0.0.1", floe_agent.port)
     ]
 
 

@@ -273,8 +273,9 @@ def test_incremental_alter_configs_bad_input(floe_agent, wire):
 def test_describe_cluster_versions(floe_agent, wire):
     for v in range(DescribeClusterRequest.MIN_VERSION, DescribeClusterRequest.MAX_VERSION + 1):
         r = wire.call(DescribeClusterRequest(include_cluster_authorized_operations=False, endpoint_type=1), v)
-        assert (r.error_code, r.cluster_id, r.controller_id) == (0, floe_agent.broker.config.cluster_id, 1)
-        assert [(b.broker_id, b.port) for b in r.brokers] == [(1, floe_agent.port)]
+        node = floe_agent.broker.node_id
+        assert (r.error_code, r.cluster_id, r.controller_id) == (0, floe_agent.broker.config.cluster_id, node)
+        assert [(b.broker_id, b.port) for b in r.brokers] == [(node, floe_agent.port)]
         assert r.cluster_authorized_operations == -(2**31)
     r = wire.call(DescribeClusterRequest(include_cluster_authorized_operations=True), 0)
     assert r.cluster_authorized_operations & (1 << 12)  # IDEMPOTENT_WRITE

@@ -1,0 +1,144 @@
+"""The agent's view of the cluster: membership, routing, peer cache, wake-ups.
+
+Where it sits: ``broker.cluster``, created by the :class:`~agent.broker.Broker`
+and started by the :class:`~agent.server.AgentServer` once its ports are bound.
+Handlers ask it for routing decisions:
+
+* :meth:`Cluster.brokers` — the live agents, as Metadata/DescribeCluster list them;
+* :meth:`Cluster.leader` — a partition's "leader": its ring owner among the
+  agents of the client's zone (``floe_az=`` in client.id), all agents when the
+  zone has none or the client gave no hint;
+* :meth:`Cluster.coordinator` — a group's ring owner over all agents;
+* :meth:`Cluster.load` — the block-cache loader (peer cache, then object store).
+
+Produce and Fetch are accepted by every agent: the "leader" only steers clients
+so that a partition's reads land where its blocks are cached. Until
+:meth:`start` runs (unit tests, embedded use) the cluster is this agent alone.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from agent.clock import Clock
+from agent.cluster.groups import ClusteredGroupCoordinator
+from agent.cluster.membership import Membership
+from agent.cluster.peer_cache import PeerBlockLoader, StoreGet, add_block_route
+from agent.cluster.ring import Peer, Rings
+from agent.cluster.wakeups import Key, PgWakeups, PollWakeups, Wakeups
+from agent.notify import CommitNotifier
+from metastore import Metastore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSettings:
+    heartbeat_s: float = 1.0
+    dead_after_s: float = 5.0
+    poll_interval_s: float = 0.1
+    peer_cache: bool = True
+
+
+class Cluster:
+    def __init__(
+        self,
+        meta: Metastore,
+        me: Peer,
+        clock: Clock,
+        store_get: StoreGet,
+        notifier: CommitNotifier,
+        *,
+        metastore_url: str,
+        settings: ClusterSettings | None = None,
+    ) -> None:
+        self.settings = s = settings or ClusterSettings()
+        self.meta = meta
+        self.metastore_url = metastore_url
+        self.notifier = notifier
+        self.membership = Membership(
+            meta,
+            me,
+            clock,
+            heartbeat_s=s.heartbeat_s,
+            dead_after_s=s.dead_after_s,
+            on_change=self._changed,
+        )
+        self.peers = PeerBlockLoader(store_get, self.membership, me.zone)
+        self.store_get = store_get
+        self.wakeups: Wakeups = Wakeups()
+        self.groups: ClusteredGroupCoordinator | None = None
+
+    # -- life cycle -------------------------------------------------------------------
+
+    def set_me(self, me: Peer) -> None:
+        self.membership.set_me(me)
+        self.peers.zone = me.zone
+
+    @property
+    def me(self) -> Peer:
+        return self.membership.me
+
+    @property
+    def rings(self) -> Rings:
+        return self.membership.rings
+
+    def attach_groups(self, groups: ClusteredGroupCoordinator) -> None:
+        self.groups = groups
+        groups.owns = self.owns_group
+
+    def add_routes(self, app: web.Application, cache: object) -> None:
+        add_block_route(app, cache)  # type: ignore[arg-type]
+
+    async def start(self) -> None:
+        from metastore.engine import asyncpg_dsn, is_postgres
+
+        await self.membership.start()
+        if "://" in self.metastore_url and is_postgres(self.metastore_url):
+            self.wakeups = PgWakeups(asyncpg_dsn(self.metastore_url), self.notifier)
+        else:
+            self.wakeups = PollWakeups(
+                self.meta,
+                self.notifier,
+                interval_s=self.settings.poll_interval_s,
+                active=lambda: len(self.rings.all) > 1,
+            )
+        await self.wakeups.start()
+
+    async def stop(self) -> None:
+        await self.wakeups.stop()
+        await self.membership.stop()
+        await self.peers.close()
+
+    def _changed(self, rings: Rings) -> None:
+        if self.groups is not None:
+            self.groups.release_unowned()
+
+    # -- routing ----------------------------------------------------------------------
+
+    def brokers(self) -> list[Peer]:
+        return list(self.rings.peers)
+
+    def leader(self, topic_id: object, partition: int, zone: str | None) -> Peer:
+        owner = self.rings.zone(zone).owner(f"{topic_id}:{partition}")
+        return owner or self.me
+
+    def coordinator(self, key: str) -> Peer:
+        return self.rings.all.owner(f"group:{key}") or self.me
+
+    def owns_group(self, group_id: str) -> bool:
+        return self.coordinator(group_id).agent_id == self.me.agent_id
+
+    # -- data -------------------------------------------------------------------------
+
+    async def load(self, key: str, start: int, end: int) -> bytes:
+        if not self.settings.peer_cache:
+            return await self.store_get(key, start, end)
+        return await self.peers.load(key, start, end)
+
+    def committed(self, keys: Iterable[Key]) -> None:
+        self.wakeups.committed(keys)

@@ -1,0 +1,99 @@
+"""`floe metastore serve|migrate`: the metastore as its own service.
+
+``serve`` opens the metastore at ``--metastore`` (Postgres for real; migrated
+first unless ``--no-migrate``) and serves it over HTTP (:mod:`metastore.service`)
+on ``--host``/``--port``; agents then use ``--metastore http://host:port`` and
+need no database credentials. ``migrate`` brings the schema to the newest
+revision and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from contextlib import suppress
+from typing import Any
+
+
+def add_metastore_parser(sub: Any) -> None:
+    p = sub.add_parser("metastore", help="serve the metastore over HTTP, or migrate its schema")
+    p.add_argument(
+        "--metastore",
+        default=None,
+        help="database URL: postgresql://... or sqlite:///path (env FLOE_METASTORE)",
+    )
+    p.add_argument("--log-level", default="INFO")
+    msub = p.add_subparsers(dest="metastore_command", required=True)
+    serve = msub.add_parser(
+        "serve", help="serve the metastore over HTTP (agents use --metastore http://host:port)"
+    )
+    serve.add_argument("--host", default="0.0.0.0")
+    serve.add_argument("--port", type=int, default=9180)
+    serve.add_argument(
+        "--batch-window-ms",
+        type=float,
+        default=2.0,
+        help="group commits arriving within this window (Postgres)",
+    )
+    serve.add_argument("--pool-size", type=int, default=10, help="database connections")
+    serve.add_argument("--no-migrate", action="store_true", help="do not migrate the schema first")
+    msub.add_parser("migrate", help="bring the schema to the newest revision")
+
+
+def _url(args: argparse.Namespace) -> str:
+    url = args.metastore or os.environ.get("FLOE_METASTORE")
+    if not url:
+        raise SystemExit("floe metastore: --metastore (or FLOE_METASTORE) is required")
+    if url.startswith(("http://", "https://")):
+        raise SystemExit(
+            "floe metastore: --metastore must be a database URL, not a served metastore"
+        )
+    return url
+
+
+async def _serve(args: argparse.Namespace, url: str) -> None:
+    from metastore import open_metastore
+    from metastore.service import serve
+
+    meta = await open_metastore(url, auto_migrate=not args.no_migrate, pool_size=args.pool_size)
+    runner, port, service = await serve(
+        meta, args.host, args.port, batch_window_ms=args.batch_window_ms
+    )
+    print(f"floe metastore serving {url.split('@')[-1]} on http://{args.host}:{port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+        await service.close()
+        await meta.close()
+
+
+def run_metastore(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    url = _url(args)
+    if args.metastore_command == "migrate":
+        from metastore import migrate
+
+        asyncio.run(migrate(url))
+        print("metastore schema is up to date", flush=True)
+        return 0
+    try:
+        asyncio.run(_serve(args, url))
+    except KeyboardInterrupt:
+        pass
+    except Exception as e:
+        print(f"floe metastore: {e}", file=sys.stderr)
+        return 1
+    return 0

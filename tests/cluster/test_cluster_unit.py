@@ -1,0 +1,164 @@
+"""Fast tests of the cluster pieces: rings and zones, membership on a manual clock,
+NOT_COORDINATOR and group release, the polling wake-ups, the RPC encoding."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+from agent.clock import ManualClock
+from agent.cluster import ClusteredGroupCoordinator, Peer, Rings, client_zone, node_id_for
+from agent.cluster.membership import Membership, parse_registry_id, registry_id
+from agent.cluster.wakeups import PollWakeups, decode_keys, encode_keys
+from agent.groups import JoinRequest
+from agent.notify import CommitNotifier
+from kafka_protocol.errors import ErrorCode
+from metastore import open_metastore
+from metastore.rpc import decode, encode
+from metastore.types import ErrorCode as ME
+from metastore.types import FindResult, GroupOffset
+from tests.metastore.helpers import batch
+
+PEERS = [
+    Peer("a1", "10.0.0.1", 9092, "a", 9644),
+    Peer("a2", "10.0.0.2", 9092, "a", 9644),
+    Peer("b1", "10.0.0.3", 9092, "b", None),
+]
+
+
+def test_rings_agree_and_zones_fall_back() -> None:
+    r1, r2 = Rings(PEERS), Rings(list(reversed(PEERS)))
+    keys = [f"t:{i}" for i in range(200)]
+    assert [r1.all.owner(k) for k in keys] == [r2.all.owner(k) for k in keys]
+    assert {r1.zone("b").owner(k).agent_id for k in keys} == {"b1"}
+    assert {r1.zone("a").owner(k).agent_id for k in keys} == {"a1", "a2"}
+    assert {r1.zone("c").owner(k).agent_id for k in keys} == {
+        "a1",
+        "a2",
+        "b1",
+    }  # no agent in c: all
+    # Removing one agent only moves the keys it owned.
+    r3 = Rings(PEERS[:2])
+    moved = [k for k in keys if r1.all.owner(k) != r3.all.owner(k)]
+    assert all(r1.all.owner(k).agent_id == "b1" for k in moved)
+    assert (
+        client_zone("app floe_az=eu-1a x") == "eu-1a"
+        and client_zone("app") is None
+        and client_zone(None) is None
+    )
+    assert node_id_for("10.0.0.1", 9092) == PEERS[0].node_id > 0
+    assert parse_registry_id(registry_id(PEERS[0])) == ("a1", 9644)
+    assert parse_registry_id("plain") == ("plain", None)
+
+
+async def test_membership_heartbeats_and_timeouts(tmp_path: Path) -> None:
+    clock = ManualClock()
+    ms = await open_metastore(f"sqlite:///{tmp_path / 'm.db'}", now_ms=clock.now_ms)
+    try:
+        changes: list[int] = []
+        m1 = Membership(
+            ms, PEERS[0], clock, dead_after_s=5, on_change=lambda r: changes.append(len(r.all))
+        )
+        m2 = Membership(ms, PEERS[1], clock, dead_after_s=5)
+        await m1._register()
+        await m2._register()
+        assert len((await m1.refresh()).all) == 2 and len((await m2.refresh()).all) == 2
+        assert m1.rings.all.owner("x") == m2.rings.all.owner("x")
+        clock.advance(3)
+        await m1.tick()
+        clock.advance(3)  # m2 last heartbeat 6 s ago
+        await m1.tick()
+        assert [p.agent_id for p in m1.rings.peers] == ["a1"]
+        await m2.tick()  # m2 comes back
+        await m1.refresh()
+        assert changes == [2, 1, 2]
+        # A restart on the same address replaces the stale registration.
+        m2b = Membership(ms, Peer("a2-new", "10.0.0.2", 9092, "a", 9645), clock)
+        await m2b._register()
+        assert sorted(p.agent_id for p in (await m1.refresh()).peers) == ["a1", "a2-new"]
+        m2b.started = True
+        await m2b.stop()
+        assert [p.agent_id for p in (await m1.refresh()).peers] == ["a1"]
+    finally:
+        await ms.close()
+
+
+async def test_not_coordinator_and_release(tmp_path: Path) -> None:
+    clock = ManualClock()
+    ms = await open_metastore(f"sqlite:///{tmp_path / 'm.db'}")
+    try:
+        coord = ClusteredGroupCoordinator(ms, clock)
+        mine = {"g": True}
+        coord.owns = lambda gid: mine.get(gid, False)  # type: ignore[method-assign]
+        req = JoinRequest(
+            "g",
+            "",
+            None,
+            "c",
+            "h",
+            10000,
+            10000,
+            "consumer",
+            [("range", b"")],
+            require_known_member_id=False,
+        )
+        join = asyncio.ensure_future(coord.join(req))
+        for _ in range(200):  # the join loads the (absent) group from the metastore first
+            if coord.group_state("g") is not None:
+                break
+            await asyncio.sleep(0.01)
+        assert coord.group_state("g") is not None
+        assert (await coord.heartbeat("other", 1, "m", None)) == ErrorCode.NOT_COORDINATOR
+        assert (
+            await coord.join(
+                JoinRequest("other", "", None, "c", "h", 10000, 10000, "consumer", [("r", b"")])
+            )
+        ).error == ErrorCode.NOT_COORDINATOR
+        mine["g"] = False  # the ring moved the group away
+        coord.release_unowned()
+        assert (await asyncio.wait_for(join, 1)).error == ErrorCode.NOT_COORDINATOR
+        assert coord.group_state("g") is None
+        assert (await coord.commit_offsets("g", 1, "m", None, [])) == ErrorCode.NOT_COORDINATOR
+        await coord.close()
+    finally:
+        await ms.close()
+
+
+async def test_poll_wakeups_see_other_agents_commits(tmp_path: Path) -> None:
+    ms = await open_metastore(f"sqlite:///{tmp_path / 'm.db'}")
+    try:
+        await ms.create_topic("t", 2)
+        topic = await ms.get_topic("t")
+        assert topic is not None
+        notifier = CommitNotifier()
+        poll = PollWakeups(ms, notifier)
+        with notifier.watch([(topic.id, 1)]) as ev:
+            assert await poll.poll_once() == []  # baseline
+            await ms.commit_object("k1", 100, "other-agent", [batch(topic.id, 1)])
+            assert await poll.poll_once() == [(topic.id, 1)]
+            assert ev.is_set()
+        assert await poll.poll_once() == []  # nobody waiting: no queries
+        keys = [(uuid.uuid4(), i) for i in range(500)]
+        payloads = encode_keys(keys)
+        assert len(payloads) > 1 and all(len(p) <= 7000 for p in payloads)
+        assert [k for p in payloads for k in decode_keys(p)] == keys
+    finally:
+        await ms.close()
+
+
+def test_rpc_encoding_round_trips() -> None:
+    tid = uuid.uuid4()
+    values = [
+        FindResult(ME.NONE, 0, 5, []),
+        [batch(tid, 3, 2)],
+        {"a": b"\x00\xff", "$x": {1, 2}, "t": (1, "x")},
+        {(tid, 1): GroupOffset(tid, 1, 5, -1, None, 0)}
+        if hasattr(GroupOffset, "__dataclass_fields__")
+        else {},
+        ME.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        None,
+    ]
+    for v in values:
+        assert decode(encode(v)) == v
+    assert type(decode(encode(ME.NONE))) is ME
