@@ -9,7 +9,7 @@ STAMP := $(VENV)/.floe-installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -25,7 +25,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check kafka_protocol/codegen
-	$(BIN)/mypy kafka_protocol objectstore metastore agent compactor floe_cli loadtest
+	$(BIN)/mypy kafka_protocol objectstore metastore agent compactor spark_source pyspark_floe floe_cli loadtest
 
 ## Regenerate the Kafka message modules from the JSON specs.
 codegen: $(STAMP)

@@ -56,6 +56,16 @@ def _decode_segment(name: str) -> str:
     return "" if name == "%" else unquote(name)
 
 
+def key_path(root: str | os.PathLike[str], key: str) -> Path:
+    """The file under ``root`` that holds ``key`` in a local store (it may not exist).
+
+    Pure (no I/O): readers that open files themselves (the Spark source's
+    executors) use it to find an object without instantiating a store.
+    """
+    parts = [_encode_segment(s) for s in check_key(key).split("/")]
+    return Path(root).joinpath(*parts[:-1], parts[-1] + _SUFFIX)
+
+
 class LocalStore(StoreBase):
     """Objects as files under ``root`` (created if missing)."""
 
@@ -69,8 +79,7 @@ class LocalStore(StoreBase):
 
     def path_for(self, key: str) -> Path:
         """The file that holds ``key`` (it may not exist)."""
-        parts = [_encode_segment(s) for s in check_key(key).split("/")]
-        return self.root.joinpath(*parts[:-1], parts[-1] + _SUFFIX)
+        return key_path(self.root, key)
 
     async def put(self, key: str, data: bytes | memoryview) -> None:
         path = self.path_for(key)
