@@ -76,12 +76,18 @@ async def seed_async(
     config: dict[str, dict[str, str]] | None = None,
     start_segment: int = 0,
     existing: Seeded | None = None,
+    objects: str | None = None,
 ) -> Seeded:
-    """Commit ``segments`` objects, each with one batch per partition of every topic."""
+    """Commit ``segments`` objects, each with one batch per partition of every topic.
+
+    ``objects``: the object store URL (e.g. an ``s3://`` one); default a file store
+    under ``base`` (with ``existing``, that seed's store is used).
+    """
     topics = topics or {"t": 2}
-    (base / "objects").mkdir(parents=True, exist_ok=True)
     murl = f"sqlite:///{base / 'meta.db'}"
-    ourl = f"file://{base / 'objects'}"
+    ourl = objects or (existing.objects if existing else f"file://{base / 'objects'}")
+    if ourl.startswith("file://"):
+        (base / "objects").mkdir(parents=True, exist_ok=True)
     meta = await open_metastore(murl)
     store = open_object_store(ourl)
     seeded = existing or Seeded(murl, ourl, [], {})
