@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Callable, Sequence
 
 from agent.groups import GroupCoordinator, JoinRequest, JoinResult, SyncResult
+from agent.groups.coordinator import _resolve
 from agent.groups.state import Group, GroupDescription
 from kafka_protocol.errors import ErrorCode
 from metastore.types import GroupOffset
@@ -25,11 +26,6 @@ from metastore.types import GroupOffset
 log = logging.getLogger(__name__)
 
 NOT_COORDINATOR = ErrorCode.NOT_COORDINATOR
-
-
-def _resolve(fut: object, value: object) -> None:
-    if fut is not None and not fut.done():  # type: ignore[attr-defined]
-        fut.set_result(value)  # type: ignore[attr-defined]
 
 
 class ClusteredGroupCoordinator(GroupCoordinator):

@@ -15,7 +15,8 @@ Versions: 0-2 (v2+ flexible).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from agent.handlers.describe_configs import RESOURCE_BROKER, RESOURCE_TOPIC
 from agent.handlers.registry import handler
@@ -33,6 +34,17 @@ BROKER_READ_ONLY = (
     "Broker configs cannot be altered: they are the Floe agent's options "
     "(set them with FLOE_* variables or floe agent flags)"
 )
+
+
+class _Resource(Protocol):
+    @property
+    def resource_type(self) -> int: ...
+    @property
+    def resource_name(self) -> str: ...
+
+
+R = TypeVar("R", bound=_Resource)
+T = TypeVar("T")
 
 
 def unsupported_resource(resource_type: int) -> tuple[int, str]:
@@ -60,16 +72,23 @@ async def _alter(
     return int(result.error), result.message if result.error else None
 
 
-@handler(AlterConfigsRequest)
-async def handle(broker: Broker, ctx: RequestContext, req: AlterConfigsRequest) -> AlterConfigsResponse:
-    responses: list[Result] = []
+async def alter_each(
+    broker: Broker,
+    resources: Sequence[R],
+    validate_only: bool,
+    alter: Callable[[Broker, R, bool], Awaitable[tuple[int, str | None]]],
+    result: Callable[..., T],
+) -> list[T]:
+    """One ``result`` per resource from ``alter``; if any resource changed, the
+    broker's topic cache is invalidated (also when a later one raises)."""
+    responses: list[T] = []
     changed = False
     try:
-        for res in req.resources:
-            code, message = await _alter(broker, res, req.validate_only)
-            changed |= code == 0 and not req.validate_only
+        for res in resources:
+            code, message = await alter(broker, res, validate_only)
+            changed |= code == 0 and not validate_only
             responses.append(
-                Result(
+                result(
                     error_code=code,
                     error_message=message,
                     resource_type=res.resource_type,
@@ -79,4 +98,10 @@ async def handle(broker: Broker, ctx: RequestContext, req: AlterConfigsRequest) 
     finally:
         if changed:
             broker.invalidate_topics()
+    return responses
+
+
+@handler(AlterConfigsRequest)
+async def handle(broker: Broker, ctx: RequestContext, req: AlterConfigsRequest) -> AlterConfigsResponse:
+    responses = await alter_each(broker, req.resources, req.validate_only, _alter, Result)
     return AlterConfigsResponse(throttle_time_ms=0, responses=responses)

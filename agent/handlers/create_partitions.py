@@ -12,9 +12,9 @@ Versions: 0-3 (v2+ flexible).
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import TYPE_CHECKING
 
+from agent.handlers.create_topics import each_topic_once
 from agent.handlers.registry import handler
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import CreatePartitionsRequest, CreatePartitionsResponse
@@ -45,24 +45,11 @@ async def _grow(
 async def handle(
     broker: Broker, ctx: RequestContext, req: CreatePartitionsRequest
 ) -> CreatePartitionsResponse:
-    counts = Counter(t.name for t in req.topics)
-    results: list[Result] = []
-    seen: set[str] = set()
-    changed = False
-    try:
-        for topic in req.topics:
-            if topic.name in seen:
-                continue
-            seen.add(topic.name)
-            if counts[topic.name] > 1:
-                results.append(
-                    Result(name=topic.name, error_code=ErrorCode.INVALID_REQUEST, error_message="Duplicate topic in request.")
-                )
-                continue
-            result = await _grow(broker, topic, req.validate_only)
-            changed |= result.error_code == 0 and not req.validate_only
-            results.append(result)
-    finally:
-        if changed:
-            broker.invalidate_topics()
+    results = await each_topic_once(
+        broker,
+        req.topics,
+        req.validate_only,
+        _grow,
+        lambda name: Result(name=name, error_code=ErrorCode.INVALID_REQUEST, error_message="Duplicate topic in request."),
+    )
     return CreatePartitionsResponse(throttle_time_ms=0, results=results)

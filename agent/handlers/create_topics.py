@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from agent.handlers.describe_configs import SOURCE_DEFAULT_CONFIG, SOURCE_DYNAMIC_TOPIC_CONFIG
 from agent.handlers.registry import handler
@@ -40,6 +41,51 @@ ZERO_UUID = uuid.UUID(int=0)
 
 Result = CreateTopicsResponse.CreatableTopicResult
 ResultConfig = Result.CreatableTopicConfigs
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+class _Coded(Protocol):
+    @property
+    def error_code(self) -> int: ...
+
+
+N = TypeVar("N", bound=_Named)
+C = TypeVar("C", bound=_Coded)
+
+
+async def each_topic_once(
+    broker: Broker,
+    topics: Sequence[N],
+    validate_only: bool,
+    run: Callable[[Broker, N, bool], Awaitable[C]],
+    duplicate: Callable[[str], C],
+) -> list[C]:
+    """``run`` of each topic of a request, in order; a name given more than once
+    gets a single ``duplicate(name)`` result instead. If any topic changed, the
+    broker's topic cache is invalidated (also when a later one raises)."""
+    counts = Counter(t.name for t in topics)
+    results: list[C] = []
+    seen: set[str] = set()
+    changed = False
+    try:
+        for topic in topics:
+            if topic.name in seen:
+                continue
+            seen.add(topic.name)
+            if counts[topic.name] > 1:
+                results.append(duplicate(topic.name))
+                continue
+            result = await run(broker, topic, validate_only)
+            changed |= result.error_code == 0 and not validate_only
+            results.append(result)
+    finally:
+        if changed:
+            broker.invalidate_topics()
+    return results
 
 
 def _error(name: str, code: int, message: str | None) -> Result:
@@ -103,24 +149,13 @@ async def _create(
 
 @handler(CreateTopicsRequest)
 async def handle(broker: Broker, ctx: RequestContext, req: CreateTopicsRequest) -> CreateTopicsResponse:
-    counts = Counter(t.name for t in req.topics)
-    results: list[Result] = []
-    seen: set[str] = set()
-    created = False
-    try:
-        for topic in req.topics:
-            if topic.name in seen:
-                continue
-            seen.add(topic.name)
-            if counts[topic.name] > 1:
-                results.append(
-                    _error(topic.name, ErrorCode.INVALID_REQUEST, f"Create topics request contains multiple entries for topic {topic.name}")
-                )
-                continue
-            result = await _create(broker, topic, req.validate_only)
-            created |= result.error_code == 0 and not req.validate_only
-            results.append(result)
-    finally:
-        if created:
-            broker.invalidate_topics()
+    results = await each_topic_once(
+        broker,
+        req.topics,
+        req.validate_only,
+        _create,
+        lambda name: _error(
+            name, ErrorCode.INVALID_REQUEST, f"Create topics request contains multiple entries for topic {name}"
+        ),
+    )
     return CreateTopicsResponse(throttle_time_ms=0, topics=results)

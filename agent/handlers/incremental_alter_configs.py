@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agent.handlers.alter_configs import unsupported_resource
+from agent.handlers.alter_configs import alter_each, unsupported_resource
 from agent.handlers.describe_configs import RESOURCE_TOPIC
 from agent.handlers.registry import handler
 from kafka_protocol.errors import ErrorCode
@@ -100,21 +100,5 @@ async def _alter(broker: Broker, res: Resource, validate_only: bool) -> tuple[in
 async def handle(
     broker: Broker, ctx: RequestContext, req: IncrementalAlterConfigsRequest
 ) -> IncrementalAlterConfigsResponse:
-    responses: list[Result] = []
-    changed = False
-    try:
-        for res in req.resources:
-            code, message = await _alter(broker, res, req.validate_only)
-            changed |= code == 0 and not req.validate_only
-            responses.append(
-                Result(
-                    error_code=code,
-                    error_message=message,
-                    resource_type=res.resource_type,
-                    resource_name=res.resource_name,
-                )
-            )
-    finally:
-        if changed:
-            broker.invalidate_topics()
+    responses = await alter_each(broker, req.resources, req.validate_only, _alter, Result)
     return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=responses)

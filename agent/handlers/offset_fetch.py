@@ -14,8 +14,9 @@ Versions: 0-10 (v6+ flexible, v8+ batched groups). Min 0 for old clients.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from agent.handlers.registry import handler
 from kafka_protocol.errors import ErrorCode
@@ -40,6 +41,22 @@ class _Topic:
     topic_id: uuid.UUID
     # (partition, offset, leader epoch, metadata, error)
     partitions: list[tuple[int, int, int, str | None, int]] = field(default_factory=list)
+
+
+P = TypeVar("P")
+
+
+def _partitions(partition: Callable[..., P], topic: _Topic) -> list[P]:
+    return [
+        partition(
+            partition_index=p,
+            committed_offset=off,
+            committed_leader_epoch=epoch,
+            metadata=meta,
+            error_code=int(err),
+        )
+        for p, off, epoch, meta, err in topic.partitions
+    ]
 
 
 async def _group_offsets(
@@ -100,16 +117,7 @@ async def handle(broker: Broker, ctx: RequestContext, req: OffsetFetchRequest) -
                         V8Topic(
                             name=t.name,
                             topic_id=t.topic_id,
-                            partitions=[
-                                V8Partition(
-                                    partition_index=p,
-                                    committed_offset=off,
-                                    committed_leader_epoch=epoch,
-                                    metadata=meta,
-                                    error_code=int(err),
-                                )
-                                for p, off, epoch, meta, err in t.partitions
-                            ],
+                            partitions=_partitions(V8Partition, t),
                         )
                         for t in topics
                     ],
@@ -131,16 +139,7 @@ async def handle(broker: Broker, ctx: RequestContext, req: OffsetFetchRequest) -
         topics=[
             OldTopic(
                 name=t.name,
-                partitions=[
-                    OldPartition(
-                        partition_index=p,
-                        committed_offset=off,
-                        committed_leader_epoch=epoch,
-                        metadata=meta,
-                        error_code=int(err),
-                    )
-                    for p, off, epoch, meta, err in t.partitions
-                ],
+                partitions=_partitions(OldPartition, t),
             )
             for t in topics
         ],

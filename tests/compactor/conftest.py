@@ -1,13 +1,11 @@
 """Fixtures of the compactor tests: a metastore (SQLite, or Postgres where asked), a
-file store, a fake clock shared by both, and one SparkSession per test session."""
+file store and a fake clock shared by both. The ``spark`` fixture is the shared
+one of ``tests/fixtures/spark.py``."""
 
 from __future__ import annotations
 
-import os
-import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -49,24 +47,3 @@ async def store(objects_url: str) -> AsyncIterator[ObjectStore]:
     s = open_object_store(objects_url)
     async with s:
         yield s
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    pytest.importorskip("pyspark")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("floe-compactor-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()

@@ -16,6 +16,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 KCAT = shutil.which("kcat") or "/usr/bin/kcat"
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
@@ -232,6 +233,13 @@ def confluent_consume(
 # -- aiokafka -----------------------------------------------------------------------------
 
 
+def _recs(partition: int, msgs: Iterable[Any]) -> list[Rec]:
+    """Records of consumed aiokafka / kafka-python messages (same attributes in both)."""
+    return [
+        Rec(partition, m.key, m.value, tuple(m.headers or ()), m.timestamp, m.offset) for m in msgs
+    ]
+
+
 async def _aiokafka_produce(
     bootstrap: str, topic: str, recs: Sequence[Rec], codec: str, **kw: object
 ) -> list[Rec]:
@@ -293,17 +301,7 @@ async def _aiokafka_consume(
         while len(got) < need and time.monotonic() < deadline:
             batch = await c.getmany(timeout_ms=500)
             for tp, msgs in batch.items():
-                for m in msgs:
-                    got.append(
-                        Rec(
-                            tp.partition,
-                            m.key,
-                            m.value,
-                            tuple(m.headers or ()),
-                            m.timestamp,
-                            m.offset,
-                        )
-                    )
+                got.extend(_recs(tp.partition, msgs))
         return got
     finally:
         await c.stop()
@@ -368,17 +366,7 @@ def kafka_python_consume(
         deadline = time.monotonic() + timeout
         while len(got) < need and time.monotonic() < deadline:
             for tp, msgs in c.poll(timeout_ms=500).items():
-                for m in msgs:
-                    got.append(
-                        Rec(
-                            tp.partition,
-                            m.key,
-                            m.value,
-                            tuple(m.headers or ()),
-                            m.timestamp,
-                            m.offset,
-                        )
-                    )
+                got.extend(_recs(tp.partition, msgs))
         return got
     finally:
         c.close()
