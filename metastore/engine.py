@@ -50,6 +50,12 @@ def create_engine(url: str | URL, **kwargs: Any) -> AsyncEngine:
     if parsed.database in (None, "", ":memory:"):
         # One shared connection, or every checkout would see its own empty database.
         kwargs.setdefault("poolclass", StaticPool)
+    else:
+        # A fetch looks up many partitions at once; connections beyond the pool are
+        # opened and closed per checkout (a thread + connect + PRAGMAs each), so keep
+        # enough of them pooled.
+        kwargs.setdefault("pool_size", 32)
+        kwargs.setdefault("max_overflow", 32)
     engine = create_async_engine(parsed, **kwargs)
 
     @event.listens_for(engine.sync_engine, "connect")
