@@ -178,9 +178,23 @@ def test_kill9_coordinator_mid_run(tmp_path: Path, pg_s3: Backend) -> None:
             wait_for(lambda a=a: len(brokers(a)) == 2, what="the dead agent to leave the ring")
         new_coord = _coordinator(survivors[0], "g1")
         assert new_coord in {node_of(a) for a in survivors}
-        time.sleep(1.0)
+        # The group keeps consuming through the new coordinator before a member leaves.
+        before = sum(len(c.seen) for c in consumers)
+        wait_for(
+            lambda: sum(len(c.seen) for c in consumers) > before,
+            timeout=60,
+            what="consumption to continue after the coordinator moved",
+            every=0.2,
+        )
         consumers[0].stop.set()
         consumers[0].join(30)
+        # The leave must make the survivors rebalance on the new coordinator.
+        wait_for(
+            lambda: all(c.assignments >= 2 for c in consumers[1:]),
+            timeout=60,
+            what="the remaining members to get a new assignment",
+            every=0.2,
+        )
         for p in producers:
             p.join(120)
         acked = {v: pos for p in producers for v, pos in p.acked.items()}
@@ -268,9 +282,13 @@ def test_get_efficiency_and_zone_routing(tmp_path: Path, pg_s3: Backend) -> None
         while got < 2000 and time.monotonic() < deadline:
             got += sum(1 for m in c.consume(500, 0.5) if not m.error())
         assert got == 2000
-        time.sleep(0.5)
+        # Wait for fresh statistics from both clients (emitted every 200 ms).
+        seen_stats = len(stats)
+        deadline = time.monotonic() + 10
+        while len(stats) < seen_stats + 4 and time.monotonic() < deadline:
+            c.poll(0.1)
+            p.poll(0.1)
         c.close()
-        p.poll(0.5)
         connected = {
             (b["nodeid"], b["name"])
             for s in stats
