@@ -11,6 +11,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from compactor.config import CompactorConfig
 from compactor.runner import Compactor, PassSummary
 from metastore import Metastore, open_metastore
+from metastore.base import Clock
 from objectstore import open_object_store
 from objectstore.base import ObjectStore
 
@@ -18,14 +19,14 @@ from objectstore.base import ObjectStore
 class SyncCompactor:
     """A compactor on its own event loop, over the same SQLite file and object dir as an agent."""
 
-    def __init__(self, agent: Any, config: CompactorConfig) -> None:
+    def __init__(self, agent: Any, config: CompactorConfig, now_ms: Clock | None = None) -> None:
         self.loop = asyncio.new_event_loop()
         d = agent.data_dir
         self.metastore_url = f"sqlite:///{d / 'meta.db'}"
         self.objects_url = f"file://{d / 'objects'}"
         self.meta: Metastore = self.loop.run_until_complete(open_metastore(self.metastore_url))
         self.store: ObjectStore = open_object_store(self.objects_url)
-        self.compactor = Compactor(self.meta, self.store, config)
+        self.compactor = Compactor(self.meta, self.store, config, now_ms=now_ms)
 
     def run(self, coro: Any) -> Any:
         return self.loop.run_until_complete(coro)

@@ -13,6 +13,7 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compactor.config import CompactorConfig
+from metastore.base import system_clock_ms
 from tests.compactor.agent_helpers import SyncCompactor, consume_all, produce
 
 pytestmark = [pytest.mark.slow, pytest.mark.interop]
@@ -48,19 +49,38 @@ def test_merge_while_producing_and_consuming(agent_factory: Callable[..., Any]) 
     first, second = chunks[:40], chunks[40:]
     for rows in first:  # one flush per chunk: ~one small object each
         produce(agent.bootstrap, topic, rows)
+    grace_ms = 1_000
+    skew_ms = 0  # the compactor's clock runs this far ahead of the wall clock
+
+    def compactor_now_ms() -> int:
+        return system_clock_ms() + skew_ms
+
     comp = SyncCompactor(
         agent,
         CompactorConfig(
-            l0_trigger=8, l1_trigger=4, max_inputs=8, delete_grace_ms=1_000, orphan_grace_ms=60_000
+            l0_trigger=8,
+            l1_trigger=4,
+            max_inputs=8,
+            delete_grace_ms=grace_ms,
+            orphan_grace_ms=60_000,
         ),
+        now_ms=compactor_now_ms,
     )
     try:
         l0_before = comp.object_count(0)
         assert l0_before >= 35
-        cold = agent_factory(metastore=comp.metastore_url, objects=comp.objects_url)
+        # The agents share a metastore, so they form a ring and a consumer may be led to
+        # any of them: count object-store GETs (cache loads) over all of them, with the
+        # peer cache off so each GET is counted once where it happens.
+        cold = agent_factory(metastore=comp.metastore_url, objects=comp.objects_url, peer_cache=False)
+
+        def loads(*agents: Any) -> int:
+            return sum(a.broker.cache.stats.loads for a in agents)
+
         n1 = sum(len(c) for c in first)
+        start = loads(agent, cold)
         got = consume_all(cold.bootstrap, topic, parts, n1)
-        gets_before = cold.broker.cache.stats.loads
+        gets_before = loads(agent, cold) - start
         assert len(got) == n1
 
         # Produce the second half while the compactor runs and a consumer reads from 0.
@@ -84,7 +104,7 @@ def test_merge_while_producing_and_consuming(agent_factory: Callable[..., Any]) 
         writer.join()
         for _ in range(3):
             comp.run_pass(force=True)
-        time.sleep(1.1)  # past the grace period: replaced objects get deleted
+        skew_ms = grace_ms + 100  # past the grace period: replaced objects get deleted
         s = comp.run_pass(force=True)
         reader.join()
         produced = {(p, k, v) for rows in chunks for p, k, v in rows}
@@ -98,10 +118,11 @@ def test_merge_while_producing_and_consuming(agent_factory: Callable[..., Any]) 
 
         check(consumed)
         assert comp.object_count(0) <= 1 and comp.object_count(2) >= 1
-        cold2 = agent_factory(metastore=comp.metastore_url, objects=comp.objects_url)
+        cold2 = agent_factory(metastore=comp.metastore_url, objects=comp.objects_url, peer_cache=False)
+        start = loads(agent, cold, cold2)
         after = consume_all(cold2.bootstrap, topic, parts, total)
         check(after)
-        gets_after = cold2.broker.cache.stats.loads
+        gets_after = loads(agent, cold, cold2) - start
         print(
             f"\nfull replay GETs: before {gets_before} ({l0_before} L0 objects, {n1} records); "
             f"after {gets_after} ({total} records); last pass: {s.lines()}"

@@ -129,7 +129,11 @@ def test_stream_available_now_batches_restart_new_partition(spark: Any, tmp_path
         assert sink_rows(spark, out) == [r[:5] for r in s.expected()]
         # Offsets in the checkpoint are Kafka's shape.
         assert json.loads(batches[-1].sources[0].endOffset) == {"t": {"0": 50, "1": 50}}
-        time.sleep(0.5)  # listener events are asynchronous
+        # Listener events are asynchronous: wait (bounded) for the last batch's, lag 0.
+        deadline = time.monotonic() + 30
+        while lag.latest.get(str(q.id), {}).get("maxOffsetsBehindLatest") != "0":
+            assert time.monotonic() < deadline, f"listener never saw lag 0: {lag.latest}"
+            time.sleep(0.02)
         hist = lag.history.get(str(q.id), [])
         assert hist and hist[0]["maxOffsetsBehindLatest"] == "35"  # 100 - 30 over 2 partitions
         assert lag.latest[str(q.id)]["maxOffsetsBehindLatest"] == "0"
