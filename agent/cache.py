@@ -101,7 +101,3 @@ class BlockCache:
             _, old = self._blocks.popitem(last=False)
             self._size -= len(old)
             self.stats.evictions += 1
-
-    def invalidate(self, key: str) -> None:
-        for k in [k for k in self._blocks if k[0] == key]:
-            self._size -= len(self._blocks.pop(k))

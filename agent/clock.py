@@ -3,7 +3,6 @@ tested without sleeping."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Protocol
 
@@ -42,18 +41,3 @@ class ManualClock:
     def advance(self, seconds: float) -> None:
         self._ms += int(seconds * 1000)
         self._mono += seconds
-
-
-async def wait_any(events: list[asyncio.Event], timeout: float) -> bool:  # noqa: ASYNC109
-    """Wait until one of ``events`` is set or ``timeout`` seconds pass."""
-    if any(e.is_set() for e in events):
-        return True
-    if timeout <= 0:
-        return False
-    waiters = [asyncio.ensure_future(e.wait()) for e in events]
-    try:
-        done, _ = await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        return bool(done)
-    finally:
-        for w in waiters:
-            w.cancel()

@@ -25,15 +25,17 @@ from dataclasses import dataclass, field
 
 from agent.clock import Clock, SystemClock
 from agent.metrics import METRICS
-from metastore.types import BatchToCommit, CommitResult, ErrorCode, MetastoreError
+from kafka_protocol.errors import ErrorCode as KafkaErrorCode
+from metastore.types import BatchToCommit, CommitResult, MetastoreError
 from objectstore.base import ObjectStore
 from objectstore.errors import ObjectStoreError
 from objectstore.segment import BatchMeta, SegmentBuilder
 
 log = logging.getLogger(__name__)
 
-KAFKA_STORAGE_ERROR = 56
-REQUEST_TIMED_OUT = 7
+# Agent-level outcomes (not the metastore's): the wire codes from the one error table.
+KAFKA_STORAGE_ERROR = KafkaErrorCode.KAFKA_STORAGE_ERROR
+REQUEST_TIMED_OUT = KafkaErrorCode.REQUEST_TIMED_OUT
 _FINISH_IN_THREAD = 1 << 20
 
 
@@ -65,9 +67,10 @@ class _Segment:
     upload: asyncio.Task[tuple[int, list[BatchToCommit]]] | None = None
 
 
-def _error_results(code: int, n: int) -> list[CommitResult]:
-    return [CommitResult(ErrorCode(code) if code in ErrorCode._value2member_map_ else code, -1, -1, -1)  # type: ignore[arg-type]
-            for _ in range(n)]
+def _error_results(code: KafkaErrorCode, n: int) -> list[CommitResult]:
+    # CommitResult.error is typed with the metastore's subset of Kafka's codes; these
+    # agent-level failures are outside that subset but share the numbering.
+    return [CommitResult(code, -1, -1, -1)] * n  # type: ignore[arg-type]
 
 
 class ByteBudget:

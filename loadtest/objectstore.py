@@ -26,12 +26,8 @@ import os
 import random
 import re
 import shutil
-import socket
-import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -41,6 +37,7 @@ from urllib.parse import urlsplit
 
 import aioboto3
 
+from loadtest.services import start_moto
 from objectstore import ObjectStore, open_object_store
 from objectstore.s3 import S3Store
 
@@ -264,27 +261,6 @@ async def bench_s3(url: str, args: argparse.Namespace) -> None:
 async def bench_file(root: Path, args: argparse.Namespace) -> None:
     async with open_object_store(f"file://{root / 'floe'}") as store:
         await compare(f"file {root}", [Ours(store), RawFile(root / "raw")], args, args.gets * 8)
-
-
-def start_moto() -> tuple[subprocess.Popen[bytes], str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    endpoint = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-p", str(port), "-H", "127.0.0.1"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            with urllib.request.urlopen(endpoint + "/", timeout=1):
-                return proc, endpoint
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("moto server did not start")
 
 
 async def main_async(args: argparse.Namespace) -> None:

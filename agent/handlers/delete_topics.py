@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING
 from agent.handlers.registry import handler
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import DeleteTopicsRequest, DeleteTopicsResponse
+from kafka_protocol.messages._runtime import ZERO_UUID
 from metastore.topic_config import validate_topic_name
 
 if TYPE_CHECKING:
     from agent.broker import Broker
     from agent.connection import RequestContext
 
-ZERO_UUID = uuid.UUID(int=0)
 
 Result = DeleteTopicsResponse.DeletableTopicResult
 

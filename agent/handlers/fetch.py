@@ -49,6 +49,7 @@ from agent.handlers.registry import handler
 from agent.metrics import METRICS
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import FetchRequest, FetchResponse
+from kafka_protocol.messages._runtime import ZERO_UUID
 from metastore.types import ErrorCode as MetaError
 from metastore.types import MetastoreError
 from objectstore.errors import ObjectStoreError
@@ -65,7 +66,6 @@ PartitionData = FetchResponse.FetchableTopicResponse.PartitionData
 
 MIN_VERSION = 4
 MAX_VERSION = 18
-_ZERO = uuid.UUID(int=0)
 
 
 @dataclass(slots=True)
@@ -85,7 +85,7 @@ async def _resolve(broker: Broker, req: FetchRequest, by_id: bool) -> list[_Want
     for ti, t in enumerate(req.topics):
         info: TopicInfo | None
         if by_id:
-            info = await broker.topic_by_id(t.topic_id) if t.topic_id != _ZERO else None
+            info = await broker.topic_by_id(t.topic_id) if t.topic_id != ZERO_UUID else None
         else:
             info = await broker.topic(t.topic)
         for p in t.partitions:

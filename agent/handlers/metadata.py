@@ -16,12 +16,12 @@ Versions: 0-13 (v9+ flexible).
 
 from __future__ import annotations
 
-import uuid
 from typing import TYPE_CHECKING
 
 from agent.cluster import client_zone
 from agent.handlers.registry import handler
 from kafka_protocol.messages import MetadataRequest, MetadataResponse
+from kafka_protocol.messages._runtime import ZERO_UUID
 
 if TYPE_CHECKING:
     from agent.broker import Broker
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 UNKNOWN_TOPIC_OR_PARTITION = 3
 INVALID_TOPIC_EXCEPTION = 17
 UNKNOWN_TOPIC_ID = 100
-ZERO_UUID = uuid.UUID(int=0)
 
 Topic = MetadataResponse.MetadataResponseTopic
 Partition = MetadataResponse.MetadataResponseTopic.MetadataResponsePartition

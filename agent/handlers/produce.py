@@ -16,7 +16,6 @@ UNSUPPORTED_FOR_MESSAGE_FORMAT per partition. v13 addresses topics by id.
 
 from __future__ import annotations
 
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from agent.connection import Deferred
@@ -37,7 +36,6 @@ if TYPE_CHECKING:
 PartitionResponse = ProduceResponse.TopicProduceResponse.PartitionProduceResponse
 TopicResponse = ProduceResponse.TopicProduceResponse
 
-_ZERO = uuid.UUID(int=0)
 
 
 def _check_batch(records: Any, max_bytes: int) -> tuple[int, RecordBatchView | None, str | None]:
