@@ -4,13 +4,17 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.floe-installed
 
-.PHONY: install dev test lint codegen codegen-check bench clean infra
+.PHONY: install deps dev test lint codegen codegen-check bench clean infra
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]' --config-settings editable_mode=compat
+	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
+
+## System tools the tests use (PostgreSQL, kcat, a JDK, Maven): installs what is missing.
+deps:
+	@bash scripts/deps.sh
 
 install: $(STAMP)
 
@@ -19,7 +23,7 @@ dev: $(STAMP)
 	$(BIN)/floe dev
 
 ## The whole test suite (unit, contract, integration with real Postgres and moto S3, interop).
-test: $(STAMP)
+test: deps $(STAMP)
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)

@@ -1,19 +1,19 @@
 """The Java client (kafka-clients 3.x, idempotence on by default): Admin + producer.
 
-Skipped unless ``java`` and a kafka-clients jar (with slf4j-api) are found in the
-local Maven repository (``~/.m2``) or under ``$FLOE_KAFKA_CLIENTS_JARS``.
+kafka-clients comes from Maven Central (resolved once, see :mod:`tests.fixtures.java`);
+the source file is run directly by ``java`` (single-file source launch).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
+from tests.fixtures.java import SLF4J_SIMPLE, java_binary, maven_classpath
+
 pytestmark = pytest.mark.interop
+KAFKA_CLIENTS = "org.apache.kafka:kafka-clients:3.9.1"
 
 SOURCE = r"""
 import java.util.*;
@@ -54,22 +54,9 @@ public class AdminAndIdempotentProduce {
 """
 
 
-def _classpath() -> str | None:
-    roots = [Path(p) for p in os.environ.get("FLOE_KAFKA_CLIENTS_JARS", "").split(os.pathsep) if p]
-    roots.append(Path.home() / ".m2" / "repository")
-    for root in roots:
-        clients = sorted(root.glob("**/kafka-clients-3.*.jar"))
-        slf4j = sorted(root.glob("**/slf4j-api-*.jar"))
-        if clients and slf4j:
-            return os.pathsep.join([str(clients[-1]), str(slf4j[-1])])
-    return None
-
-
 def test_java_admin_and_idempotent_producer(floe_agent, tmp_path):
-    java = shutil.which("java")
-    classpath = _classpath()
-    if java is None or classpath is None:
-        pytest.skip("java or the kafka-clients jar is not available")
+    java = java_binary()
+    classpath = maven_classpath([KAFKA_CLIENTS, SLF4J_SIMPLE])
     source = tmp_path / "AdminAndIdempotentProduce.java"
     source.write_text(SOURCE)
     run = subprocess.run(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import subprocess
 import time
 from typing import Any
@@ -14,6 +13,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, Producer, TopicPartition
 
 from tests.agent.test_fetch_protocol import make_topic
+from tests.fixtures.tools import require_tool
 
 pytestmark = pytest.mark.interop
 
@@ -241,14 +241,13 @@ def test_aiokafka_roundtrip(floe_agent, codec):
     assert [(g[1], g[2], list(g[3])) for g in got] == rows
 
 
-@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat not installed")
 @pytest.mark.parametrize("codec", ["none", "snappy", "zstd"])
 def test_kcat_consumes_to_end(floe_agent, codec):
     topic = f"kcat-{codec}"
     rows = _expected(40, codec)
     confluent_produce(floe_agent, topic, rows, **{"compression.type": codec})
     out = subprocess.run(
-        ["kcat", "-C", "-b", floe_agent.bootstrap, "-t", topic, "-o", "beginning", "-e", "-J"],
+        [require_tool("kcat"), "-C", "-b", floe_agent.bootstrap, "-t", topic, "-o", "beginning", "-e", "-J"],
         capture_output=True, text=True, timeout=60, check=True,
     )
     msgs = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from confluent_kafka import TopicPartition as CfTP
 from kafka_protocol.messages import ConsumerProtocolAssignment
 from tests.agent.test_fetch_protocol import make_topic
 from tests.fixtures.agent import RunningAgent, start_agent
+from tests.fixtures.tools import require_tool
 
 pytestmark = pytest.mark.interop
 
@@ -263,7 +263,6 @@ def test_committed_offsets_survive_agent_restart(tmp_path: Any) -> None:
 # -- kcat -G (librdkafka 2.0) ---------------------------------------------------------
 
 
-@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat not installed")
 def test_kcat_balanced_group(agent_factory: Any) -> None:
     agent = agent_factory(**GROUP_OPTS)
     make_topic(agent, "kc", PARTITIONS)
@@ -280,7 +279,7 @@ def test_kcat_balanced_group(agent_factory: Any) -> None:
     try:
         for _ in range(3):
             p = subprocess.Popen(
-                ["kcat", "-b", agent.bootstrap, "-G", "kcat-group", "-q", "-u", "-f", "%p %o %s\n",
+                [require_tool("kcat"), "-b", agent.bootstrap, "-G", "kcat-group", "-q", "-u", "-f", "%p %o %s\n",
                  "-X", "heartbeat.interval.ms=300", "-X", "session.timeout.ms=6000",
                  "-X", "auto.offset.reset=earliest", "kc"],
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,

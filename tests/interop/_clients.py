@@ -9,7 +9,6 @@ partition), never a fixed sleep.
 from __future__ import annotations
 
 import asyncio
-import shutil
 import subprocess
 import time
 import uuid
@@ -18,7 +17,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-KCAT = shutil.which("kcat") or "/usr/bin/kcat"
+from tests.fixtures.tools import require_tool
+
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 TS_BASE = 1_700_000_000_000
 CONSUME_TIMEOUT = 30.0
@@ -390,7 +390,7 @@ def kcat_produce(
     kcat sets no explicit timestamp (librdkafka uses the current time), so the
     returned records have ``timestamp=None``.
     """
-    cmd = [KCAT, "-P", "-b", bootstrap, "-t", topic, "-p", str(partition), "-K:", "-X", "acks=all"]
+    cmd = [require_tool("kcat"), "-P", "-b", bootstrap, "-t", topic, "-p", str(partition), "-K:", "-X", "acks=all"]
     if codec != "none":
         cmd += ["-z", codec]
     for k, v in headers:
@@ -412,7 +412,7 @@ def kcat_consume(
 ) -> list[Rec]:
     """``kcat -C -o beginning -e`` of every partition (or one), parsed binary-safe via %K/%S lengths."""
     cmd = [
-        KCAT,
+        require_tool("kcat"),
         "-C",
         "-b",
         bootstrap,

@@ -9,21 +9,17 @@ first, so the Java consumer also reads another client's batches (xerial
 snappy), and confluent-kafka reads what Java wrote.
 
 The class path is resolved once with ``mvn dependency:build-classpath`` and
-cached under ``~/.m2/floe-interop/<version>/``; reruns need neither Maven nor
-the network. Without mvn/javac or Maven Central the test is skipped, or fails
-when ``CI`` is set.
+cached (see :mod:`tests.fixtures.java`).
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
+from tests.fixtures.java import SLF4J_SIMPLE, compile_java, java_binary, maven_classpath
 from tests.interop._clients import (
     Rec,
     assert_same,
@@ -38,19 +34,9 @@ pytestmark = [pytest.mark.interop, pytest.mark.slow, pytest.mark.timeout(240)]
 
 KAFKA_CLIENTS = ["3.9.1", "4.1.0"]
 JAVA_CODEC = {"3.9.1": "snappy", "4.1.0": "zstd"}  # what the Java producer compresses with
-SLF4J = "1.7.36"
 PARTITIONS = 3
 JAVA_N = 90  # records the Java producer writes (30 per partition)
 
-POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>floe.interop</groupId><artifactId>java-client</artifactId><version>1</version>
-  <dependencies>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-clients</artifactId><version>{version}</version></dependency>
-    <dependency><groupId>org.slf4j</groupId><artifactId>slf4j-simple</artifactId><version>{slf4j}</version></dependency>
-  </dependencies>
-</project>
-"""
 
 JAVA = r"""
 import java.nio.charset.StandardCharsets;
@@ -139,58 +125,14 @@ def _unhex(s: str) -> bytes | None:
     return None if s == "-" else bytes.fromhex(s[1:])
 
 
-def _fail_or_skip(reason: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(reason)
-    pytest.skip(reason)
-
-
-def _classpath(version: str) -> str:
-    """Resolve kafka-clients + deps into ~/.m2 once; the class path is cached next to its pom."""
-    cache = Path.home() / ".m2" / "floe-interop" / version
-    cp_file = cache / "classpath.txt"
-    if cp_file.exists():
-        cp = cp_file.read_text().strip()
-        if cp and all(Path(j).exists() for j in cp.split(os.pathsep)):
-            return cp
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        _fail_or_skip("mvn is not installed: cannot resolve kafka-clients from Maven Central")
-    cache.mkdir(parents=True, exist_ok=True)
-    (cache / "pom.xml").write_text(POM.format(version=version, slf4j=SLF4J))
-    try:
-        res = subprocess.run(
-            [mvn, "-B", "-q", "dependency:build-classpath", f"-Dmdep.outputFile={cp_file}"],
-            cwd=cache, capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-    except subprocess.TimeoutExpired:
-        _fail_or_skip("mvn timed out resolving kafka-clients (Maven Central unreachable?)")
-    if res.returncode != 0 or not cp_file.exists():
-        cp_file.unlink(missing_ok=True)
-        _fail_or_skip(
-            f"mvn could not resolve org.apache.kafka:kafka-clients:{version} (Maven Central unreachable?):\n"
-            + (res.stdout + res.stderr)[-2000:]
-        )
-    return cp_file.read_text().strip()
-
-
 @pytest.fixture(scope="session", params=KAFKA_CLIENTS)
 def java_client(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[str, str, str]:
     """(java, class path with the compiled FloeInterop class, kafka-clients version)."""
-    javac, java = shutil.which("javac"), shutil.which("java")
-    if javac is None or java is None:
-        _fail_or_skip("no JDK (javac/java) on PATH")
-    cp = _classpath(request.param)
-    src_dir = tmp_path_factory.mktemp(f"java-{request.param}")
-    (src_dir / "FloeInterop.java").write_text(JAVA)
-    res = subprocess.run(
-        [javac, "-cp", cp, "-d", str(src_dir), str(src_dir / "FloeInterop.java")],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert res.returncode == 0, f"javac failed:\n{res.stdout}{res.stderr}"
-    return java, f"{src_dir}{os.pathsep}{cp}", request.param
+    cp = maven_classpath([f"org.apache.kafka:kafka-clients:{request.param}", SLF4J_SIMPLE])
+    run_cp = compile_java(JAVA, cp, tmp_path_factory.mktemp(f"java-{request.param}"))
+    return java_binary(), run_cp, request.param
 
 
 def _java_expected(n: int, ts_base: int) -> list[Rec]:

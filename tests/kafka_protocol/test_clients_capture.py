@@ -10,7 +10,6 @@ the payload.
 from __future__ import annotations
 
 import asyncio
-import shutil
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +23,7 @@ from kafka_protocol.messages import (
     ProduceRequest,
     ProduceResponse,
 )
+from tests.fixtures.tools import require_tool
 
 pytestmark = pytest.mark.interop
 
@@ -201,13 +201,12 @@ async def test_confluent_kafka() -> None:
     _check(r, payloads)
 
 
-@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat not installed")
 async def test_kcat() -> None:
     payloads = _payloads("kcat")
     r, server = await _serve(payloads)
     async with server:
         proc = await asyncio.create_subprocess_exec(
-            shutil.which("kcat") or "kcat",
+            require_tool("kcat"),
             "-P",
             "-b",
             f"127.0.0.1:{r.port}",
