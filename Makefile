@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.floe-installed
 
-.PHONY: install deps dev test lint codegen codegen-check bench clean infra
+.PHONY: install deps kafka dev test lint codegen codegen-check bench clean infra
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -53,6 +53,10 @@ bench: $(STAMP)
 
 bench-codec: $(STAMP)
 	$(BIN)/python -m loadtest.codec
+
+## Fetch the Apache Kafka broker jars (Maven Central) used beside Floe in benchmarks and conformance tests.
+kafka: $(STAMP)
+	$(BIN)/python -m loadtest.kafka_broker fetch
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
