@@ -23,7 +23,7 @@ dev: $(STAMP)
 	$(BIN)/floe dev
 
 ## The whole test suite (unit, contract, integration with real Postgres and moto S3, interop).
-test: deps $(STAMP)
+test: deps $(STAMP) $(VENV)/checkov/bin/checkov
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)

@@ -2,7 +2,7 @@
 
 checkov pins its own `hcl2` fork, which conflicts with python-hcl2 in the dev
 venv, so it lives in a venv of its own: `.venv/checkov` (inside the gitignored
-.venv, created by CI; see infra/terraform/README.md), or FLOE_CHECKOV=/path/to/checkov,
+.venv, created by `make test`; see infra/terraform/README.md), or FLOE_CHECKOV=/path/to/checkov,
 or `checkov` on PATH. Checks that do not apply are skipped, with reasons, in
 infra/terraform/.checkov.yaml; every other check must pass.
 """
