@@ -23,7 +23,8 @@ import uuid
 from collections.abc import Sequence
 
 from compactor.rewrite import compact_partition
-from compactor.tasks import MergeTask, ParquetTask, Task, TaskResult
+from compactor.tasks import MergeTask, ParquetTask, PoisonedBatch, Task, TaskResult
+from kafka_protocol.exceptions import DecodeError
 from metastore.types import NewObject, ParquetFileInfo, StoredBatch
 from objectstore import parquet as pq
 from objectstore.base import ObjectStore
@@ -31,6 +32,10 @@ from objectstore.segment import BatchMeta, SegmentBuilder
 
 RowKey = tuple[uuid.UUID, int, int]
 PARQUET_LEVEL = 2  # Parquet objects are final: never merged again
+# Batches no task can decode are carried over, byte-for-byte, into segment objects of
+# this level, which no merge or Parquet conversion picks up again.
+QUARANTINE_LEVEL = 3
+QUARANTINE_PREFIX = "quarantine/"
 
 
 def row_key(b: StoredBatch) -> RowKey:
@@ -86,13 +91,14 @@ async def run_merge(task: MergeTask, store: ObjectStore) -> TaskResult:
         by_partition.setdefault((b.topic_id, b.partition), []).append(b)
     planned: list[tuple[StoredBatch, bytes]] = []
     dropped = 0
+    bad: list[tuple[StoredBatch, str]] = []
     for tp in sorted(by_partition, key=lambda tp: (tp[0].bytes, tp[1])):
         rows = sorted(by_partition[tp], key=lambda b: b.last_offset)
         spec = specs.get(tp)
         if spec is None:
             planned.extend((b, datas[row_key(b)]) for b in rows)
             continue
-        kept, n = compact_partition(rows, datas, spec)
+        kept, n = compact_partition(rows, datas, spec, bad)
         dropped += n
         planned.extend(kept)
 
@@ -137,23 +143,74 @@ async def run_merge(task: MergeTask, store: ObjectStore) -> TaskResult:
         bytes_read=nread,
         bytes_written=sum(o.size for o in new_objects),
         records_dropped=dropped,
+        poisoned=[_poison(b, why) for b, why in bad],
     )
+
+
+def _poison(b: StoredBatch, why: str) -> PoisonedBatch:
+    return PoisonedBatch(b.topic_id, b.partition, b.base_offset, b.last_offset, why[:500])
+
+
+async def _quarantine(
+    store: ObjectStore, prefix: str, bad: Sequence[tuple[StoredBatch, bytes]]
+) -> tuple[NewObject, list[StoredBatch]]:
+    """Carry undecodable batches over, byte-for-byte, into one quarantine segment."""
+    builder = SegmentBuilder()
+    for b, data in bad:
+        builder.add(b.topic_id, b.partition, data, BatchMeta.from_record_batch(data))
+    data, entries = builder.finish()
+    key = _object_key(prefix, QUARANTINE_LEVEL)
+    await store.put(key, data)
+    rows = [
+        dataclasses.replace(
+            b, object_id=-1, object_key=key, byte_pos=e.byte_pos, byte_len=e.byte_len
+        )
+        for (b, _), e in zip(bad, entries, strict=True)
+    ]
+    return NewObject(key, len(data), QUARANTINE_LEVEL, "segment"), rows
 
 
 async def run_parquet(task: ParquetTask, store: ObjectStore) -> TaskResult:
     rows = sorted(task.rows, key=lambda b: b.last_offset)
     datas, nread = await read_rows(store, rows, task.read_concurrency)
     dropped = 0
+    reasons: list[tuple[StoredBatch, str]] = []
     if task.compact is not None:
-        kept, dropped = compact_partition(rows, datas, task.compact)
+        kept, dropped = compact_partition(rows, datas, task.compact, reasons)
     else:
         kept = [(b, datas[row_key(b)]) for b in rows]
-    decoded = [(b, pq.decode_batch(data, b.base_offset)) for b, data in kept]
+    decoded: list[tuple[StoredBatch, pq.DecodedBatch]] = []
+    bad: list[tuple[StoredBatch, bytes]] = []
+    known = {row_key(b) for b, _ in reasons}
+    for b, data in kept:
+        if row_key(b) in known:
+            bad.append((b, data))
+            continue
+        try:
+            decoded.append((b, pq.decode_batch(data, b.base_offset)))
+        except (DecodeError, ValueError) as e:
+            # A poisoned batch must not stop the partition's conversion.
+            bad.append((b, data))
+            reasons.append((b, f"{type(e).__name__}: {e}"))
     # Control batches (no data records) have no rows in the Kafka schema: their
     # batch rows go away with the swap.
     decoded = [(b, d) for b, d in decoded if d.records]
+    new_objects: list[NewObject] = []
+    carried: list[StoredBatch] = []
+    if bad:
+        obj, carried = await _quarantine(store, QUARANTINE_PREFIX, bad)
+        new_objects.append(obj)
+    poisoned = [_poison(b, why) for b, why in reasons]
     if not decoded:
-        return TaskResult(task.task_id, [], [], bytes_read=nread, records_dropped=dropped)
+        return TaskResult(
+            task.task_id,
+            new_objects,
+            carried,
+            bytes_read=nread,
+            bytes_written=sum(o.size for o in new_objects),
+            records_dropped=dropped,
+            poisoned=poisoned,
+        )
     table = pq.batches_to_table(task.topic, task.partition, (d for _, d in decoded))
     first, last, min_ts, max_ts = pq.table_stats(table)
     data = pq.write_table(
@@ -181,14 +238,16 @@ async def run_parquet(task: ParquetTask, store: ObjectStore) -> TaskResult:
     info = ParquetFileInfo(
         key, task.topic_id, task.partition, first, last, table.num_rows, min_ts, max_ts
     )
+    new_objects.append(NewObject(key, len(data), PARQUET_LEVEL, "parquet"))
     return TaskResult(
         task.task_id,
-        [NewObject(key, len(data), PARQUET_LEVEL, "parquet")],
-        replacements,
+        new_objects,
+        replacements + carried,
         [info],
         bytes_read=nread,
-        bytes_written=len(data),
+        bytes_written=sum(o.size for o in new_objects),
         records_dropped=dropped,
+        poisoned=poisoned,
     )
 
 

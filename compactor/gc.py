@@ -5,8 +5,11 @@
   ``delete``), which also removes the batch rows DeleteRecords left below the
   log start offset and retires objects nothing references any more.
 * Retired objects: ``deleting`` for longer than ``delete_grace_ms`` (far longer
-  than any reader's cached lookup) are deleted from storage, then their rows.
-  Live objects no batch references (a deleted topic's, say) are retired first.
+  than any reader's cached lookup) and held by no live read lease (a Spark
+  batch that planned them, an agent's fetches) are claimed
+  (``Metastore.claim_objects_to_delete``), deleted from storage, then their
+  rows. Live objects no batch references (a deleted topic's, say) are retired
+  first. An object under a lease waits for the lease to end or expire.
 * Orphans: objects in the bucket that the metastore does not know at all and
   that are older than ``orphan_grace_ms`` by the store's clock (a crash between
   PUT and commit, or between a compactor's PUT and its swap). ``dry_run`` lists
@@ -74,11 +77,12 @@ async def retention_pass(
 async def delete_retired(
     meta: Metastore, store: ObjectStore, now_ms: int, grace_ms: int, limit: int = 1000
 ) -> list[str]:
-    """Delete objects retired more than ``grace_ms`` ago; returns their keys."""
+    """Delete objects retired more than ``grace_ms`` ago and under no live read lease;
+    returns their keys."""
     await meta.mark_objects_deleting(created_before_ms=now_ms - grace_ms)
     deleted: list[str] = []
     while True:
-        due = await meta.objects_to_delete(now_ms - grace_ms, limit)
+        due = await meta.claim_objects_to_delete(now_ms - grace_ms, limit)
         if not due:
             return deleted
         keys = [o.key for o in due]

@@ -130,6 +130,7 @@ async def plan_parquet(
                 topic.id,
                 partition,
                 min_level=cfg.parquet_min_level,
+                max_level=MAX_LEVEL,  # not the quarantine level of undecodable batches
                 limit=cfg.parquet_max_batches,
             )
             if len(rows) < cfg.parquet_min_batches:

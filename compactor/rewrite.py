@@ -5,7 +5,9 @@ is dropped when a later record in the task has the same key; a tombstone (null
 value) that is itself the latest is dropped only once its batch was appended
 before ``tombstone_cutoff_ms`` (delete.retention.ms) and the task starts at the
 partition's oldest batch (so no older value can reappear). Records without a
-key are kept. Control batches are kept as they are.
+key are kept. Control batches are kept as they are, and so are batches that
+cannot be decoded (a "poisoned" batch: corrupt, or inflating past the
+decompression cap): copied byte-for-byte, their keys unknown, reported back.
 
 Batches that keep every record are copied byte-for-byte; batches that keep none
 disappear (their offsets become a gap, as in Kafka); the others are rebuilt with
@@ -22,6 +24,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 
 from compactor.tasks import CompactSpec
+from kafka_protocol.exceptions import DecodeError
 from kafka_protocol.records import RecordBatchBuilder, RecordBatchView
 from metastore.types import StoredBatch
 from objectstore.parquet import DecodedBatch, decode_batch, set_last_offset_delta
@@ -30,9 +33,13 @@ RowKey = tuple[uuid.UUID, int, int]
 
 
 def compact_partition(
-    rows: Sequence[StoredBatch], datas: Mapping[RowKey, bytes], spec: CompactSpec
+    rows: Sequence[StoredBatch],
+    datas: Mapping[RowKey, bytes],
+    spec: CompactSpec,
+    poisoned: list[tuple[StoredBatch, str]] | None = None,
 ) -> tuple[list[tuple[StoredBatch, bytes]], int]:
-    """``(kept (row, bytes) pairs, records dropped)`` for one partition's rows."""
+    """``(kept (row, bytes) pairs, records dropped)`` for one partition's rows; rows
+    that cannot be decoded are kept as they are and appended to ``poisoned``."""
     ordered = sorted(rows, key=lambda b: b.last_offset)
     decoded: list[tuple[StoredBatch, bytes, RecordBatchView, DecodedBatch | None]] = []
     latest: dict[bytes, int] = {}
@@ -42,7 +49,13 @@ def compact_partition(
         if view.is_control:
             decoded.append((b, data, view, None))
             continue
-        batch = decode_batch(data, b.base_offset)
+        try:
+            batch = decode_batch(data, b.base_offset)
+        except (DecodeError, ValueError) as e:
+            if poisoned is not None:
+                poisoned.append((b, f"{type(e).__name__}: {e}"))
+            decoded.append((b, data, view, None))
+            continue
         for r in batch.records:
             if r.key is not None:
                 latest[r.key] = r.offset

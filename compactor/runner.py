@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from compactor import metrics
 from compactor.config import CompactorConfig
 from compactor.execute import execute_task
 from compactor.gc import collect_orphans, delete_retired, retention_pass
@@ -72,6 +73,7 @@ class PhaseSummary:
     bytes_read: int = 0
     bytes_written: int = 0
     records_dropped: int = 0
+    poisoned: int = 0  # batches carried over undecoded
 
 
 @dataclass(slots=True)
@@ -82,8 +84,11 @@ class PassSummary:
     retention_bytes: int = 0
     objects_retired: int = 0
     objects_deleted: int = 0
+    objects_leased: int = 0  # retired but held by a live read lease
     orphans: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    # level -> (objects waiting, trigger) when a merge level stayed below its trigger
+    below_trigger: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
         out = [
@@ -95,9 +100,16 @@ class PassSummary:
                 f"{name}: {p.tasks} task(s), {p.committed} committed, {p.conflicts} conflict(s), "
                 f"{p.failed} failed, {p.batches} batch(es), read {p.bytes_read} B, "
                 f"wrote {p.bytes_written} B, {p.records_dropped} record(s) compacted away"
+                + (f", {p.poisoned} undecodable batch(es) carried over" if p.poisoned else "")
+            )
+        for level, (n, trigger) in sorted(self.below_trigger.items()):
+            out.append(
+                f"merge L{level}->L{level + 1}: {n} object(s) waiting, below the trigger of "
+                f"{trigger} (nothing merged; --force merges them anyway)"
             )
         out.append(
             f"gc: {self.objects_retired} object(s) retired, {self.objects_deleted} deleted, "
+            f"{self.objects_leased} held by read leases, "
             f"{len(self.orphans)} orphan(s); pass took {self.seconds:.2f}s"
         )
         return out
@@ -122,9 +134,12 @@ class Compactor:
         self.now_ms: Clock = now_ms or system_clock_ms
         self.fail_point = fail_point or (lambda _name: None)
         self.progress = progress
+        self._topic_names: dict[uuid.UUID, str] = {}
 
     async def _topics(self) -> dict[uuid.UUID, TopicInfo]:
-        return {t.id: t for t in await self.meta.list_topics()}
+        topics = {t.id: t for t in await self.meta.list_topics()}
+        self._topic_names = {t.id: t.name for t in topics.values()}
+        return topics
 
     async def run_phase(
         self, name: str, plan: Callable[[], Awaitable[Sequence[Task]]], summary: PassSummary
@@ -143,13 +158,28 @@ class Compactor:
             for i, (task, res) in enumerate(zip(tasks, results, strict=True), 1):
                 if isinstance(res, BaseException):
                     ps.failed += 1
+                    metrics.TASKS.labels(name, "failed").inc()
                     log.warning("compactor: %s task %s failed: %r", task.kind, task.task_id, res)
                     continue
+                for pb in res.poisoned:
+                    topic = self._topic_names.get(pb.topic_id, str(pb.topic_id))
+                    metrics.POISONED.labels(topic).inc()
+                    log.warning(
+                        "compactor: batch %s-%d [%d..%d] cannot be decoded (%s); carried over "
+                        "undecoded, the rest of the partition is compacted",
+                        topic,
+                        pb.partition,
+                        pb.base_offset,
+                        pb.last_offset,
+                        pb.reason,
+                    )
                 swap = await self.meta.swap_batches(
                     task.rows, res.replacements, res.new_objects, res.parquet_files
                 )
                 if swap.ok:
                     ps.committed += 1
+                    ps.poisoned += len(res.poisoned)
+                    metrics.TASKS.labels(name, "committed").inc()
                     ps.batches += len(task.rows)
                     ps.bytes_read += res.bytes_read
                     ps.bytes_written += res.bytes_written
@@ -157,6 +187,7 @@ class Compactor:
                     summary.objects_retired += len(swap.objects_deleting)
                 else:
                     conflicts += 1
+                    metrics.TASKS.labels(name, "conflict").inc()
                     log.info(
                         "compactor: %s task %s conflicted: %s",
                         task.kind,
@@ -198,12 +229,23 @@ class Compactor:
         )
         deleted = await delete_retired(self.meta, self.store, self.now_ms(), cfg.delete_grace_ms)
         summary.objects_deleted = len(deleted)
+        metrics.DELETED.inc(len(deleted))
+        summary.objects_leased = await self.meta.leased_object_count()
+        metrics.LEASED.set(summary.objects_leased)
+        if summary.objects_leased:
+            log.info("compactor: %d retired object(s) held by read leases", summary.objects_leased)
         if orphans:
             found = await collect_orphans(
                 self.meta, self.store, cfg.orphan_grace_ms, prefix=cfg.orphan_prefix
             )
             summary.orphans = [o.key for o in found]
+        if not force:
+            for level, trigger in ((0, cfg.l0_trigger), (1, cfg.l1_trigger)):
+                waiting = len(await self.meta.list_compaction_objects(level, limit=trigger))
+                if 0 < waiting < trigger:
+                    summary.below_trigger[level] = (waiting, trigger)
         summary.seconds = time.monotonic() - started
+        metrics.PASSES.inc()
         return summary
 
     async def run_forever(

@@ -69,6 +69,17 @@ Task = MergeTask | ParquetTask
 
 
 @dataclass(frozen=True, slots=True)
+class PoisonedBatch:
+    """A batch the task could not decode; it was carried over byte-for-byte."""
+
+    topic_id: uuid.UUID
+    partition: int
+    base_offset: int
+    last_offset: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class TaskResult:
     """What an executor produced; ``replacements`` keep every planned row's offsets."""
 
@@ -79,6 +90,7 @@ class TaskResult:
     bytes_read: int = 0
     bytes_written: int = 0
     records_dropped: int = 0
+    poisoned: list[PoisonedBatch] = field(default_factory=list)
 
 
 def new_task_id() -> str:

@@ -41,6 +41,9 @@ def add_compactor_parser(sub: Any) -> None:
     run.add_argument("--l1-trigger", type=int, default=None)
     run.add_argument("--delete-grace-ms", type=int, default=None)
     run.add_argument("--orphan-grace-ms", type=int, default=None)
+    run.add_argument(
+        "--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port"
+    )
     orph = csub.add_parser("orphans", help="objects no metastore row references (crashed uploads)")
     orph.add_argument(
         "--delete", action="store_true", help="delete them (default: dry run, list only)"
@@ -95,6 +98,12 @@ async def _main(args: argparse.Namespace) -> int:
         except Exception as e:  # pydantic ValidationError: say what is wrong
             print(f"floe: invalid compactor configuration: {e}", file=sys.stderr)
             return 2
+        if args.metrics_port is not None:
+            from prometheus_client import start_http_server
+
+            from compactor.metrics import REGISTRY
+
+            start_http_server(args.metrics_port, registry=REGISTRY)
         executor: TaskExecutor | None = None
         if args.spark:
             from compactor.spark import SparkExecutor, local_spark_session

@@ -28,6 +28,8 @@ from metastore.types import (
     ParquetFileInfo,
     PartitionSummary,
     ProducerIdResult,
+    ReadLeaseGrant,
+    ReadLeaseInfo,
     RetentionResult,
     StoredBatch,
     SwapResult,
@@ -158,5 +160,16 @@ class Metastore(Protocol):
         max_bytes: int | None = None,
         max_batches: int = 10_000,
     ) -> RetentionResult: ...
+
+    # read leases (metastore/leases.py): objects a running reader needs
+    async def acquire_read_lease(
+        self, lease_id: str, object_keys: Sequence[str], ttl_ms: int, *, owner: str = ""
+    ) -> ReadLeaseGrant: ...
+    async def release_read_lease(self, lease_id: str) -> bool: ...
+    async def list_read_leases(self) -> list[ReadLeaseInfo]: ...
+    async def claim_objects_to_delete(
+        self, older_than_ms: int, limit: int = 1000
+    ) -> list[ObjectInfo]: ...
+    async def leased_object_count(self) -> int: ...
 
     async def close(self) -> None: ...

@@ -151,20 +151,27 @@ class RegistryMixin(SqlBase):
             return [_object_info(row) for row in rows]
 
     async def delete_object_rows(self, keys: Sequence[str]) -> int:
-        """Forget objects deleted from storage; only ``deleting`` objects that no batch
-        references are removed. Returns how many rows went."""
+        """Forget objects deleted from storage; only ``deleting``/``purging`` objects that
+        no batch references are removed (with their lease entries). Returns how many
+        rows went."""
         if not keys:
             return 0
         o = s.objects.c
         async with self._write() as conn:
             result = await conn.execute(
-                delete(s.objects).where(
+                delete(s.objects)
+                .where(
                     o.key.in_(list(keys)),
-                    o.state == "deleting",
+                    o.state.in_(("deleting", "purging")),
                     ~exists().where(s.batches.c.object_id == o.id),
                 )
+                .returning(o.id)
             )
-            return int(result.rowcount)
+            gone = list(result.scalars())
+            if gone:
+                lo = s.read_lease_objects.c
+                await conn.execute(delete(s.read_lease_objects).where(lo.object_id.in_(gone)))
+            return len(gone)
 
     # -- agents ---------------------------------------------------------------------
 

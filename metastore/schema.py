@@ -216,3 +216,25 @@ parquet_files = Table(
     Column("created_at", BigInteger, nullable=False),
 )
 Index("ix_parquet_files_object_id", parquet_files.c.object_id)
+
+# Read leases (migration 0004): a reader (a Spark batch or micro-batch, an agent's
+# fetches) holds the objects it planned to read until ``expires_at``, renewing it
+# while it runs. The GC never claims an object under a live lease, and a lease
+# is never granted on an object the GC claimed (state ``purging``).
+read_leases = Table(
+    "read_leases",
+    metadata,
+    Column("id", String(128), primary_key=True),
+    Column("owner", String(255), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("expires_at", BigInteger, nullable=False),
+)
+Index("ix_read_leases_expires_at", read_leases.c.expires_at)
+
+read_lease_objects = Table(
+    "read_lease_objects",
+    metadata,
+    Column("lease_id", String(128), primary_key=True),
+    Column("object_id", BigInteger, primary_key=True),
+)
+Index("ix_read_lease_objects_object_id", read_lease_objects.c.object_id)

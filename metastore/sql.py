@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from metastore.compaction import CompactionMixin
 from metastore.groups import GroupsMixin
+from metastore.leases import LeasesMixin
 from metastore.log import LogMixin
 from metastore.registry import RegistryMixin
 from metastore.topics import TopicsMixin
 
 
-class SqlMetastore(TopicsMixin, LogMixin, RegistryMixin, GroupsMixin, CompactionMixin):
+class SqlMetastore(
+    TopicsMixin, LogMixin, RegistryMixin, GroupsMixin, CompactionMixin, LeasesMixin
+):
     """All operations over one SQLAlchemy async engine."""

@@ -156,7 +156,7 @@ class ObjectInfo:
     key: str
     agent_id: str
     size: int
-    state: str  # "live" | "deleting"
+    state: str  # "live" | "deleting" | "purging" (claimed by the GC, being deleted)
     created_at_ms: int
     deleting_since_ms: int | None
 
@@ -312,3 +312,27 @@ class RetentionResult:
     removed_batches: int = 0
     removed_bytes: int = 0
     objects_deleting: list[str] = field(default_factory=list)
+
+
+# -- read leases ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReadLeaseGrant:
+    """Outcome of ``acquire_read_lease``: the lease's deadline, the sizes of the
+    objects now under it, and the keys that could not be leased because the GC
+    already claimed or removed them (the reader must plan again)."""
+
+    lease_id: str
+    expires_at_ms: int
+    sizes: dict[str, int] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadLeaseInfo:
+    lease_id: str
+    owner: str
+    created_at_ms: int
+    expires_at_ms: int
+    objects: int

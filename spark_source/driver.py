@@ -1,8 +1,16 @@
-"""Driver-side planning against the metastore: topics, offset bounds, batch lookup.
+"""Driver-side planning: offsets, ranges and read tasks, over a planning backend.
 
-Only the Spark driver (its Python planner worker) talks to the metastore; each
-call opens it, does its work and closes it again, so the readers Spark pickles
-carry a URL and never a connection. Executors receive :class:`~spark_source.plan.ReadTask`\\ s.
+Where it sits: the Spark driver (its Python planner worker) calls these
+functions from the source's ``partitions()`` / ``latestOffset()``. They talk
+to a :class:`Backend`: the agents' planning API (:mod:`spark_source.agents`,
+``kafka.bootstrap.servers``) or the metastore itself (:mod:`spark_source.direct`,
+``metastore`` + ``objects``). Each call opens the backend, does its work and
+closes it again, so the readers Spark pickles carry options, never connections.
+Executors receive :class:`~spark_source.plan.ReadTask`\\ s.
+
+Kafka's semantics live here: offsets and timestamps resolved per partition
+(the first *record* whose timestamp is >= T), JSON offsets that must name
+every partition, data loss reported through ``failOnDataLoss``.
 """
 
 from __future__ import annotations
@@ -10,26 +18,28 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from typing import TypeVar
+from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
-from metastore import Metastore, open_metastore
-from metastore.types import BatchLocation, ErrorCode, TopicInfo
+from metastore.types import BatchLocation, MetastoreError
 from spark_source.offsets import Offsets, TopicPartition
 from spark_source.options import EARLIEST, LATEST, OffsetSpec, OptionError, SourceOptions
-from spark_source.plan import ReadTask, records_per_task, split_range
+from spark_source.plan import ObjectRef, ReadTask, records_per_task, split_range
 
 log = logging.getLogger("spark_source")
 
 T = TypeVar("T")
-FIND_PAGE_BATCHES = 5000
-FIND_PAGE_BYTES = 1 << 40
 
 
 class DataLossError(RuntimeError):
     """Offsets the query needs are gone (retention, DeleteRecords, deleted topic)."""
+
+
+class PlanningError(RuntimeError):
+    """The planning backend failed (unreachable agents or metastore, a bad answer)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +52,43 @@ class PartitionState:
 State = dict[TopicPartition, PartitionState]
 
 
+@dataclass(frozen=True, slots=True)
+class LeaseSpec:
+    """Register the planned objects under read lease ``lease_id`` for ``ttl_ms``."""
+
+    lease_id: str
+    ttl_ms: int
+    owner: str = ""
+
+
+@dataclass(slots=True)
+class ReadPlan:
+    """The batches of each planned range, the objects they live in, the lease held."""
+
+    batches: dict[TopicPartition, list[BatchLocation]] = field(default_factory=dict)
+    objects: dict[str, ObjectRef] = field(default_factory=dict)
+    starts: dict[TopicPartition, int] = field(default_factory=dict)
+    objects_url: str | None = None  # where executors read (None: the source's 'objects')
+    lease_expires_ms: int | None = None
+
+
+class Backend(Protocol):
+    async def partition_state(self, opts: SourceOptions) -> State: ...
+    async def offsets_for_times(
+        self, queries: Mapping[TopicPartition, tuple[uuid.UUID, int]]
+    ) -> dict[TopicPartition, int]: ...
+    async def read_plan(
+        self,
+        ranges: Mapping[TopicPartition, tuple[uuid.UUID, int, int]],
+        *,
+        fail_on_data_loss: bool,
+        lease: LeaseSpec | None,
+    ) -> ReadPlan: ...
+    async def renew_lease(self, lease: LeaseSpec, keys: list[str]) -> list[str]: ...
+    async def release_lease(self, lease_id: str) -> None: ...
+    async def close(self) -> None: ...
+
+
 def run_sync(fn: Callable[[], Awaitable[T]]) -> T:
     """Run a coroutine from synchronous Spark callbacks (in a thread if a loop runs here)."""
     try:
@@ -52,44 +99,58 @@ def run_sync(fn: Callable[[], Awaitable[T]]) -> T:
         return pool.submit(lambda: asyncio.run(fn())).result()  # type: ignore[arg-type]
 
 
-async def with_metastore(url: str, fn: Callable[[Metastore], Awaitable[T]]) -> T:
-    ms = await open_metastore(url, auto_migrate=False)
-    try:
-        return await fn(ms)
-    finally:
-        await ms.close()
+async def open_backend(opts: SourceOptions) -> Backend:
+    if opts.direct:
+        from spark_source.direct import MetastoreBackend
+
+        return await MetastoreBackend.open(opts)
+    from spark_source.agents import AgentBackend
+
+    return await AgentBackend.open(opts)
 
 
-async def topics_for(ms: Metastore, opts: SourceOptions) -> dict[str, TopicInfo]:
-    """The topics the source reads now, by name."""
-    if opts.subscribe or opts.assign is not None:
-        names = opts.subscribe or tuple(sorted(opts.assign or {}))
-        out: dict[str, TopicInfo] = {}
-        for name in names:
-            t = await ms.get_topic(name)
-            if t is not None:
-                out[name] = t
-        return out
-    return {t.name: t for t in await ms.list_topics() if opts.matches(t.name)}
+def plan_sync(opts: SourceOptions, fn: Callable[[Backend], Awaitable[T]]) -> T:
+    """``fn(backend)`` on a fresh backend, retried ``fetchOffset.numRetries`` times
+    (``fetchOffset.retryIntervalMs`` apart) when the backend fails, as Kafka's
+    source retries its offset fetches. Option and data-loss errors are not retried."""
+
+    async def once() -> T:
+        backend = await open_backend(opts)
+        try:
+            return await fn(backend)
+        finally:
+            await backend.close()
+
+    attempt = 0
+    while True:
+        try:
+            return run_sync(once)
+        except (PlanningError, MetastoreError, OSError) as e:
+            if attempt >= opts.fetch_offset_retries:
+                raise
+            attempt += 1
+            log.warning("floe source: planning failed (%s); retry %d", e, attempt)
+            time.sleep(opts.fetch_offset_retry_interval_ms / 1000.0)
 
 
-async def partition_state(ms: Metastore, opts: SourceOptions) -> State:
-    """Log start and high watermark of every partition the source reads."""
-    topics = await topics_for(ms, opts)
-    by_id = {t.id: t for t in topics.values()}
-    state: State = {}
-    for s in await ms.partition_summaries():
-        t = by_id.get(s.topic_id)
-        if t is None or s.partition >= t.partitions:
-            continue
-        if opts.assign is not None and s.partition not in opts.assign.get(t.name, ()):
-            continue
-        state[(t.name, s.partition)] = PartitionState(t.id, s.log_start_offset, s.high_watermark)
-    return state
+def _must_name_all(name: str, spec: OffsetSpec, state: State) -> None:
+    """Kafka's source requires JSON offsets/timestamps for exactly the assigned partitions."""
+    specified = {(t, p) for t, ps in spec.per_partition.items() for p in ps}
+    assigned = set(state)
+    if specified != assigned:
+        raise OptionError(
+            f"If {name} contains specific offsets, you must specify all TopicPartitions. "
+            "Use -1 for latest, -2 for earliest. "
+            f"Specified: {_tps(specified)} Assigned: {_tps(assigned)}"
+        )
+
+
+def _tps(tps: set[TopicPartition]) -> str:
+    return "{" + ", ".join(f"{t}-{p}" for t, p in sorted(tps)) + "}"
 
 
 async def resolve(
-    ms: Metastore,
+    backend: Backend,
     spec: OffsetSpec,
     state: State,
     *,
@@ -99,13 +160,17 @@ async def resolve(
     """Concrete offsets of ``spec`` for every partition in ``state``.
 
     ``earliest``/``latest`` are the log start and high watermark; a timestamp
-    resolves, like Kafka's ListOffsets, to the first offset whose timestamp is at
-    or after it (none: the high watermark as an ending; as a starting point an
-    error unless ``startingOffsetsByTimestampStrategy`` is ``latest``).
-    Partitions a JSON spec does not name: earliest when starting, latest when
-    ending (Kafka requires them all; we are lenient and say so in a warning).
+    resolves, like Kafka's ListOffsets, to the first offset whose record
+    timestamp is at or after it (none: the high watermark as an ending; as a
+    starting point an error unless ``startingOffsetsByTimestampStrategy`` is
+    ``latest``). JSON specs must name every partition, as in Kafka's source.
     """
+    which = "starting" if starting else "ending"
     out: Offsets = {}
+    if spec.kind in ("offsets", "timestamps"):
+        name = f"{which}Offsets" + ("ByTimestamp" if spec.kind == "timestamps" else "")
+        _must_name_all(name, spec, state)
+    queries: dict[TopicPartition, tuple[uuid.UUID, int]] = {}
     for tp, st in sorted(state.items()):
         topic, part = tp
         if spec.kind == "earliest":
@@ -113,36 +178,27 @@ async def resolve(
         elif spec.kind == "latest":
             out[tp] = st.high_watermark
         elif spec.kind == "offsets":
-            off = spec.per_partition.get(topic, {}).get(part)
-            if off is None:
-                log.warning(
-                    "no %s offset given for %s-%d", "starting" if starting else "ending", *tp
-                )
-                off = EARLIEST if starting else LATEST
+            off = spec.per_partition[topic][part]
             out[tp] = (
                 st.log_start if off == EARLIEST else st.high_watermark if off == LATEST else off
             )
         else:
-            ts = spec.timestamp
-            if spec.kind == "timestamps":
-                ts = spec.per_partition.get(topic, {}).get(part)
-            if ts is None:
-                out[tp] = st.log_start if starting else st.high_watermark
-                continue
-            r = await ms.list_offsets(st.topic_id, part, ts)
-            if r.error != ErrorCode.NONE:
-                raise OptionError(
-                    f"cannot resolve timestamp {ts} on {topic}-{part}: {r.error.name}"
-                )
-            if r.offset < 0:
+            ts = spec.timestamp if spec.kind == "timestamp" else spec.per_partition[topic][part]
+            assert ts is not None
+            queries[tp] = (st.topic_id, ts)
+    if queries:
+        found = await backend.offsets_for_times(queries)
+        for tp, (_, ts) in sorted(queries.items()):
+            off = found.get(tp, -1)
+            if off < 0:
                 if starting and strategy == "error":
                     raise OptionError(
-                        f"no offset of {topic}-{part} has a timestamp >= {ts} "
-                        "(set startingOffsetsByTimestampStrategy=latest to start at the end)"
+                        f"No offset matched from request of topic-partition {tp[0]}-{tp[1]} and "
+                        f"timestamp {ts} (no offset of it has a timestamp >= {ts}; set "
+                        "startingOffsetsByTimestampStrategy=latest to start at the end)"
                     )
-                out[tp] = st.high_watermark
-            else:
-                out[tp] = r.offset
+                off = state[tp].high_watermark
+            out[tp] = off
     return out
 
 
@@ -182,63 +238,28 @@ def _data_loss(msg: str, fail: bool) -> None:
     log.warning("data loss: %s", msg)
 
 
-async def find_range(
-    ms: Metastore,
-    topic_id: uuid.UUID,
-    partition: int,
-    start: int,
-    end: int,
-    *,
-    fail_on_data_loss: bool = True,
-) -> list[BatchLocation]:
-    """Every batch row holding an offset of ``[start, end)``."""
-    out: list[BatchLocation] = []
-    offset = start
-    while offset < end:
-        r = await ms.find_batches(
-            topic_id, partition, offset, FIND_PAGE_BYTES, max_batches=FIND_PAGE_BATCHES
-        )
-        if r.error == ErrorCode.OFFSET_OUT_OF_RANGE and offset < r.log_start_offset:
-            # Retention moved the log start since the offsets were checked.
-            _data_loss(
-                f"partition {partition}: offsets {offset}..{r.log_start_offset - 1} deleted "
-                "while planning",
-                fail_on_data_loss,
-            )
-            offset = r.log_start_offset
-            continue
-        if r.error != ErrorCode.NONE:
-            raise DataLossError(
-                f"partition {partition}: offset {offset} unreadable ({r.error.name}, log "
-                f"start {r.log_start_offset}, end {r.high_watermark})"
-            )
-        if not r.batches:
-            break
-        for b in r.batches:
-            if b.base_offset >= end:
-                return out
-            out.append(b)
-        offset = r.batches[-1].last_offset + 1
-    return out
-
-
 async def plan_tasks(
-    ms: Metastore,
+    backend: Backend,
     opts: SourceOptions,
     ranges: Mapping[TopicPartition, tuple[int, int]],
     state: State,
-) -> list[ReadTask]:
-    """Read tasks for ``ranges`` (already clamped), deterministic for given metastore state."""
-    total = sum(max(0, e - s) for s, e in ranges.values())
+    lease: LeaseSpec | None = None,
+) -> tuple[list[ReadTask], ReadPlan]:
+    """Read tasks for ``ranges`` (already clamped), deterministic for given log state;
+    with ``lease``, the objects they read are leased before this returns."""
+    wanted = {
+        tp: (state[tp].topic_id, s, e) for tp, (s, e) in sorted(ranges.items()) if e > s
+    }
+    if not wanted:
+        return [], ReadPlan()
+    plan = await backend.read_plan(wanted, fail_on_data_loss=opts.fail_on_data_loss, lease=lease)
+    total = sum(e - s for _, s, e in wanted.values())
     cap = records_per_task(total, opts.min_partitions, opts.max_records_per_partition)
     tasks: list[ReadTask] = []
-    for tp in sorted(ranges):
-        start, end = ranges[tp]
-        if end <= start:
-            continue
-        batches = await find_range(
-            ms, state[tp].topic_id, tp[1], start, end, fail_on_data_loss=opts.fail_on_data_loss
-        )
+    for tp, (_, start, end) in wanted.items():
+        # Retention may have moved the log start while planning (failOnDataLoss said so).
+        start = max(start, plan.starts.get(tp, start))
+        batches = plan.batches.get(tp, [])
         tasks.extend(
             split_range(
                 tp[0],
@@ -250,4 +271,4 @@ async def plan_tasks(
                 max_records=cap,
             )
         )
-    return tasks
+    return tasks, plan

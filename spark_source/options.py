@@ -1,10 +1,11 @@
 """Options of the ``floe`` Spark source: the names and meanings of Spark's Kafka source.
 
 Parsed once on the driver into a :class:`SourceOptions` (a plain, picklable
-dataclass). Kafka-source options that have no meaning here (``kafka.*`` consumer
-settings, ``groupIdPrefix``, poll timeouts) are accepted and ignored with a
-warning, so a job written for ``format("kafka")`` runs unchanged after swapping
-the format and adding ``metastore``/``objects``.
+dataclass). Every option is implemented with Kafka's meaning or refused with an
+:class:`OptionError` naming it; none is silently ignored. ``kafka.bootstrap.servers``
+alone is enough: the driver plans through the agents. ``metastore`` + ``objects``
+select the direct mode (the driver reads the metastore itself). The full table
+of options against Spark's Kafka source is in ``docs/spark.md``.
 """
 
 from __future__ import annotations
@@ -21,15 +22,7 @@ log = logging.getLogger("spark_source")
 EARLIEST = -2
 LATEST = -1
 
-# Accepted for compatibility with Spark's Kafka source; they tune its Kafka consumer.
-_IGNORED = {
-    "groupidprefix",
-    "kafkaconsumer.polltimeoutms",
-    "fetchoffset.numretries",
-    "fetchoffset.retryintervalms",
-    "startingoffsetsbytimestampstrategy",  # handled below, listed to keep it out of warnings
-}
-
+# Source options of Spark's Kafka source that format("floe") implements (lower case).
 _KNOWN = {
     "subscribe",
     "subscribepattern",
@@ -40,6 +33,7 @@ _KNOWN = {
     "endingtimestamp",
     "startingoffsetsbytimestamp",
     "endingoffsetsbytimestamp",
+    "startingoffsetsbytimestampstrategy",
     "maxoffsetspertrigger",
     "minoffsetspertrigger",
     "maxtriggerdelay",
@@ -47,13 +41,49 @@ _KNOWN = {
     "maxrecordsperpartition",
     "includeheaders",
     "failondataloss",
+    "groupidprefix",
+    "kafkaconsumer.polltimeoutms",
+    "fetchoffset.numretries",
+    "fetchoffset.retryintervalms",
+    # Floe's own
     "metastore",
     "objects",
     "pushdownfilters",
     "maxbytespersplit",
-    "path",
+    "leasetimeout",
+    "objectaccess",
 }
+_STREAMING_ONLY = ("maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay")
 
+# Kafka consumer settings (``kafka.<name>``) and what the source does with them.
+# Spark's own source refuses the first group with these messages.
+_KAFKA_REFUSED_BY_SPARK = {
+    "auto.offset.reset": (
+        "Kafka option 'auto.offset.reset' is not supported. Instead set the source option "
+        "'startingOffsets' to 'earliest' or 'latest' to specify where to start."
+    ),
+    "key.deserializer": (
+        "Kafka option 'key.deserializer' is not supported, keys are always deserialized as byte "
+        "arrays. Use DataFrame operations to explicitly deserialize the keys."
+    ),
+    "value.deserializer": (
+        "Kafka option 'value.deserializer' is not supported, values are always deserialized as "
+        "byte arrays. Use DataFrame operations to explicitly deserialize the values."
+    ),
+    "enable.auto.commit": "Kafka option 'enable.auto.commit' is not supported.",
+    "interceptor.classes": "Kafka option 'interceptor.classes' is not supported.",
+}
+# Implemented: where to plan, labels, timeouts, the security protocol and isolation level.
+_KAFKA_USED = {
+    "bootstrap.servers",
+    "group.id",
+    "client.id",
+    "request.timeout.ms",
+    "default.api.timeout.ms",
+    "security.protocol",
+    "isolation.level",
+}
+_SECURITY_PROTOCOLS = ("PLAINTEXT",)
 
 class OptionError(ValueError):
     """An invalid option value or combination (raised on the driver at planning)."""
@@ -76,8 +106,11 @@ LATEST_SPEC = OffsetSpec("latest")
 
 @dataclass(frozen=True)
 class SourceOptions:
-    metastore: str
-    objects: str
+    # Where the driver plans: the agents (``kafka.bootstrap.servers``) or, in direct
+    # mode, the metastore itself (``metastore``; then ``objects`` is required).
+    bootstrap_servers: str | None = None
+    metastore: str | None = None
+    objects: str | None = None
     subscribe: tuple[str, ...] = ()
     subscribe_pattern: str | None = None
     assign: dict[str, tuple[int, ...]] | None = None
@@ -93,7 +126,28 @@ class SourceOptions:
     include_headers: bool = False
     fail_on_data_loss: bool = True
     pushdown_filters: bool = False
-    ignored: tuple[str, ...] = ()
+    # Kafka consumer settings the source honours.
+    client_label: str = "floe-spark"  # kafka.client.id / kafka.group.id / groupIdPrefix
+    request_timeout_ms: int = 30_000  # kafka.request.timeout.ms / default.api.timeout.ms
+    poll_timeout_ms: int = 120_000  # kafkaConsumer.pollTimeoutMs: one executor read
+    fetch_offset_retries: int = 3  # fetchOffset.numRetries: planning calls retried
+    fetch_offset_retry_interval_ms: int = 10  # fetchOffset.retryIntervalMs
+    isolation_level: str = "read_uncommitted"  # kafka.isolation.level
+    security_protocol: str = "PLAINTEXT"
+    # Read leases: how long a plan keeps its objects from the GC without renewal.
+    lease_timeout_ms: int | None = None  # None: 60 min for batch plans, 5 min when streaming
+    object_access: str = "auto"  # auto | presigned | direct (agents mode)
+
+    def lease_ttl_ms(self, streaming: bool) -> int:
+        """How long a plan's read lease lasts without renewal."""
+        if self.lease_timeout_ms is not None:
+            return self.lease_timeout_ms
+        return (5 if streaming else 60) * 60 * 1000
+
+    @property
+    def direct(self) -> bool:
+        """Plan from the metastore (``metastore`` given) rather than through the agents."""
+        return self.metastore is not None
 
     def matches(self, topic: str) -> bool:
         """Whether ``topic`` is one this source reads (``assign`` is checked per partition)."""
@@ -163,25 +217,91 @@ def _offset_spec(name: str, v: str) -> OffsetSpec:
     return OffsetSpec("offsets", _json_partitions(name, s))
 
 
+def _non_negative_int(name: str, v: str) -> int:
+    try:
+        n = int(str(v).strip())
+    except ValueError:
+        raise OptionError(f"option {name!r} must be an integer, got {v!r}") from None
+    if n < 0:
+        raise OptionError(f"option {name!r} must not be negative, got {v!r}")
+    return n
+
+
+def _kafka_settings(opts: Mapping[str, str]) -> dict[str, str]:
+    """The ``kafka.*`` options, checked: each is used or refused, never ignored."""
+    kafka = {k[len("kafka.") :]: v for k, v in opts.items() if k.startswith("kafka.")}
+    for name in sorted(kafka):
+        if name in _KAFKA_REFUSED_BY_SPARK:
+            raise OptionError(_KAFKA_REFUSED_BY_SPARK[name])
+        if name in _KAFKA_USED:
+            continue
+        if name.startswith(("sasl.", "ssl.")):
+            raise OptionError(
+                f"option 'kafka.{name}': SASL and TLS settings need a kafka.security.protocol "
+                "other than PLAINTEXT, which this Floe version's planning API does not accept yet"
+            )
+        raise OptionError(
+            f"option 'kafka.{name}' is a Kafka consumer setting that format(\"floe\") does not "
+            "use: executors read object storage directly, not through a Kafka consumer, so it "
+            "could not change what is read. Remove it."
+        )
+    proto = kafka.get("security.protocol", "PLAINTEXT").strip().upper()
+    if proto not in _SECURITY_PROTOCOLS:
+        raise OptionError(
+            f"option 'kafka.security.protocol' = {proto!r} is not supported by this Floe "
+            f"version's planning API (supported: {', '.join(_SECURITY_PROTOCOLS)})"
+        )
+    level = kafka.get("isolation.level", "read_uncommitted").strip().lower()
+    if level == "read_committed":
+        raise OptionError(
+            "option 'kafka.isolation.level' = 'read_committed' is not supported yet: Floe has "
+            "no transactions, so every record is committed; use read_uncommitted (the default)"
+        )
+    if level != "read_uncommitted":
+        raise OptionError(
+            f"option 'kafka.isolation.level' must be read_uncommitted or read_committed, "
+            f"got {level!r}"
+        )
+    return kafka
+
+
 def parse_options(
     options: Mapping[str, Any], *, streaming: bool, warn: bool = True
 ) -> SourceOptions:
-    """Validate ``options`` (case-insensitive names) as Spark's Kafka source would."""
+    """Validate ``options`` (case-insensitive names) as Spark's Kafka source would.
+
+    Every option is either implemented or refused with an :class:`OptionError`
+    naming it; none is silently ignored.
+    """
     opts = {str(k).lower(): str(v) for k, v in options.items() if v is not None}
-    ignored = sorted(k for k in opts if k.startswith("kafka.") or k in _IGNORED)
-    unknown = sorted(k for k in opts if k not in _KNOWN and k not in ignored)
-    if warn and ignored:
-        log.warning("floe source ignores Kafka consumer options: %s", ", ".join(ignored))
-    if warn and unknown:
-        log.warning("floe source: unknown options ignored: %s", ", ".join(unknown))
+    unknown = sorted(k for k in opts if k not in _KNOWN and not k.startswith("kafka."))
+    if unknown:
+        if "path" in unknown:
+            raise OptionError(
+                "format(\"floe\") reads topics, not paths: use .load() without a path and "
+                "name topics with 'subscribe', 'subscribePattern' or 'assign'"
+            )
+        raise OptionError(
+            f"unknown option(s) {', '.join(unknown)} for format(\"floe\") (it takes the options "
+            "of Spark's Kafka source; see docs/spark.md)"
+        )
+    kafka = _kafka_settings(opts)
 
-    metastore = opts.get("metastore")
-    objects = opts.get("objects")
-    if not metastore:
-        raise OptionError("option 'metastore' (the metastore URL) is required")
-    if not objects:
-        raise OptionError("option 'objects' (the object store URL) is required")
-
+    bootstrap = kafka.get("bootstrap.servers", "").strip() or None
+    metastore = opts.get("metastore") or None
+    objects = opts.get("objects") or None
+    if metastore is None and bootstrap is None:
+        raise OptionError(
+            "option 'kafka.bootstrap.servers' must be specified (the Floe agents to plan "
+            "through), or 'metastore' and 'objects' to read the metastore directly"
+        )
+    if metastore is not None and not objects:
+        raise OptionError("option 'objects' (the object store URL) is required with 'metastore'")
+    if metastore is not None and bootstrap is not None and warn:
+        log.warning(
+            "floe source: 'metastore' given, so the driver plans from the metastore directly "
+            "and does not contact kafka.bootstrap.servers"
+        )
     strategies = [k for k in ("subscribe", "subscribepattern", "assign") if k in opts]
     if len(strategies) != 1:
         raise OptionError(
@@ -258,15 +378,31 @@ def parse_options(
             o == EARLIEST for ps in ending.per_partition.values() for o in ps.values()
         ):
             raise OptionError("endingOffsets for batch queries cannot use -2 (earliest)")
-        for k in ("maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay"):
-            if k in opts and warn:
+        for k in _STREAMING_ONLY:
+            if k in opts and warn:  # Spark's Kafka source ignores them in batch queries too
                 log.warning("option %r only applies to streaming queries", k)
 
     strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
     if strategy not in ("error", "latest"):
         raise OptionError("startingOffsetsByTimestampStrategy must be 'error' or 'latest'")
 
+    if opts.get("leasetimeout") is not None and parse_duration_ms(opts["leasetimeout"]) <= 0:
+        raise OptionError("option 'leaseTimeout' must be positive")
+    access = opts.get("objectaccess", "auto").strip().lower()
+    if access not in ("auto", "presigned", "direct"):
+        raise OptionError("option 'objectAccess' must be auto, presigned or direct")
+    # A label for the agents' logs and metrics, as Kafka's client.id / group.id are.
+    group = kafka.get("group.id") or (
+        f"{opts['groupidprefix']}-spark-kafka-source" if "groupidprefix" in opts else None
+    )
+    label = kafka.get("client.id") or group or "floe-spark"
+    timeout = _positive_int(
+        "kafka.request.timeout.ms",
+        kafka.get("default.api.timeout.ms", kafka.get("request.timeout.ms", "30000")),
+    )
+
     return SourceOptions(
+        bootstrap_servers=bootstrap,
         metastore=metastore,
         objects=objects,
         subscribe=subscribe,
@@ -304,7 +440,23 @@ def parse_options(
         include_headers=_bool("includeHeaders", opts.get("includeheaders", "false")),
         fail_on_data_loss=_bool("failOnDataLoss", opts.get("failondataloss", "true")),
         pushdown_filters=_bool("pushdownFilters", opts.get("pushdownfilters", "false")),
-        ignored=tuple(ignored),
+        client_label=label,
+        request_timeout_ms=timeout,
+        poll_timeout_ms=_positive_int(
+            "kafkaConsumer.pollTimeoutMs", opts.get("kafkaconsumer.polltimeoutms", "120000")
+        ),
+        fetch_offset_retries=_non_negative_int(
+            "fetchOffset.numRetries", opts.get("fetchoffset.numretries", "3")
+        ),
+        fetch_offset_retry_interval_ms=_non_negative_int(
+            "fetchOffset.retryIntervalMs", opts.get("fetchoffset.retryintervalms", "10")
+        ),
+        isolation_level=kafka.get("isolation.level", "read_uncommitted").strip().lower(),
+        security_protocol=kafka.get("security.protocol", "PLAINTEXT").strip().upper(),
+        lease_timeout_ms=(
+            parse_duration_ms(opts["leasetimeout"]) if "leasetimeout" in opts else None
+        ),
+        object_access=access,
     )
 
 

@@ -53,6 +53,15 @@ Span = SegmentSpan | ParquetSpan
 
 
 @dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """How an executor reaches one object: its size (so no HEAD request is needed)
+    and, when the agent presigned it, a URL that needs no credentials."""
+
+    size: int
+    url: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ReadTask:
     """Records ``start <= offset < end`` of one partition, found in ``spans``."""
 

@@ -10,15 +10,17 @@ records with ``task.start <= offset < task.end``.
 
 Storage is reached without the metastore and without Floe's async stores:
 ``file:///dir`` maps keys to files with :func:`objectstore.local.key_path`,
-``s3://bucket/prefix?endpoint=...&region=...`` goes through
-``pyarrow.fs.S3FileSystem`` (credentials from the URL or the standard AWS
-environment).
+``s3://bucket/prefix?endpoint=...&region=...`` goes through boto3 with one
+ranged GET per read and no HEAD (credentials from the URL or the standard AWS
+environment); objects the agent presigned for the plan are read with plain
+HTTP range requests and need no credentials.
 """
 
 from __future__ import annotations
 
+import io
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -26,11 +28,10 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from kafka_protocol.records import ATTR_CONTROL, RecordBatchView, patch_base_offset
 from objectstore.local import key_path
 from objectstore.parquet import kafka_schema
-from spark_source.plan import ParquetSpan, ReadTask, SegmentSpan
+from spark_source.plan import ObjectRef, ParquetSpan, ReadTask, SegmentSpan
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    import pyarrow.fs as pafs
 
 # Rows per emitted Arrow batch, and the payload bytes after which one is cut early.
 BATCH_ROWS = 8192
@@ -45,53 +46,129 @@ def output_schema(include_headers: bool) -> pa.Schema:
     return schema if include_headers else schema.remove(schema.get_field_index("headers"))
 
 
-class Storage:
-    """Read access to one object store URL from an executor (no metastore, no asyncio)."""
+class _RangeFile(io.RawIOBase):
+    """A read-only, seekable file of known ``size`` over ranged reads (for pyarrow):
+    the tail (Parquet footer) is read once, every other read is one ranged GET."""
 
-    def __init__(self, url: str) -> None:
+    TAIL = 64 * 1024
+
+    def __init__(self, read: Callable[[int, int], bytes], size: int) -> None:
+        self._read = read
+        self._size = size
+        self._pos = 0
+        t0 = max(0, size - self.TAIL)
+        self._tail_start = t0
+        self._tail: bytes | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: self._size}[whence]
+        self._pos = max(0, base + pos)
+        return self._pos
+
+    def size(self) -> int:
+        return self._size
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0:
+            n = self._size - self._pos
+        n = max(0, min(n, self._size - self._pos))
+        if n == 0:
+            return b""
+        pos = self._pos
+        if pos >= self._tail_start:
+            if self._tail is None:
+                self._tail = self._read(self._tail_start, self._size - self._tail_start)
+            lo = pos - self._tail_start
+            data = self._tail[lo : lo + n]
+        else:
+            data = self._read(pos, n)
+        self._pos += len(data)
+        return data
+
+    def readinto(self, b: Any) -> int:
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+
+_S3_CLIENTS: dict[tuple[str, ...], Any] = {}
+
+
+class Storage:
+    """Read access to one object store URL from an executor (no metastore, no asyncio).
+
+    Reads name their byte range, so no request asks for an object's size first
+    (no HEAD): segment spans come with their length, Parquet objects with the
+    size the plan carries. Objects the agent presigned are read with plain HTTP
+    range GETs and need no credentials at all.
+    """
+
+    def __init__(self, url: str, *, timeout_ms: int = 120_000) -> None:
         self.url = url
+        self.timeout_s = timeout_ms / 1000.0
         parts = urlsplit(url)
         self.scheme = parts.scheme.lower()
-        self._fs: pafs.FileSystem | None = None
+        self._query: dict[str, str] = {}
         if self.scheme == "file":
             path = unquote(parts.path)
             if parts.netloc and parts.netloc != "localhost":
                 path = parts.netloc + path
             self.root = os.path.abspath(path)
         elif self.scheme == "s3":
+            self.bucket = parts.netloc
             prefix = unquote(parts.path).strip("/")
-            self.root = parts.netloc + "/" + (prefix + "/" if prefix else "")
+            self.prefix = prefix + "/" if prefix else ""
             self._query = dict(parse_qsl(parts.query))
-        else:
+        elif self.scheme != "presigned":
             raise ValueError(f"the Spark source reads file:// and s3:// object stores, not {url!r}")
 
-    def _s3(self) -> pafs.FileSystem:
-        if self._fs is None:
-            import pyarrow.fs as pafs
+    def _s3(self) -> Any:
+        """A boto3 S3 client (one per executor process and store), credentials from the
+        URL or the standard AWS environment / instance profile."""
+        q = self._query
+        cache_key = (self.bucket, *(f"{k}={v}" for k, v in sorted(q.items())))
+        client = _S3_CLIENTS.get(cache_key)
+        if client is None:
+            import boto3
+            from botocore.config import Config
 
-            q = self._query
             kw: dict[str, Any] = {}
-            endpoint = q.get("endpoint")
-            if endpoint:
-                ep = urlsplit(endpoint)
-                kw["endpoint_override"] = ep.netloc or endpoint
-                kw["scheme"] = ep.scheme or "https"
+            if q.get("endpoint"):
+                kw["endpoint_url"] = q["endpoint"]
             if q.get("region"):
-                kw["region"] = q["region"]
+                kw["region_name"] = q["region"]
             if q.get("access_key_id"):
-                kw["access_key"] = q["access_key_id"]
-                kw["secret_key"] = q.get("secret_access_key", "")
+                kw["aws_access_key_id"] = q["access_key_id"]
+                kw["aws_secret_access_key"] = q.get("secret_access_key", "")
                 if q.get("session_token"):
-                    kw["session_token"] = q["session_token"]
-            self._fs = pafs.S3FileSystem(**kw)
-        return self._fs
+                    kw["aws_session_token"] = q["session_token"]
+            cfg = Config(
+                read_timeout=self.timeout_s,
+                connect_timeout=min(10.0, self.timeout_s),
+                retries={"max_attempts": 5, "mode": "standard"},
+                s3={"addressing_style": "path"} if q.get("endpoint") else None,
+            )
+            client = boto3.session.Session().client("s3", config=cfg, **kw)
+            _S3_CLIENTS[cache_key] = client
+        return client
 
     def path(self, key: str) -> str:
-        if self.scheme == "file":
-            return str(key_path(self.root, key))
-        return self.root + key
+        return str(key_path(self.root, key))
 
-    def read_range(self, key: str, pos: int, length: int) -> bytes:
+    def read_range(self, key: str, pos: int, length: int, ref: ObjectRef | None = None) -> bytes:
+        if length <= 0:
+            return b""
+        if ref is not None and ref.url:
+            return _http_range(ref.url, pos, length, self.timeout_s)
         if self.scheme == "file":
             fd = os.open(self.path(key), os.O_RDONLY)
             try:
@@ -106,15 +183,38 @@ class Storage:
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
             finally:
                 os.close(fd)
-        with self._s3().open_input_file(self.path(key)) as f:
-            return bytes(f.read_at(length, pos))
+        if self.scheme != "s3":
+            raise OSError(f"object {key} has no presigned URL in the plan")
+        r = self._s3().get_object(
+            Bucket=self.bucket, Key=self.prefix + key, Range=f"bytes={pos}-{pos + length - 1}"
+        )
+        return bytes(r["Body"].read())
 
-    def open_parquet(self, key: str) -> Any:
+    def open_parquet(self, key: str, ref: ObjectRef | None = None) -> Any:
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        if self.scheme == "file":
+        if self.scheme == "file" and (ref is None or not ref.url):
             return pq.ParquetFile(self.path(key))
-        return pq.ParquetFile(self._s3().open_input_file(self.path(key)))
+        size = ref.size if ref is not None else -1
+        if size < 0:
+            if self.scheme != "s3":
+                raise OSError(f"object {key}: no size in the plan")
+            head = self._s3().head_object(Bucket=self.bucket, Key=self.prefix + key)
+            size = int(head["ContentLength"])
+        f = _RangeFile(lambda pos, n: self.read_range(key, pos, n, ref), size)
+        return pq.ParquetFile(pa.PythonFile(f, mode="r"))
+
+
+def _http_range(url: str, pos: int, length: int, timeout_s: float) -> bytes:
+    import urllib.request
+
+    req = urllib.request.Request(url, headers={"Range": f"bytes={pos}-{pos + length - 1}"})
+    with urllib.request.urlopen(req, timeout=timeout_s) as r:
+        data = bytes(r.read())
+    if len(data) != length:
+        raise OSError(f"presigned read returned {len(data)} of {length} bytes at {pos}")
+    return data
 
 
 @dataclass(frozen=True)
@@ -170,9 +270,14 @@ def _to_batch(b: _Builder, task: ReadTask, schema: pa.Schema) -> pa.RecordBatch:
 
 
 def _segment_batches(
-    storage: Storage, task: ReadTask, span: SegmentSpan, schema: pa.Schema, with_headers: bool
+    storage: Storage,
+    task: ReadTask,
+    span: SegmentSpan,
+    schema: pa.Schema,
+    with_headers: bool,
+    refs: Mapping[str, ObjectRef],
 ) -> Iterator[pa.RecordBatch]:
-    data = storage.read_range(span.key, span.pos, span.length)
+    data = storage.read_range(span.key, span.pos, span.length, refs.get(span.key))
     if len(data) != span.length:
         raise OSError(f"{span.key}: read {len(data)} of {span.length} bytes at {span.pos}")
     lo, hi = task.start, task.end
@@ -204,7 +309,11 @@ def _segment_batches(
 
 
 def _parquet_batches(
-    storage: Storage, task: ReadTask, span: ParquetSpan, schema: pa.Schema
+    storage: Storage,
+    task: ReadTask,
+    span: ParquetSpan,
+    schema: pa.Schema,
+    refs: Mapping[str, ObjectRef],
 ) -> Iterator[pa.RecordBatch]:
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -213,7 +322,7 @@ def _parquet_batches(
     last = min(span.last, task.end - 1)
     if last < first:
         return
-    f = storage.open_parquet(span.key)
+    f = storage.open_parquet(span.key, refs.get(span.key))
     md = f.metadata
     names = f.schema_arrow.names
     off_col = names.index("offset")
@@ -264,14 +373,16 @@ def read_task(
     *,
     include_headers: bool = False,
     row_filter: RowFilter | None = None,
+    refs: Mapping[str, ObjectRef] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Arrow batches of the records ``task.start <= offset < task.end``, in offset order."""
     schema = output_schema(include_headers)
+    refs = refs or {}
     for span in task.spans:
         if isinstance(span, SegmentSpan):
-            it = _segment_batches(storage, task, span, schema, include_headers)
+            it = _segment_batches(storage, task, span, schema, include_headers, refs)
         else:
-            it = _parquet_batches(storage, task, span, schema)
+            it = _parquet_batches(storage, task, span, schema, refs)
         for batch in it:
             batch = _apply_filter(batch, row_filter)
             if batch.num_rows:
@@ -284,7 +395,11 @@ def read_tasks(
     *,
     include_headers: bool = False,
     row_filter: RowFilter | None = None,
+    refs: Mapping[str, ObjectRef] | None = None,
+    timeout_ms: int = 120_000,
 ) -> Iterator[pa.RecordBatch]:
-    storage = Storage(objects_url)
+    storage = Storage(objects_url, timeout_ms=timeout_ms)
     for task in tasks:
-        yield from read_task(task, storage, include_headers=include_headers, row_filter=row_filter)
+        yield from read_task(
+            task, storage, include_headers=include_headers, row_filter=row_filter, refs=refs
+        )

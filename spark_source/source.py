@@ -4,17 +4,18 @@
 
     spark.dataSource.register(FloeDataSource)        # or auto-registered via pyspark_floe
     df = (spark.readStream.format("floe")
-          .option("metastore", "postgresql://...")     # used on the driver only
-          .option("objects", "s3://bucket/floe?endpoint=...")
+          .option("kafka.bootstrap.servers", "agent-1:9092")
           .option("subscribe", "events")
           .option("maxOffsetsPerTrigger", 100_000)
           .load())
 
 Options and columns are those of ``format("kafka")`` (see
-:mod:`spark_source.options`). The driver plans from the metastore; executors
-read segment byte ranges and Parquet files from object storage
-(:mod:`spark_source.reader`). Readers are pickled by Spark, so they hold only
-options and small state, never connections.
+:mod:`spark_source.options` and ``docs/spark.md``). The driver plans through
+the agents' planning API (or, with ``metastore`` + ``objects``, from the
+metastore itself); every plan holds a read lease on its objects
+(:mod:`spark_source.leases`); executors read segment byte ranges and Parquet
+files from object storage (:mod:`spark_source.reader`). Readers are pickled
+by Spark, so they hold only options and small state, never connections.
 """
 
 from __future__ import annotations
@@ -47,11 +48,11 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from metastore import Metastore
 from spark_source import driver
+from spark_source.leases import StreamLeases, TaskLease, TaskLeaseKeeper, new_lease, wall_ms
 from spark_source.offsets import Offsets, backlog, from_json, rate_limit, to_json
 from spark_source.options import SourceOptions, parse_options
-from spark_source.plan import ReadTask
+from spark_source.plan import ObjectRef, ReadTask
 from spark_source.reader import RowFilter, read_tasks
 
 log = logging.getLogger("spark_source")
@@ -74,9 +75,11 @@ class FloePartition(InputPartition):
         self,
         index: int,
         tasks: Sequence[ReadTask],
-        objects: str,
+        objects: str | None,
         include_headers: bool,
         row_filter: RowFilter | None = None,
+        refs: dict[str, ObjectRef] | None = None,
+        lease: TaskLease | None = None,
     ) -> None:
         super().__init__(index)
         self.index = index
@@ -84,28 +87,54 @@ class FloePartition(InputPartition):
         self.objects = objects
         self.include_headers = include_headers
         self.row_filter = row_filter
+        self.refs = refs or {}
+        self.lease = lease
 
     def __repr__(self) -> str:
         ranges = ", ".join(f"{t.topic}-{t.partition}[{t.start},{t.end})" for t in self.tasks)
         return f"FloePartition({self.index}: {ranges})"
 
 
-def _read(partition: InputPartition) -> Iterator[Any]:
-    assert isinstance(partition, FloePartition), partition
-    return read_tasks(
-        partition.tasks,
-        partition.objects,
-        include_headers=partition.include_headers,
-        row_filter=partition.row_filter,
-    )
+def _read(opts: SourceOptions, partition: InputPartition) -> Iterator[Any]:
+    # Spark hands an empty plan one InputPartition(None): nothing to read.
+    if not isinstance(partition, FloePartition) or not partition.tasks:
+        return iter(())
+    assert partition.objects is not None
+    keeper = TaskLeaseKeeper(opts, partition.lease, sorted(partition.refs))
+    keeper.tick()
+
+    def gen() -> Iterator[Any]:
+        for batch in read_tasks(
+            partition.tasks,
+            partition.objects or "",
+            include_headers=partition.include_headers,
+            row_filter=partition.row_filter,
+            refs=partition.refs,
+            timeout_ms=opts.poll_timeout_ms,
+        ):
+            yield batch
+            keeper.tick()
+
+    return gen()
 
 
 def _partitions(
-    opts: SourceOptions, tasks: list[ReadTask], flt: RowFilter | None = None
+    opts: SourceOptions,
+    tasks: list[ReadTask],
+    plan: driver.ReadPlan,
+    flt: RowFilter | None = None,
+    lease: TaskLease | None = None,
 ) -> list[FloePartition]:
-    return [
-        FloePartition(i, [t], opts.objects, opts.include_headers, flt) for i, t in enumerate(tasks)
-    ]
+    objects = plan.objects_url or opts.objects
+    out = []
+    for i, t in enumerate(tasks):
+        keys = {sp.key for sp in t.spans}
+        refs = {k: plan.objects[k] for k in sorted(keys) if k in plan.objects}
+        out.append(FloePartition(i, [t], objects, opts.include_headers, flt, refs, lease))
+    if not out:
+        # An empty read (empty or missing topic, start == end): one partition, no rows.
+        out.append(FloePartition(0, [], objects, opts.include_headers))
+    return out
 
 
 class FloeDataSource(DataSource):
@@ -142,20 +171,21 @@ class FloeBatchReader(DataSourceReader):
         self.ts_min_ms: int | None = None
         self.row_filter: RowFilter | None = None
 
-    def plan(self) -> list[ReadTask]:
+    def plan(self) -> tuple[list[ReadTask], driver.ReadPlan, TaskLease]:
         opts = self.opts
+        lease = new_lease(opts, "batch", streaming=False)
 
-        async def go(ms: Metastore) -> list[ReadTask]:
-            state = await driver.partition_state(ms, opts)
+        async def go(b: driver.Backend) -> tuple[list[ReadTask], driver.ReadPlan]:
+            state = await b.partition_state(opts)
             if self.partition_filter is not None:
                 state = {tp: s for tp, s in state.items() if tp[1] in self.partition_filter}
             start = await driver.resolve(
-                ms, opts.starting, state, starting=True, strategy=opts.starting_strategy
+                b, opts.starting, state, starting=True, strategy=opts.starting_strategy
             )
-            end = await driver.resolve(ms, opts.ending, state, starting=False)
+            end = await driver.resolve(b, opts.ending, state, starting=False)
             if self.ts_min_ms is not None:
                 pushed = await driver.resolve(
-                    ms,
+                    b,
                     driver.OffsetSpec("timestamp", timestamp=self.ts_min_ms),
                     state,
                     starting=True,
@@ -170,15 +200,18 @@ class FloeBatchReader(DataSourceReader):
                 if e <= s:
                     continue
                 ranges[tp] = driver.check_range(tp, s, e, state[tp], opts.fail_on_data_loss)
-            return await driver.plan_tasks(ms, opts, ranges, state)
+            return await driver.plan_tasks(b, opts, ranges, state, lease)
 
-        return driver.run_sync(lambda: driver.with_metastore(opts.metastore, go))
+        planned_at = wall_ms()
+        tasks, plan = driver.plan_sync(opts, go)
+        return tasks, plan, TaskLease(lease, planned_at)
 
     def partitions(self) -> Sequence[FloePartition]:
-        return _partitions(self.opts, self.plan(), self.row_filter)
+        tasks, plan, lease = self.plan()
+        return _partitions(self.opts, tasks, plan, self.row_filter, lease)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        return _read(partition)
+        return _read(self.opts, partition)
 
 
 def _col(f: Filter) -> str | None:
@@ -276,26 +309,33 @@ class FloeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.last_trigger_ms = 0
         self.available_now: Offsets | None = None
         self.latest: Offsets | None = None
+        self._leases: StreamLeases | None = None
 
     # offsets
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_leases"] = None  # a thread and a lock: driver-side only
+        return state
+
+    def _lease_keeper(self) -> StreamLeases:
+        if self._leases is None:
+            self._leases = StreamLeases(self.opts)
+        return self._leases
+
     def _state(self) -> driver.State:
-        return driver.run_sync(
-            lambda: driver.with_metastore(
-                self.opts.metastore, lambda ms: driver.partition_state(ms, self.opts)
-            )
-        )
+        return driver.plan_sync(self.opts, lambda b: b.partition_state(self.opts))
 
     def initialOffset(self) -> dict:
         opts = self.opts
 
-        async def go(ms: Metastore) -> Offsets:
-            state = await driver.partition_state(ms, opts)
+        async def go(b: driver.Backend) -> Offsets:
+            state = await b.partition_state(opts)
             return await driver.resolve(
-                ms, opts.starting, state, starting=True, strategy=opts.starting_strategy
+                b, opts.starting, state, starting=True, strategy=opts.starting_strategy
             )
 
-        return to_json(driver.run_sync(lambda: driver.with_metastore(opts.metastore, go)))
+        return to_json(driver.plan_sync(opts, go))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_offsets_per_trigger is not None:
@@ -364,9 +404,11 @@ class FloeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> Sequence[FloePartition]:
         s_off, e_off = from_json(start), from_json(end)
         opts = self.opts
+        keeper = self._lease_keeper()
+        lease = keeper.new()
 
-        async def go(ms: Metastore) -> list[ReadTask]:
-            state = await driver.partition_state(ms, opts)
+        async def go(b: driver.Backend) -> tuple[list[ReadTask], driver.ReadPlan]:
+            state = await b.partition_state(opts)
             ranges: dict[tuple[str, int], tuple[int, int]] = {}
             for tp, e in sorted(e_off.items()):
                 s = s_off.get(tp)
@@ -381,16 +423,21 @@ class FloeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if e <= s:
                     continue
                 ranges[tp] = driver.check_range(tp, s, e, state.get(tp), opts.fail_on_data_loss)
-            return await driver.plan_tasks(ms, opts, ranges, state)
+            return await driver.plan_tasks(b, opts, ranges, state, lease)
 
-        tasks = driver.run_sync(lambda: driver.with_metastore(opts.metastore, go))
-        return _partitions(opts, tasks)
+        tasks, plan = driver.plan_sync(opts, go)
+        if plan.objects:
+            keeper.hold(lease, sorted(plan.objects))  # renewed by the driver until commit
+        return _partitions(opts, tasks, plan)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        return _read(partition)
+        return _read(self.opts, partition)
 
     def commit(self, end: dict) -> None:
-        pass
+        # Batches are planned and committed in order: every planned one is done.
+        self._lease_keeper().release_all()
 
     def stop(self) -> None:
-        pass
+        if self._leases is not None:
+            self._leases.release_all()
+            self._leases.stop()

@@ -489,6 +489,53 @@ async def test_object_gc_helpers(ms: Metastore, clock: FakeClock) -> None:
     assert await ms.delete_object_rows([]) == 0
 
 
+async def test_read_leases_hold_objects_from_the_gc(ms: Metastore, clock: FakeClock) -> None:
+    t = await make_topic(ms, "t", 1)
+    keys = [key() for _ in range(4)]
+    for k in keys:
+        await ms.commit_object(k, 10, "agent-1", [batch(t.id, 0)])
+    g = await ms.acquire_read_lease("job-1", [keys[0], keys[1], "obj/unknown"], 5000, owner="spark")
+    assert g.expires_at_ms == clock.now + 5000
+    assert g.sizes == {keys[0]: 10, keys[1]: 10} and g.missing == ["obj/unknown"]
+    # Renewal extends (never shortens) and adds objects; a second lease overlaps.
+    clock.advance(1000)
+    g = await ms.acquire_read_lease("job-1", [keys[1], keys[2]], 100)
+    assert g.expires_at_ms == clock.now + 4000 and not g.missing
+    await ms.acquire_read_lease("job-2", [keys[0]], 60_000)
+    leases = {x.lease_id: x for x in await ms.list_read_leases()}
+    assert (leases["job-1"].objects, leases["job-1"].owner, leases["job-2"].objects) == (
+        3,
+        "spark",
+        1,
+    )
+    # Every object retired (topic deleted), past any grace period.
+    await ms.delete_topic("t")
+    await ms.mark_objects_deleting(created_before_ms=clock.now + 1)
+    clock.advance(10)
+    claimed = await ms.claim_objects_to_delete(clock.now)
+    assert [o.key for o in claimed] == [keys[3]]  # the only one under no lease
+    assert claimed[0].state == "purging"
+    assert await ms.leased_object_count() == 3
+    # A claimed object can no longer be leased: the reader must plan again.
+    g = await ms.acquire_read_lease("job-3", [keys[3]], 1000)
+    assert g.missing == [keys[3]] and g.sizes == {}
+    assert await ms.delete_object_rows([keys[3]]) == 1
+    # job-1 expires (its owner died); job-2 is released by its owner.
+    clock.advance(5000)
+    assert sorted(o.key for o in await ms.claim_objects_to_delete(clock.now)) == sorted(
+        [keys[1], keys[2]]
+    )
+    assert await ms.release_read_lease("job-2")
+    assert not await ms.release_read_lease("job-2")
+    got = await ms.claim_objects_to_delete(clock.now)
+    assert sorted(o.key for o in got) == sorted([keys[0], keys[1], keys[2]])  # claimed stay due
+    assert await ms.delete_object_rows([o.key for o in got]) == 3
+    assert await ms.leased_object_count() == 0
+    assert {x.lease_id for x in await ms.list_read_leases()} <= {"job-3"}
+    with pytest.raises(ValueError):
+        await ms.acquire_read_lease("", [], 1)
+
+
 # -- agents --------------------------------------------------------------------------------
 
 

@@ -70,8 +70,8 @@ def test_options_kafka_names_and_validation(caplog: pytest.LogCaptureFixture) ->
         streaming=True,
     )
     assert o.subscribe == ("a", "b") and o.max_offsets_per_trigger == 10
-    assert o.starting.kind == "latest" and "kafka.bootstrap.servers" in o.ignored
-    assert "ignores Kafka consumer options" in caplog.text
+    assert o.starting.kind == "latest" and o.bootstrap_servers == "x:9092" and o.direct
+    assert "plans from the metastore directly" in caplog.text
     assert parse_options({**base, "subscribe": "a"}, streaming=False).starting.kind == "earliest"
     o = parse_options(
         {**base, "assign": '{"a": [1, 0]}', "startingOffsets": '{"a": {"0": 5, "1": -2}}'},
@@ -96,10 +96,60 @@ def test_options_kafka_names_and_validation(caplog: pytest.LogCaptureFixture) ->
     for b in bad:
         with pytest.raises(OptionError):
             parse_options({**base, **b}, streaming=False)
-    with pytest.raises(OptionError, match="metastore"):
+    with pytest.raises(OptionError, match="kafka.bootstrap.servers"):
         parse_options({"objects": "file:///x", "subscribe": "a"}, streaming=False)
+    with pytest.raises(OptionError, match="'objects'"):
+        parse_options({"metastore": "sqlite:///x", "subscribe": "a"}, streaming=False)
     with pytest.raises(OptionError, match="streaming"):
         parse_options({**base, "subscribe": "a", "endingOffsets": "latest"}, streaming=True)
+
+
+def test_every_option_implemented_or_refused_by_name() -> None:
+    boot = {"kafka.bootstrap.servers": "h:9092", "subscribe": "a"}
+    o = parse_options(
+        {
+            **boot,
+            "kafka.group.id": "g1",
+            "kafka.request.timeout.ms": "5000",
+            "kafkaConsumer.pollTimeoutMs": "7000",
+            "fetchOffset.numRetries": "5",
+            "fetchOffset.retryIntervalMs": "20",
+            "kafka.isolation.level": "read_uncommitted",
+            "kafka.security.protocol": "plaintext",
+            "leaseTimeout": "10m",
+        },
+        streaming=False,
+    )
+    assert not o.direct and o.bootstrap_servers == "h:9092" and o.client_label == "g1"
+    assert (o.request_timeout_ms, o.poll_timeout_ms) == (5000, 7000)
+    assert (o.fetch_offset_retries, o.fetch_offset_retry_interval_ms) == (5, 20)
+    assert o.lease_ttl_ms(False) == 600_000
+    assert parse_options({**boot, "groupIdPrefix": "p"}, streaming=True).client_label == (
+        "p-spark-kafka-source"
+    )
+    assert parse_options(boot, streaming=True).lease_ttl_ms(True) == 300_000
+    refused = {
+        "kafka.auto.offset.reset": "startingOffsets",
+        "kafka.key.deserializer": "key.deserializer",
+        "kafka.value.deserializer": "value.deserializer",
+        "kafka.enable.auto.commit": "enable.auto.commit",
+        "kafka.interceptor.classes": "interceptor.classes",
+        "kafka.max.poll.records": "kafka.max.poll.records",
+        "kafka.sasl.mechanism": "kafka.sasl.mechanism",
+        "kafka.security.protocol": "kafka.security.protocol",
+        "kafka.isolation.level": "read_committed",
+        "noSuchOption": "nosuchoption",
+        "path": "not paths",
+        "objectAccess": "objectAccess",
+    }
+    values = {
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.isolation.level": "read_committed",
+        "objectAccess": "maybe",
+    }
+    for name, needle in refused.items():
+        with pytest.raises(OptionError, match=needle):
+            parse_options({**boot, name: values.get(name, "x")}, streaming=False)
 
 
 def test_schema_matches_kafka_source() -> None:
@@ -212,25 +262,34 @@ def test_batch_offsets_and_timestamps(tmp_path: Path) -> None:
         )
     )
     assert got == [r for r in exp if (r[1] == 1 or 7 <= r[2] < 23)]
-    # Timestamps: segment i has timestamps T0 + i*1000 + j.
+    # Timestamps: segment i has timestamps T0 + i*1000 + j; they resolve to the exact
+    # first record at or after T (Kafka's ListOffsets), not to a whole batch.
     ts = sorted({r[5] for r in exp})
-    cut = ts[len(ts) // 2]
+    cut = ts[len(ts) // 2] + 2  # inside a batch
     got, _ = read_all(FloeBatchReader(opts(s, startingTimestamp=cut, includeHeaders="true")))
-    assert got == [r for r in exp if r[5] >= cut - (cut % 1000)]  # whole batches from cut on
+    first = {p: min(r[2] for r in exp if r[1] == p and r[5] >= cut) for p in (0, 1)}
+    assert got == [r for r in exp if r[2] >= first[r[1]]]
+    assert all(r[5] >= cut for r in got) and got
     got, _ = read_all(
         FloeBatchReader(
             opts(
                 s,
-                startingOffsetsByTimestamp=f'{{"t": {{"0": {cut}}}}}',
+                startingOffsetsByTimestamp=f'{{"t": {{"0": {cut}, "1": 0}}}}',
                 endingTimestamp=cut,
                 includeHeaders="true",
             )
         )
     )
-    first0 = min(r[2] for r in exp if r[1] == 0 and r[5] >= cut)
-    end_any = {p: min(r[2] for r in exp if r[1] == p and r[5] >= cut) for p in (0, 1)}
-    assert got == [r for r in exp if end_any[r[1]] > r[2] >= (first0 if r[1] == 0 else 0)]
-    with pytest.raises(OptionError, match="no offset"):
+    assert got == [r for r in exp if first[r[1]] > r[2] >= (first[0] if r[1] == 0 else 0)]
+    # JSON offsets and timestamps must name every partition, as in Kafka's source.
+    for name, value in (
+        ("startingOffsets", '{"t": {"0": 1}}'),
+        ("endingOffsets", '{"t": {"0": 1, "1": 2, "2": 3}}'),
+        ("startingOffsetsByTimestamp", f'{{"t": {{"0": {cut}}}}}'),
+    ):
+        with pytest.raises(OptionError, match="you must specify all TopicPartitions"):
+            FloeBatchReader(opts(s, **{name: value})).partitions()
+    with pytest.raises(OptionError, match="No offset matched"):
         FloeBatchReader(opts(s, startingTimestamp=ts[-1] + 10_000)).partitions()
     got, _ = read_all(
         FloeBatchReader(
@@ -355,7 +414,7 @@ def test_stream_reader_against_metastore(tmp_path: Path) -> None:
     assert end == {"t": {"0": 6, "1": 6}}
     got, _ = read_all(r, r.partitions(init, end))
     assert [x[:3] for x in got] == [x[:3] for x in s.expected("t") if x[2] < 6]
-    assert r.partitions(end, end) == []
+    assert [p.tasks for p in r.partitions(end, end)] == [()]  # one empty partition
     latest = FloeStreamReader(opts(s, streaming=True)).initialOffset()
     assert latest == {"t": {"0": 20, "1": 20}}
     # retention moves the log start: failOnDataLoss

@@ -1,0 +1,50 @@
+"""Record-level timestamp lookup: the first offset whose timestamp is >= T.
+
+Where it sits: the metastore indexes one row per batch (its max timestamp), so
+``Metastore.list_offsets(ts)`` finds the first *batch* that reaches ``ts``.
+Kafka's ListOffsets (and so Spark's ``startingTimestamp``) answers the first
+*record*: every batch before the found one ends below ``ts``, so the answer
+lies inside that batch, and these helpers find it in the batch's bytes
+(segments) or rows (Parquet). Both the agent's planning API and the Spark
+source's direct mode use them, so neither imports the other.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kafka_protocol.records import TIMESTAMP_LOG_APPEND_TIME, RecordBatchView, patch_base_offset
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+def first_offset_in_batch(data: bytes | memoryview, base_offset: int, timestamp: int) -> int | None:
+    """The first offset of a stored batch whose record timestamp is >= ``timestamp``.
+
+    ``base_offset`` is the batch's real base (stored batches may hold a
+    placeholder). A LogAppendTime batch stamps every record with the batch's
+    max timestamp. None if no record reaches ``timestamp``.
+    """
+    buf = bytearray(data)
+    patch_base_offset(buf, 0, base_offset)
+    view = RecordBatchView(buf)
+    if view.timestamp_type == TIMESTAMP_LOG_APPEND_TIME:
+        return base_offset if view.max_timestamp >= timestamp else None
+    for r in view.records():
+        if r.timestamp >= timestamp:
+            return int(r.offset)
+    return None
+
+
+def first_offset_in_rows(table: pa.Table, timestamp: int) -> int | None:
+    """The same over Parquet rows (Kafka schema, ``timestamp`` in microseconds)."""
+    import pyarrow.compute as pc
+
+    if table.num_rows == 0:
+        return None
+    ts = table["timestamp"].cast("int64")
+    hit = table.filter(pc.greater_equal(ts, timestamp * 1000))
+    if hit.num_rows == 0:
+        return None
+    return int(pc.min(hit["offset"]).as_py())
