@@ -21,6 +21,7 @@ from agent.config import AgentConfig
 from agent.connection import KafkaConnection
 from agent.handlers import make_dispatcher
 from agent.metrics import METRICS
+from agent.planning import add_planning_routes
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,7 @@ class AgentServer:
         app.router.add_get("/metrics", metrics)
         app.router.add_get("/healthz", healthz)
         self.broker.cluster.add_routes(app, self.broker.cache)
+        add_planning_routes(app, self.broker)
         self._admin = web.AppRunner(app, access_log=None)
         await self._admin.setup()
         site = web.TCPSite(self._admin, cfg.host, cfg.admin_port)

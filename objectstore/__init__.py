@@ -57,6 +57,8 @@ __all__ = [
     "iter_segment",
     "open_object_store",
     "parse_footer",
+    "presign_get",
+    "public_url",
     "read_index",
     "register_scheme",
 ]
@@ -86,6 +88,33 @@ def open_object_store(url: str, *, retry: bool | RetryPolicy = True, **opts: Any
     if retry is False:
         return store
     return RetryingStore(store, RetryPolicy() if retry is True else retry)
+
+
+async def presign_get(store: ObjectStore, key: str, expires_s: int) -> str | None:
+    """A credential-free GET URL for ``key`` if the backend can issue one (S3), else None.
+
+    Looks through wrappers (retries, fault injection) for a backend with
+    ``presign_get``."""
+    seen = 0
+    inner: Any = store
+    while inner is not None and seen < 8:
+        fn = getattr(inner, "presign_get", None)
+        if fn is not None:
+            url: str = await fn(key, expires_s)
+            return url
+        inner = getattr(inner, "inner", None)
+        seen += 1
+    return None
+
+
+def public_url(url: str) -> str:
+    """``url`` without credentials in its query (what may be shown to readers)."""
+    parts = urlsplit(url)
+    secret = {"access_key_id", "secret_access_key", "session_token"}
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k not in secret]
+    from urllib.parse import urlencode, urlunsplit
+
+    return urlunsplit(parts._replace(query=urlencode(query)))
 
 
 def _bool(v: Any) -> bool:

@@ -159,6 +159,16 @@ class S3Store(StoreBase):
     def _full(self, key: str) -> str:
         return self.prefix + check_key(key)
 
+    async def presign_get(self, key: str, expires_s: int) -> str:
+        """A URL that GETs ``key`` (ranges too) without credentials until it expires."""
+        client = await self.client()
+        url: str = await client.generate_presigned_url(
+            "get_object",
+            Params={"Bucket": self.bucket, "Key": self._full(key)},
+            ExpiresIn=max(1, min(int(expires_s), 7 * 24 * 3600)),
+        )
+        return url
+
     async def put(self, key: str, data: bytes | memoryview) -> None:
         full = self._full(key)
         body = data if isinstance(data, bytes) else bytes(data)

@@ -13,7 +13,8 @@ import uuid
 from collections.abc import Mapping
 
 from metastore import Metastore, open_metastore
-from metastore.types import BatchLocation, ErrorCode, TopicInfo
+from metastore.reads import PlanConflict, batch_at_time, plan_ranges, select_partitions
+from metastore.types import BatchLocation, MetastoreError
 from objectstore import ObjectStore, open_object_store
 from objectstore.parquet import is_parquet_key, read_offset_range
 from objectstore.timestamps import first_offset_in_batch, first_offset_in_rows
@@ -31,10 +32,6 @@ from spark_source.options import SourceOptions
 from spark_source.plan import ObjectRef
 
 log = logging.getLogger("spark_source")
-
-FIND_PAGE_BATCHES = 5000
-FIND_PAGE_BYTES = 1 << 40
-PLAN_ATTEMPTS = 5
 
 
 class MetastoreBackend:
@@ -58,57 +55,35 @@ class MetastoreBackend:
             self._store = open_object_store(self.objects_url)
         return self._store
 
-    # -- partitions and offsets ------------------------------------------------------
-
-    async def _topics(self, opts: SourceOptions) -> dict[str, TopicInfo]:
-        if opts.subscribe or opts.assign is not None:
-            names = opts.subscribe or tuple(sorted(opts.assign or {}))
-            out: dict[str, TopicInfo] = {}
-            for name in names:
-                t = await self.ms.get_topic(name)
-                if t is not None:
-                    out[name] = t
-            return out
-        return {t.name: t for t in await self.ms.list_topics() if opts.matches(t.name)}
-
     async def partition_state(self, opts: SourceOptions) -> State:
         """Log start and high watermark of every partition the source reads."""
-        topics = await self._topics(opts)
-        by_id = {t.id: t for t in topics.values()}
-        state: State = {}
-        for s in await self.ms.partition_summaries():
-            t = by_id.get(s.topic_id)
-            if t is None or s.partition >= t.partitions:
-                continue
-            if opts.assign is not None and s.partition not in opts.assign.get(t.name, ()):
-                continue
-            state[(t.name, s.partition)] = PartitionState(
-                t.id, s.log_start_offset, s.high_watermark
-            )
-        return state
+        found = await select_partitions(
+            self.ms,
+            subscribe=opts.subscribe,
+            pattern=opts.subscribe_pattern,
+            assign=opts.assign,
+        )
+        return {
+            (r.topic.name, r.partition): PartitionState(r.topic.id, r.log_start, r.high_watermark)
+            for r in found
+        }
 
     async def offsets_for_times(
         self, queries: Mapping[TopicPartition, tuple[uuid.UUID, int]]
     ) -> dict[TopicPartition, int]:
         out: dict[TopicPartition, int] = {}
         for tp, (tid, ts) in queries.items():
-            out[tp] = await self._offset_for_time(tid, tp[1], ts)
+            try:
+                offset, batch = await batch_at_time(self.ms, tid, tp[1], ts)
+            except ValueError as e:
+                raise PlanningError(f"{tp[0]}-{tp[1]}: {e}") from e
+            if batch is not None:
+                # The first batch reaching ts holds the first record reaching it.
+                exact = await record_offset(self._objects(), batch, ts)
+                if exact is not None:
+                    offset = max(exact, offset)
+            out[tp] = offset
         return out
-
-    async def _offset_for_time(self, tid: uuid.UUID, partition: int, ts: int) -> int:
-        r = await self.ms.list_offsets(tid, partition, ts)
-        if r.error != ErrorCode.NONE:
-            raise PlanningError(f"cannot resolve timestamp {ts} on partition {partition}: {r.error.name}")
-        if r.offset < 0:
-            return -1
-        # The first batch reaching ts holds the first record reaching it.
-        f = await self.ms.find_batches(tid, partition, r.offset, 1, max_batches=1)
-        if f.error != ErrorCode.NONE or not f.batches:
-            return r.offset
-        found = await record_offset(self._objects(), f.batches[0], ts)
-        return max(found, r.offset) if found is not None else r.offset
-
-    # -- plans -----------------------------------------------------------------------
 
     async def read_plan(
         self,
@@ -117,36 +92,46 @@ class MetastoreBackend:
         fail_on_data_loss: bool,
         lease: LeaseSpec | None,
     ) -> ReadPlan:
-        for _attempt in range(PLAN_ATTEMPTS):
-            plan = ReadPlan(objects_url=self.objects_url)
-            for tp, (tid, start, end) in ranges.items():
-                first, batches = await find_range(
-                    self.ms, tid, tp, start, end, fail_on_data_loss=fail_on_data_loss
-                )
-                plan.batches[tp] = batches
-                if first != start:
-                    plan.starts[tp] = first
-            keys = sorted({b.object_key for bs in plan.batches.values() for b in bs})
-            if lease is None:
-                plan.objects = {k: ObjectRef(-1) for k in keys}
-                return plan
-            grant = await self.ms.acquire_read_lease(
-                lease.lease_id, keys, lease.ttl_ms, owner=lease.owner
+        tps = list(ranges)
+        try:
+            leased = await plan_ranges(
+                self.ms,
+                [(tid, tp[1], s, e) for tp, (tid, s, e) in ranges.items()],
+                lease_id=lease.lease_id if lease else None,
+                ttl_ms=lease.ttl_ms if lease else 0,
+                owner=lease.owner if lease else "",
             )
-            if not grant.missing:
-                plan.objects = {k: ObjectRef(grant.sizes.get(k, -1)) for k in keys}
-                plan.lease_expires_ms = grant.expires_at_ms
-                return plan
-            # The GC removed an object between the lookup and the lease: plan again.
-            log.info("floe source: %d planned object(s) already collected; re-planning", len(grant.missing))
-        raise PlanningError("the compactor kept moving the planned data; planning gave up")
+        except PlanConflict as e:
+            raise PlanningError(str(e)) from e
+        except LookupError as e:
+            raise DataLossError(str(e)) from e
+        plan = ReadPlan(objects_url=self.objects_url, lease_expires_ms=leased.expires_at_ms)
+        for tp, r in zip(tps, leased.ranges, strict=True):
+            if r.lost is not None:
+                _data_loss(
+                    f"{tp[0]}-{tp[1]}: offsets {r.lost[0]}..{r.lost[1] - 1} deleted while planning",
+                    fail_on_data_loss,
+                )
+                plan.starts[tp] = r.first
+            plan.batches[tp] = r.batches
+        keys = sorted({b.object_key for bs in plan.batches.values() for b in bs})
+        plan.objects = {k: ObjectRef(leased.sizes.get(k, -1)) for k in keys}
+        return plan
 
-    async def renew_lease(self, lease: LeaseSpec, keys: list[str]) -> list[str]:
-        grant = await self.ms.acquire_read_lease(lease.lease_id, keys, lease.ttl_ms, owner=lease.owner)
-        return list(grant.missing)
+    async def renew_lease(
+        self, lease: LeaseSpec, keys: list[str]
+    ) -> tuple[list[str], dict[str, str]]:
+        """Extend the lease; returns the keys already collected (no URLs: direct mode)."""
+        grant = await self.ms.acquire_read_lease(
+            lease.lease_id, keys, lease.ttl_ms, owner=lease.owner
+        )
+        return list(grant.missing), {}
 
     async def release_lease(self, lease_id: str) -> None:
-        await self.ms.release_read_lease(lease_id)
+        try:
+            await self.ms.release_read_lease(lease_id)
+        except MetastoreError as e:  # it expires on its own
+            log.info("floe source: releasing lease %s failed: %s", lease_id, e)
 
 
 async def record_offset(store: ObjectStore, b: BatchLocation, ts: int) -> int | None:
@@ -156,43 +141,3 @@ async def record_offset(store: ObjectStore, b: BatchLocation, ts: int) -> int | 
         return first_offset_in_rows(read_offset_range(data, b.base_offset, b.last_offset), ts)
     data = await store.get(b.object_key, b.byte_pos, b.byte_pos + b.byte_len)
     return first_offset_in_batch(data, b.base_offset, ts)
-
-
-async def find_range(
-    ms: Metastore,
-    topic_id: uuid.UUID,
-    tp: TopicPartition,
-    start: int,
-    end: int,
-    *,
-    fail_on_data_loss: bool = True,
-) -> tuple[int, list[BatchLocation]]:
-    """``(first offset still readable, every batch row holding an offset of [start, end))``."""
-    out: list[BatchLocation] = []
-    offset = first = start
-    while offset < end:
-        r = await ms.find_batches(
-            topic_id, tp[1], offset, FIND_PAGE_BYTES, max_batches=FIND_PAGE_BATCHES
-        )
-        if r.error == ErrorCode.OFFSET_OUT_OF_RANGE and offset < r.log_start_offset:
-            # Retention moved the log start since the offsets were checked.
-            _data_loss(
-                f"{tp[0]}-{tp[1]}: offsets {offset}..{r.log_start_offset - 1} deleted "
-                "while planning",
-                fail_on_data_loss,
-            )
-            offset = first = min(r.log_start_offset, end)
-            continue
-        if r.error != ErrorCode.NONE:
-            raise DataLossError(
-                f"{tp[0]}-{tp[1]}: offset {offset} unreadable ({r.error.name}, log "
-                f"start {r.log_start_offset}, end {r.high_watermark})"
-            )
-        if not r.batches:
-            break
-        for b in r.batches:
-            if b.base_offset >= end:
-                return first, out
-            out.append(b)
-        offset = r.batches[-1].last_offset + 1
-    return first, out

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from spark_source.driver import LeaseSpec, plan_sync
 from spark_source.options import SourceOptions
+from spark_source.plan import ObjectRef
 
 log = logging.getLogger("spark_source")
 
@@ -59,10 +60,16 @@ class TaskLease:
 class TaskLeaseKeeper:
     """Executor side: renew the plan's lease when this task runs late (batch queries)."""
 
-    def __init__(self, opts: SourceOptions, ticket: TaskLease | None, keys: list[str]) -> None:
+    def __init__(
+        self,
+        opts: SourceOptions,
+        ticket: TaskLease | None,
+        refs: dict[str, ObjectRef],
+    ) -> None:
         self.opts = opts
         self.ticket = ticket
-        self.keys = keys
+        self.refs = refs  # updated in place with fresh presigned URLs
+        self.keys = sorted(refs)
         self.last_ms = ticket.renewed_at_ms if ticket is not None else 0
 
     def tick(self) -> None:
@@ -73,12 +80,15 @@ class TaskLeaseKeeper:
         if now - self.last_ms < t.lease.ttl_ms // 3:
             return
         try:
-            missing = plan_sync(self.opts, lambda b: b.renew_lease(t.lease, self.keys))
+            missing, urls = plan_sync(self.opts, lambda b: b.renew_lease(t.lease, self.keys))
         except Exception as e:  # the read itself may still succeed; say why if not
             log.warning("floe source: renewing read lease %s failed: %s", t.lease.lease_id, e)
             self.last_ms = now
             return
         self.last_ms = now
+        for k, url in urls.items():
+            if k in self.refs:
+                self.refs[k] = ObjectRef(self.refs[k].size, url)
         if missing:
             raise LeaseLostError(
                 f"objects {missing[:3]} planned for this task were collected before it read "
@@ -125,7 +135,10 @@ class StreamLeases:
             held = list(self._open.values())
         for lease, keys in held:
             try:
-                missing = plan_sync(self.opts, lambda b, s=lease, k=keys: b.renew_lease(s, k))  # type: ignore[misc]
+                missing, _ = plan_sync(
+                    self.opts,
+                    lambda b, s=lease, k=keys: b.renew_lease(s, k),  # type: ignore[misc]
+                )
             except Exception as e:
                 log.warning("floe source: renewing read lease %s failed: %s", lease.lease_id, e)
                 continue

@@ -100,7 +100,8 @@ def _read(opts: SourceOptions, partition: InputPartition) -> Iterator[Any]:
     if not isinstance(partition, FloePartition) or not partition.tasks:
         return iter(())
     assert partition.objects is not None
-    keeper = TaskLeaseKeeper(opts, partition.lease, sorted(partition.refs))
+    refs = dict(partition.refs)
+    keeper = TaskLeaseKeeper(opts, partition.lease, refs)
     keeper.tick()
 
     def gen() -> Iterator[Any]:
@@ -109,7 +110,7 @@ def _read(opts: SourceOptions, partition: InputPartition) -> Iterator[Any]:
             partition.objects or "",
             include_headers=partition.include_headers,
             row_filter=partition.row_filter,
-            refs=partition.refs,
+            refs=refs,
             timeout_ms=opts.poll_timeout_ms,
         ):
             yield batch

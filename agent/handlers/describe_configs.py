@@ -13,7 +13,8 @@ UNKNOWN_TOPIC_OR_PARTITION.
 Broker resources (type 4, name "" or this agent's node id) list a small,
 read-only set of static broker configs derived from the agent's options
 (``num.partitions`` = ``default_partitions``, ``auto.create.topics.enable``,
-``message.max.bytes``, retention defaults, ...). Another broker id, broker
+``message.max.bytes``, retention defaults, ...; ``floe.planning.url``, the
+planning API Spark drivers use). Another broker id, broker
 loggers (8) and other resource types get INVALID_REQUEST.
 
 Versions: 0-4 (v4+ flexible).
@@ -120,7 +121,18 @@ def broker_configs(broker: Broker) -> list[tuple[str, str, int]]:
         ("offsets.topic.replication.factor", "1", TYPE_INT),
         ("transaction.state.log.replication.factor", "1", TYPE_INT),
         ("unclean.leader.election.enable", "false", TYPE_BOOLEAN),
+        *planning_url(broker),
     ]
+
+
+def planning_url(broker: Broker) -> list[tuple[str, str, int]]:
+    """``floe.planning.url``: where Spark drivers find the planning API (agent/planning.py)."""
+    url = broker.cluster.me.admin_url
+    if url is None:
+        return []
+    from agent.planning import PREFIX
+
+    return [("floe.planning.url", url + PREFIX, TYPE_STRING)]
 
 
 def topic_entry(
