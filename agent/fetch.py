@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 
 from agent.cache import BlockCache
 from agent.clock import Clock
+from agent.parquet_fetch import ParquetFetcher
 from kafka_protocol.records import (
     BATCH_LENGTH_OFFSET,
     LOG_OVERHEAD,
@@ -169,6 +170,8 @@ class FetchReader:
         self._lookups: dict[tuple[uuid.UUID, int, int, int], tuple[float, FindResult]] = {}
         self._inflight: dict[tuple[uuid.UUID, int, int, int], asyncio.Future[FindResult]] = {}
         self.lookups = 0  # metastore queries made (tests, metrics)
+        # Batches moved into Parquet: rebuilt vectorised, row groups cached (agent/parquet_fetch.py).
+        self.parquet = ParquetFetcher(cache, self._describe_object)
 
     # -- lookups --------------------------------------------------------------------
 
@@ -256,31 +259,18 @@ class FetchReader:
         return b"".join(parts)
 
     async def _read_parquet(self, b: BatchLocation) -> bytes:
-        from objectstore import parquet
-
-        data = await self._whole_object(b.object_key)
         try:
-            table = await asyncio.to_thread(parquet.read_offset_range, data, b.base_offset, b.last_offset)
-            (batch,) = parquet.rebuild_batches(table, [(b.base_offset, b.last_offset)])
+            return await self.parquet.read(b)
         except (ValueError, OSError, KeyError) as e:  # pyarrow's errors derive from these
             raise BatchReadError(f"Parquet object {b.object_key}: {e}") from e
-        if batch is None:
-            return b""
-        out = bytearray(batch)
-        patch_partition_leader_epoch(out, 0, 0)
-        return bytes(out)
 
-    async def _whole_object(self, key: str) -> bytes:
-        """A whole (Parquet) object through the block cache: blocks until a short one."""
-        bs = self.cache.block_size
-        chunks: list[bytes] = []
-        index = 0
-        while True:
-            block = await self.cache.read(key, index * bs, (index + 1) * bs)
-            chunks.append(block)
-            if len(block) < bs:
-                return b"".join(chunks)
-            index += 1
+    async def _describe_object(self, key: str) -> tuple[int, list[tuple[int, int]]]:
+        """A Parquet object's size and its batch rows' (base offset, base timestamp)."""
+        info = await self.meta.get_object(key)
+        if info is None:
+            raise BatchReadError(f"object {key} is not registered")
+        rows = await self.meta.batches_in_objects([info.id])
+        return info.size, [(r.base_offset, r.base_timestamp) for r in rows]
 
 
 _READERS: weakref.WeakKeyDictionary[Broker, FetchReader] = weakref.WeakKeyDictionary()

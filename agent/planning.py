@@ -25,6 +25,7 @@ Routes (JSON in, JSON out; errors ``{"error": {"type", "message"}}`` with 4xx/5x
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -89,7 +90,7 @@ class PlanningService:
         client = request.headers.get("X-Floe-Client", "")
         try:
             return web.json_response(await fn(await self._body(request)))
-        except (ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError, re.error) as e:
             return _error(400, "BadRequest", f"{type(e).__name__}: {e}")
         except LookupError as e:
             return _error(409, "DataLoss", str(e))

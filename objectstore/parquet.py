@@ -3,7 +3,7 @@
 Where it sits: the compactor turns a partition's record batches into one
 Parquet object (:func:`batches_to_table` + :func:`write_table`); the agent's
 fetch path turns rows back into Kafka record batches when data only exists as
-Parquet (:func:`read_offset_range` + :func:`rebuild_batches`); the Spark source
+Parquet (:mod:`objectstore.parquet_batches`, vectorised); the Spark source
 reads the same files with the same schema. Shared here so neither imports the
 other.
 
@@ -37,10 +37,7 @@ from kafka_protocol.records import (
     CRC_OFFSET,
     CRC_START,
     LAST_OFFSET_DELTA_OFFSET,
-    TIMESTAMP_CREATE_TIME,
-    TIMESTAMP_LOG_APPEND_TIME,
     Record,
-    RecordBatchBuilder,
     RecordBatchView,
     patch_base_offset,
 )
@@ -169,6 +166,9 @@ def write_table(
         sink,
         row_group_size=max(1, row_group_rows),
         compression=compression,
+        # Dictionaries only where values repeat: key/value pages stay PLAIN, which
+        # the agent's fetch path and Spark decode much faster.
+        use_dictionary=["topic"],
         write_statistics=True,
     )
     return bytes(sink.getvalue().to_pybytes())
@@ -202,39 +202,13 @@ def rebuild_batches(table: pa.Table, spans: Sequence[tuple[int, int]]) -> list[b
     Offsets, timestamps, keys, values and headers are the original ones; the
     batch is uncompressed and carries no producer id. ``lastOffsetDelta`` is the
     span's, so a batch whose tail was compacted away still ends where it did. A
-    span without rows gives None.
+    span without rows gives None. Vectorised: :mod:`objectstore.parquet_batches`.
     """
-    cols = table.select(["key", "value", "offset", "timestamp", "timestampType", "headers"])
-    offsets = cols["offset"].to_pylist()
-    keys = cols["key"].to_pylist()
-    values = cols["value"].to_pylist()
-    stamps = cols["timestamp"].cast("int64").to_pylist()
-    types = cols["timestampType"].to_pylist()
-    hdrs = cols["headers"].to_pylist()
-    out: list[bytes | None] = []
-    i = 0
-    n = len(offsets)
-    for base, last in spans:
-        while i < n and offsets[i] < base:
-            i += 1
-        builder: RecordBatchBuilder | None = None
-        while i < n and offsets[i] <= last:
-            if builder is None:
-                ttype = TIMESTAMP_LOG_APPEND_TIME if types[i] == 1 else TIMESTAMP_CREATE_TIME
-                builder = RecordBatchBuilder(base_offset=base, timestamp_type=ttype)
-            builder.append(
-                keys[i],
-                values[i],
-                [(h["key"], h["value"]) for h in (hdrs[i] or [])],
-                timestamp_ms=stamps[i] // 1000,
-                offset_delta=offsets[i] - base,
-            )
-            i += 1
-        if builder is None:
-            out.append(None)
-            continue
-        out.append(set_last_offset_delta(builder.build(), last - base))
-    return out
+    from objectstore.parquet_batches import batches_for_spans, encode_rows
+
+    if table.num_rows == 0:
+        return [None for _ in spans]
+    return batches_for_spans(encode_rows(table), list(spans))
 
 
 def table_stats(table: pa.Table) -> tuple[int, int, int, int]:

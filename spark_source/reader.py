@@ -18,9 +18,8 @@ HTTP range requests and need no credentials.
 
 from __future__ import annotations
 
-import io
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -28,6 +27,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from kafka_protocol.records import ATTR_CONTROL, RecordBatchView, patch_base_offset
 from objectstore.local import key_path
 from objectstore.parquet import kafka_schema
+from objectstore.rangefile import RangeFile
 from spark_source.plan import ObjectRef, ParquetSpan, ReadTask, SegmentSpan
 
 if TYPE_CHECKING:
@@ -44,60 +44,6 @@ def output_schema(include_headers: bool) -> pa.Schema:
     """Spark's Arrow schema of the Kafka source (headers only with ``includeHeaders``)."""
     schema = kafka_schema()
     return schema if include_headers else schema.remove(schema.get_field_index("headers"))
-
-
-class _RangeFile(io.RawIOBase):
-    """A read-only, seekable file of known ``size`` over ranged reads (for pyarrow):
-    the tail (Parquet footer) is read once, every other read is one ranged GET."""
-
-    TAIL = 64 * 1024
-
-    def __init__(self, read: Callable[[int, int], bytes], size: int) -> None:
-        self._read = read
-        self._size = size
-        self._pos = 0
-        t0 = max(0, size - self.TAIL)
-        self._tail_start = t0
-        self._tail: bytes | None = None
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, pos: int, whence: int = 0) -> int:
-        base = {0: 0, 1: self._pos, 2: self._size}[whence]
-        self._pos = max(0, base + pos)
-        return self._pos
-
-    def size(self) -> int:
-        return self._size
-
-    def read(self, n: int = -1) -> bytes:
-        if n is None or n < 0:
-            n = self._size - self._pos
-        n = max(0, min(n, self._size - self._pos))
-        if n == 0:
-            return b""
-        pos = self._pos
-        if pos >= self._tail_start:
-            if self._tail is None:
-                self._tail = self._read(self._tail_start, self._size - self._tail_start)
-            lo = pos - self._tail_start
-            data = self._tail[lo : lo + n]
-        else:
-            data = self._read(pos, n)
-        self._pos += len(data)
-        return data
-
-    def readinto(self, b: Any) -> int:
-        data = self.read(len(b))
-        b[: len(data)] = data
-        return len(data)
 
 
 _S3_CLIENTS: dict[tuple[str, ...], Any] = {}
@@ -202,7 +148,7 @@ class Storage:
                 raise OSError(f"object {key}: no size in the plan")
             head = self._s3().head_object(Bucket=self.bucket, Key=self.prefix + key)
             size = int(head["ContentLength"])
-        f = _RangeFile(lambda pos, n: self.read_range(key, pos, n, ref), size)
+        f = RangeFile(lambda pos, n: self.read_range(key, pos, n, ref), size)
         return pq.ParquetFile(pa.PythonFile(f, mode="r"))
 
 
