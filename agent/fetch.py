@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 
 from agent.cache import BlockCache
 from agent.clock import Clock
+from agent.fetch_leases import FetchLeases
 from agent.parquet_fetch import ParquetFetcher
 from kafka_protocol.records import (
     BATCH_LENGTH_OFFSET,
@@ -172,6 +173,7 @@ class FetchReader:
         self.lookups = 0  # metastore queries made (tests, metrics)
         # Batches moved into Parquet: rebuilt vectorised, row groups cached (agent/parquet_fetch.py).
         self.parquet = ParquetFetcher(cache, self._describe_object)
+        self.leases: FetchLeases | None = None  # read leases for fetches in flight
 
     # -- lookups --------------------------------------------------------------------
 
@@ -206,6 +208,8 @@ class FetchReader:
         finally:
             if self._inflight.get(key) is fut:
                 del self._inflight[key]
+        if self.leases is not None and res.batches:
+            self.leases.seen(b.object_key for b in res.batches)
         if res.error == ErrorCode.NONE and res.batches and self._ttl > 0:
             if len(self._lookups) >= _MAX_CACHED_LOOKUPS:
                 self._expire()
@@ -281,5 +285,6 @@ def reader_for(broker: Broker) -> FetchReader:
     r = _READERS.get(broker)
     if r is None:
         r = FetchReader(broker.meta, broker.cache, broker.clock, lookup_ttl_ms=broker.config.metadata_cache_ms)
+        r.leases = FetchLeases(broker.meta, broker.config.agent_id)
         _READERS[broker] = r
     return r

@@ -24,7 +24,10 @@ class SyncCompactor:
         d = agent.data_dir
         self.metastore_url = f"sqlite:///{d / 'meta.db'}"
         self.objects_url = f"file://{d / 'objects'}"
-        self.meta: Metastore = self.loop.run_until_complete(open_metastore(self.metastore_url))
+        # The metastore shares the compactor's clock: read leases expire by it.
+        self.meta: Metastore = self.loop.run_until_complete(
+            open_metastore(self.metastore_url, now_ms=now_ms)
+        )
         self.store: ObjectStore = open_object_store(self.objects_url)
         self.compactor = Compactor(self.meta, self.store, config, now_ms=now_ms)
 

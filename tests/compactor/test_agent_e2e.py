@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from agent.fetch_leases import TTL_MS as FETCH_LEASE_TTL_MS
 from compactor.config import CompactorConfig
 from metastore.base import system_clock_ms
 from tests.compactor.agent_helpers import SyncCompactor, consume_all, produce
@@ -104,7 +105,8 @@ def test_merge_while_producing_and_consuming(agent_factory: Callable[..., Any]) 
         writer.join()
         for _ in range(3):
             comp.run_pass(force=True)
-        skew_ms = grace_ms + 100  # past the grace period: replaced objects get deleted
+        # Past the grace period and the agents' fetch read leases: replaced objects go.
+        skew_ms = grace_ms + FETCH_LEASE_TTL_MS + 100
         s = comp.run_pass(force=True)
         reader.join()
         produced = {(p, k, v) for rows in chunks for p, k, v in rows}
@@ -145,7 +147,13 @@ def test_retention_and_delete_records_move_earliest(agent_factory: Callable[...,
     for i in range(30):
         p.produce("ret", b"new-%d" % i, partition=0)
         p.flush(10)
-    comp = SyncCompactor(agent, CompactorConfig(delete_grace_ms=0, orphan_grace_ms=60_000))
+    # The compactor (and the metastore it uses) run past the fetch read leases the
+    # consumers below take, so retired objects go at once (grace 0).
+    comp = SyncCompactor(
+        agent,
+        CompactorConfig(delete_grace_ms=0, orphan_grace_ms=60_000),
+        now_ms=lambda: system_clock_ms() + FETCH_LEASE_TTL_MS + 100,
+    )
     try:
         assert earliest(agent.bootstrap, "ret") == 0
         s = comp.run_pass()
@@ -212,5 +220,41 @@ def test_compacted_topic_keeps_latest_per_key(agent_factory: Callable[..., Any])
         assert all(latest[f"k{k}".encode()] == f"v4-{k}".encode() for k in range(2, 10))
         offsets = [o for _, o, _, _ in got]
         assert offsets == sorted(offsets) and offsets[-1] == 51  # offsets unchanged
+    finally:
+        comp.close()
+
+
+def test_fetch_read_leases_hold_objects_consumers_just_read(
+    agent_factory: Callable[..., Any],
+) -> None:
+    """The agent leases what its fetches looked up: a forced compaction with grace 0
+    keeps those objects until the fetch lease ends, then collects them."""
+    agent = agent_factory(flush_interval_ms=5)
+    create_topic(agent.bootstrap, "hot", 1)
+    for c in range(6):
+        produce(agent.bootstrap, "hot", [(0, b"k%d" % c, b"v%d" % c)])
+    assert len(consume_all(agent.bootstrap, "hot", 1, 6)) == 6
+    reader = agent.broker  # leases are flushed within a second of the lookups
+    deadline = time.monotonic() + 30
+    while not any(
+        x.lease_id.startswith("agent-") for x in agent.call(reader.meta.list_read_leases())
+    ):
+        assert time.monotonic() < deadline, "no fetch lease registered"
+        time.sleep(0.05)
+    skew = [0]
+    comp = SyncCompactor(
+        agent,
+        CompactorConfig(l0_trigger=1, delete_grace_ms=0),
+        now_ms=lambda: system_clock_ms() + skew[0],
+    )
+    try:
+        s = comp.run_pass(force=True)
+        assert s.objects_leased >= 6 and s.objects_deleted < s.objects_retired
+        skew[0] = FETCH_LEASE_TTL_MS + 100
+        s = comp.run_pass(force=True)
+        assert s.objects_leased == 0 and s.objects_deleted >= 6
+        assert [v for _, _, _, v in consume_all(agent.bootstrap, "hot", 1, 6)] == [
+            b"v%d" % c for c in range(6)
+        ]
     finally:
         comp.close()
