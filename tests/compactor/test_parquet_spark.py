@@ -12,11 +12,13 @@ from typing import Any
 import pyarrow.parquet as papq
 import pytest
 
+from agent.fetch_leases import TTL_MS as FETCH_LEASE_TTL_MS
 from compactor.config import CompactorConfig
 from compactor.runner import Compactor
 from compactor.spark import SparkExecutor
 from kafka_protocol.compression import Compression
 from metastore import Metastore, open_metastore
+from metastore.base import system_clock_ms
 from objectstore import open_object_store
 from objectstore.base import ObjectStore
 from objectstore.parquet import kafka_schema
@@ -56,8 +58,11 @@ def test_parquet_only_data_served_to_kafka_pyarrow_spark(
             **{"compression.type": ["none", "zstd", "snappy"][c % 3]},
         )
     before = sorted(consume_all(agent.bootstrap, "pq", 2, 600))
+    # The compactor's clock (and its metastore's) run past the agent's fetch read leases.
     comp = SyncCompactor(
-        agent, CompactorConfig(l0_trigger=4, max_inputs=8, delete_grace_ms=0, row_group_rows=64)
+        agent,
+        CompactorConfig(l0_trigger=4, max_inputs=8, delete_grace_ms=0, row_group_rows=64),
+        now_ms=lambda: system_clock_ms() + FETCH_LEASE_TTL_MS + 100,
     )
     try:
         s = comp.run_pass()
