@@ -104,26 +104,37 @@ class StreamLeases:
         self.opts = opts
         self._lock = threading.Lock()
         self._open: dict[str, tuple[LeaseSpec, list[str]]] = {}
+        self._ends: dict[str, dict[tuple[str, int], int]] = {}  # lease -> batch end offsets
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def new(self) -> LeaseSpec:
         return new_lease(self.opts, "stream", streaming=True)
 
-    def hold(self, lease: LeaseSpec, keys: list[str]) -> None:
+    def hold(
+        self, lease: LeaseSpec, keys: list[str], end: dict[tuple[str, int], int] | None = None
+    ) -> None:
         with self._lock:
             self._open[lease.lease_id] = (lease, keys)
+            self._ends[lease.lease_id] = dict(end or {})
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="floe-lease-renewer", daemon=True
                 )
                 self._thread.start()
 
-    def release_all(self) -> None:
-        """Every planned batch up to now is committed: end their leases."""
+    def release_all(self, upto: dict[tuple[str, int], int] | None = None) -> None:
+        """End the leases of batches Spark committed: those ending at or before ``upto``
+        (every partition), or all of them."""
         with self._lock:
-            held = list(self._open)
-            self._open.clear()
+            held = [
+                i
+                for i in self._open
+                if upto is None or all(e <= upto.get(tp, -1) for tp, e in self._ends[i].items())
+            ]
+            for i in held:
+                del self._open[i]
+                self._ends.pop(i, None)
         for lease_id in held:
             try:
                 plan_sync(self.opts, lambda b, i=lease_id: b.release_lease(i))  # type: ignore[misc]

@@ -428,15 +428,15 @@ class FloeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         tasks, plan = driver.plan_sync(opts, go)
         if plan.objects:
-            keeper.hold(lease, sorted(plan.objects))  # renewed by the driver until commit
+            keeper.hold(lease, sorted(plan.objects), e_off)  # renewed by the driver until commit
         return _partitions(opts, tasks, plan)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return _read(self.opts, partition)
 
     def commit(self, end: dict) -> None:
-        # Batches are planned and committed in order: every planned one is done.
-        self._lease_keeper().release_all()
+        # Spark is done with every batch ending at or before ``end``.
+        self._lease_keeper().release_all(from_json(end))
 
     def stop(self) -> None:
         if self._leases is not None:
