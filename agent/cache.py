@@ -58,6 +58,14 @@ class BlockCache:
         off = first * bs
         return joined[start - off : end - off]
 
+    async def read_through(self, key: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` in one load that bypasses the blocks: for callers that
+        cache what they make of the bytes instead (Parquet row groups, decoded once)."""
+        data = await self._loader(key, start, end)
+        self.stats.loads += 1
+        self.stats.bytes_loaded += len(data)
+        return data
+
     async def _block(self, key: str, index: int, object_size: int | None) -> bytes:
         k = (key, index)
         data = self._blocks.get(k)

@@ -6,7 +6,7 @@ points into a Parquet object to :meth:`ParquetFetcher.read`. The object is read
 through the agent's :class:`~agent.cache.BlockCache` (so the ring's peer cache
 and one GET per block apply) as a random-access file of known size
 (:class:`~objectstore.rangefile.RangeFile`; no HEAD, only the footer and the
-column chunks needed). Each row group is decoded and its records' tails encoded
+row groups needed, each in one load). Each row group is decoded and its records encoded
 once (:func:`objectstore.parquet_batches.encode_rows`, in a worker thread), kept
 in an LRU of ``(object, row group)`` bounded by bytes, with one load in flight
 per block; a batch is then a slice of those rows plus a header and a CRC
@@ -146,9 +146,10 @@ class ParquetFetcher:
         _, _, _, start, end = layout.groups[index]
 
         async def load() -> EncodedRows:
-            # The row group's bytes in one read through the cache (on this loop), then
-            # decoded and encoded in a worker thread.
-            data = await self.cache.read(key, start, end)
+            # The row group's bytes in one load (peer cache or object store; not kept
+            # as blocks: the decoded rows are what is cached), then decoded and
+            # encoded in a worker thread.
+            data = await self.cache.read_through(key, start, end)
 
             def decode() -> EncodedRows:
                 f = self._file(key, layout.size, loop, layout.metadata, (start, data))

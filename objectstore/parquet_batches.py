@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import google_crc32c
+import crc32c
 import numpy as np
 
 from kafka_protocol.compression import Compression, compress
@@ -342,9 +342,9 @@ def build_batch(
         attributes |= ATTR_TIMESTAMP_TYPE
     if h.is_transactional:
         attributes |= ATTR_TRANSACTIONAL
-    buf = bytearray(RECORD_BATCH_OVERHEAD + len(payload))
+    head = bytearray(RECORD_BATCH_OVERHEAD)
     _HEADER.pack_into(
-        buf,
+        head,
         0,
         base_offset,
         MIN_BATCH_LENGTH + len(payload),
@@ -360,9 +360,10 @@ def build_batch(
         h.base_sequence,
         n,
     )
-    buf[RECORD_BATCH_OVERHEAD:] = payload
-    struct.pack_into(">I", buf, CRC_OFFSET, google_crc32c.value(bytes(memoryview(buf)[CRC_START:])))
-    return bytes(buf)
+    # CRC32C over [attributes, end): the header's tail, then the records in place.
+    crc = crc32c.crc32c(payload, value=crc32c.crc32c(bytes(head[CRC_START:])))
+    struct.pack_into(">I", head, CRC_OFFSET, crc)
+    return b"".join((head, payload))  # the records are copied once
 
 
 def batches_for_spans(
