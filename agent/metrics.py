@@ -22,6 +22,7 @@ class AgentMetrics:
     get_bytes: Counter
     commits: Counter
     commit_seconds: Histogram
+    committed_objects: Counter
     commit_failures: Counter
     upload_failures: Counter
     produced_bytes: Counter
@@ -44,6 +45,9 @@ def _make() -> AgentMetrics:
         get_bytes=Counter("floe_object_get_bytes", "Bytes read from the object store", registry=r),
         commits=Counter("floe_metastore_commits", "Metastore commit transactions", registry=r),
         commit_seconds=Histogram("floe_metastore_commit_seconds", "Commit latency", buckets=lat, registry=r),
+        committed_objects=Counter(
+            "floe_metastore_committed_objects", "Objects committed (a group commit holds several)", registry=r
+        ),
         commit_failures=Counter("floe_metastore_commit_failures", "Failed commits", registry=r),
         upload_failures=Counter("floe_upload_failures", "Segments whose upload failed", registry=r),
         produced_bytes=Counter("floe_produced_bytes", "Record batch bytes accepted", registry=r),

@@ -4,8 +4,11 @@ Validated record batches from every connection go into ONE open segment for
 all partitions. The segment is sealed when it reaches ``flush_bytes`` or is
 older than ``flush_interval_ms`` (a background tick checks at half the
 interval). Sealed segments are uploaded concurrently (bounded) with create-only
-PUTs, then committed to the metastore strictly in seal order, one transaction
-per object (upload concurrently, commit in order). Only then does each waiting
+PUTs, then committed to the metastore strictly in seal order (upload
+concurrently, commit in order): the committer takes the next segment and every
+following one whose upload has already finished, and commits them as one group
+(``Metastore.commit_objects``, one transaction, each touched partition row
+updated once per group). Only then does each waiting
 produce request get its base offsets: nothing is acknowledged before the object
 is durable and the commit has returned.
 
@@ -26,7 +29,7 @@ from dataclasses import dataclass, field
 from agent.clock import Clock, SystemClock
 from agent.metrics import METRICS
 from kafka_protocol.errors import ErrorCode as KafkaErrorCode
-from metastore.types import BatchToCommit, CommitResult, MetastoreError
+from metastore.types import BatchToCommit, CommitResult, MetastoreError, ObjectToCommit
 from objectstore.base import ObjectStore
 from objectstore.errors import ObjectStoreError
 from objectstore.segment import BatchMeta, SegmentBuilder
@@ -108,6 +111,7 @@ class ProducePipeline:
         on_commit: Callable[[Iterable[tuple[uuid.UUID, int]]], None] | None = None,
         key_prefix: str = "segments/",
         commit_attempts: int = 3,
+        max_group: int = 64,
     ) -> None:
         self._store = store
         self._meta = metastore
@@ -118,6 +122,7 @@ class ProducePipeline:
         self._on_commit = on_commit
         self._prefix = key_prefix
         self._commit_attempts = commit_attempts
+        self._max_group = max_group
         self._upload_sem = asyncio.Semaphore(upload_concurrency)
         self.budget = ByteBudget(max_buffered_bytes)
         self._open: _Segment | None = None
@@ -241,55 +246,102 @@ class ProducePipeline:
     # -- committer ------------------------------------------------------------------
 
     async def _commit_loop(self) -> None:
+        carry: list[_Segment | None] = []
         while True:
-            seg = await self._sealed.get()
-            if seg is None:
+            first = carry.pop() if carry else await self._sealed.get()
+            if first is None:
                 return
+            group = [first]
+            assert first.upload is not None
+            await asyncio.wait([first.upload])
+            # Group commit: the following segments whose uploads are done join it.
+            while len(group) < self._max_group:
+                try:
+                    nxt = self._sealed.get_nowait()
+                except asyncio.QueueEmpty:
+                    break
+                if nxt is None or nxt.upload is None or not nxt.upload.done():
+                    carry.append(nxt)  # committed next, still in seal order
+                    break
+                group.append(nxt)
             try:
-                results = await self._finish(seg)
-            except Exception:  # never let one segment kill the committer
-                log.exception("segment %s failed", seg.key)
-                results = _error_results(KAFKA_STORAGE_ERROR, len(seg.builder))
-            for w in seg.waiters:
-                if not w.future.done():
-                    w.future.set_result(results[w.first : w.first + w.count])
-            await self.budget.release(seg.nbytes)
-            if self._on_commit is not None:
-                self._on_commit(seg.partitions)
-            self._inflight -= 1
+                outcomes = await self._finish_group(group)
+            except Exception:  # never let one group kill the committer
+                log.exception("segments %s failed", [seg.key for seg in group])
+                outcomes = [_error_results(KAFKA_STORAGE_ERROR, len(seg.builder)) for seg in group]
+            for seg, results in zip(group, outcomes, strict=True):
+                for w in seg.waiters:
+                    if not w.future.done():
+                        w.future.set_result(results[w.first : w.first + w.count])
+                await self.budget.release(seg.nbytes)
+                if self._on_commit is not None:
+                    self._on_commit(seg.partitions)
+                self._inflight -= 1
             if self._inflight == 0:
                 self._idle.set()
 
-    async def _finish(self, seg: _Segment) -> list[CommitResult]:
-        assert seg.upload is not None
-        try:
-            size, batches = await seg.upload
-        except ObjectStoreError as e:
-            log.warning("upload of %s failed: %s", seg.key, e)
-            METRICS.upload_failures.inc()
-            return _error_results(KAFKA_STORAGE_ERROR, len(seg.builder))
+    async def _finish_group(self, group: list[_Segment]) -> list[list[CommitResult]]:
+        """Commit the uploaded segments of ``group`` together; per segment its results."""
+        out: dict[int, list[CommitResult]] = {}
+        pending: list[tuple[int, ObjectToCommit]] = []
+        for i, seg in enumerate(group):
+            assert seg.upload is not None
+            try:
+                size, batches = seg.upload.result()
+            except ObjectStoreError as e:
+                log.warning("upload of %s failed: %s", seg.key, e)
+                METRICS.upload_failures.inc()
+                out[i] = _error_results(KAFKA_STORAGE_ERROR, len(seg.builder))
+                continue
+            except Exception:
+                log.exception("segment %s failed", seg.key)
+                out[i] = _error_results(KAFKA_STORAGE_ERROR, len(seg.builder))
+                continue
+            pending.append((i, ObjectToCommit(seg.key, size, self._agent_id, batches)))
         last_error: Exception | None = None
         for _attempt in range(self._commit_attempts):
+            if not pending:
+                break
             t0 = time.perf_counter()
             try:
-                results = await self._meta.commit_object(  # type: ignore[attr-defined]
-                    seg.key, size, self._agent_id, batches
-                )
-                METRICS.commit_seconds.observe(time.perf_counter() - t0)
-                METRICS.commits.inc()
-                return list(results)
+                outcome = await self._meta.commit_objects([o for _, o in pending])  # type: ignore[attr-defined]
             except MetastoreError as e:
                 last_error = e
                 # Ambiguous: did the transaction commit before the error reached us?
-                try:
-                    registered = await self._meta.object_key_registered(seg.key)  # type: ignore[attr-defined]
-                except MetastoreError:
-                    registered = False
-                if registered:
-                    # Committed, but the offsets are lost to us: the client retries;
-                    # idempotent producers get their original offsets back.
-                    log.warning("commit of %s was ambiguous and did land", seg.key)
-                    return _error_results(REQUEST_TIMED_OUT, len(batches))
-        log.error("commit of %s failed: %s", seg.key, last_error)
-        METRICS.commit_failures.inc()
-        return _error_results(KAFKA_STORAGE_ERROR, len(batches))
+                pending = await self._unregistered(pending, out)
+                continue
+            METRICS.commit_seconds.observe(time.perf_counter() - t0)
+            METRICS.commits.inc()
+            METRICS.committed_objects.inc(len(pending))
+            for (i, o), res in zip(pending, outcome, strict=True):
+                if res.already_committed:
+                    # An earlier, ambiguous attempt did land: the offsets are lost to
+                    # us, the client retries (idempotent producers get theirs back).
+                    log.warning("commit of %s was ambiguous and did land", o.key)
+                    out[i] = _error_results(REQUEST_TIMED_OUT, len(o.batches))
+                else:
+                    out[i] = list(res.results)
+            pending = []
+        for i, o in pending:
+            log.error("commit of %s failed: %s", o.key, last_error)
+            METRICS.commit_failures.inc()
+            out[i] = _error_results(KAFKA_STORAGE_ERROR, len(o.batches))
+        return [out[i] for i in range(len(group))]
+
+    async def _unregistered(
+        self, pending: list[tuple[int, ObjectToCommit]], out: dict[int, list[CommitResult]]
+    ) -> list[tuple[int, ObjectToCommit]]:
+        """After a failed commit: the objects that did not land (to retry); the ones
+        that did get REQUEST_TIMED_OUT (committed, offsets unknown)."""
+        still = []
+        for i, o in pending:
+            try:
+                registered = await self._meta.object_key_registered(o.key)  # type: ignore[attr-defined]
+            except MetastoreError:
+                registered = False
+            if registered:
+                log.warning("commit of %s was ambiguous and did land", o.key)
+                out[i] = _error_results(REQUEST_TIMED_OUT, len(o.batches))
+            else:
+                still.append((i, o))
+        return still

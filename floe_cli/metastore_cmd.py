@@ -36,8 +36,9 @@ def add_metastore_parser(sub: Any) -> None:
     serve.add_argument(
         "--batch-window-ms",
         type=float,
-        default=2.0,
-        help="group commits arriving within this window (Postgres)",
+        default=0.0,
+        help="also wait this long for more commits to join a group (default 0: a group is "
+        "what arrived while the previous one committed)",
     )
     serve.add_argument("--pool-size", type=int, default=10, help="database connections")
     serve.add_argument("--no-migrate", action="store_true", help="do not migrate the schema first")

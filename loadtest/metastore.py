@@ -1,44 +1,67 @@
 """Metastore commit benchmark: ``python -m loadtest.metastore [--dsn postgresql://...]``.
 
-Measures commits/s and p50/p99 commit latency of ``Metastore.commit_object`` on
-Postgres at concurrency 1 and 4, for objects touching 16 and 1,000 partitions,
-next to a baseline in the same run: the same plpgsql ``floe_commit_object`` call
-sent with raw asyncpg (one dedicated connection per worker, argument arrays built
-before the clock starts). Prints ours/raw; the target is >= 0.5.
+Commits/s and p50/p99 commit latency on Postgres, for objects touching 16 and
+1,000 partitions (each batch 1-5 records) at several concurrencies (callers
+committing at once: agents, or one agent's ready segments), every path in the
+same run, alternating short rounds so that load drift hits them alike:
+
+* ``before #18``: the commit path before group commit, as a baseline - one
+  ``floe_commit_object`` call (migration 0002) per object on each caller's own
+  connection, argument arrays built before the clock starts;
+* ``group (rows)``: today's path - the callers go through one
+  :class:`~metastore.group_commit.GroupCommitter` (what ``floe metastore serve``
+  runs) into ``PostgresMetastore.commit_objects``: each group one transaction,
+  each touched partition row locked and updated once, the batch rows COPYed;
+* ``group (memory)``: a PROTOTYPE of the alternative, a single fenced
+  sequencer holding the high watermarks in memory (the WarpStream shape): the
+  same grouping and COPY, offsets from a dict, a fencing check on a lease row
+  instead of locking and updating the partition rows. Plain batches only; it
+  measures what the partition rows cost, nothing more;
+* ``floor``: the batch rows alone, COPYed with precomputed offsets (no object
+  rows, no locks, no checks): what one index row per batch costs here.
 
 Without ``--dsn`` it starts a private PostgreSQL (``metastore.pgserver``) with
 fsync off, so absolute numbers are an upper bound for a durable server; the
-ratio is the point. Batches carry no producer id unless ``--idempotent``.
+ratios are the point. Batches carry no producer id unless ``--idempotent``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import io
+import itertools
 import os
 import random
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import asyncpg
 
-from metastore import BatchToCommit, Metastore, open_metastore
+from metastore import BatchToCommit, ObjectToCommit, open_metastore
 from metastore.engine import asyncpg_dsn
+from metastore.group_commit import GroupCommitter
+from metastore.pg_group import BATCH_COLUMNS, GroupCommit
 from metastore.pgserver import PostgresServer
-from metastore.postgres import COMMIT_SQL
+from metastore.postgres import COMMIT_SQL, PostgresMetastore
+from metastore.types import CommitResult, ErrorCode, ObjectCommitResult
 
 TOTAL_PARTITIONS = 1000
 ROUNDS = 4
+PATHS = ("before #18", "group (rows)", "group (memory)", "floor")
+_FLOOR_OFFSETS = itertools.count()  # the floor's rows only need unique offsets
+_PRODUCER_IDS = itertools.count()
 
 
 @dataclass
 class Outcome:
     label: str
-    commits: int
-    seconds: float
-    latencies_ms: list[float]
+    commits: int = 0
+    seconds: float = 0.0
+    latencies_ms: list[float] = field(default_factory=list)
 
     @property
     def rate(self) -> float:
@@ -57,7 +80,7 @@ class Workload:
         self.partitions = partitions
         self.idempotent = idempotent
         self.rng = random.Random(seed)
-        self.producer_id = 1_000_000 + seed
+        self.producer_id = 1_000_000 + next(_PRODUCER_IDS)  # a fresh producer per workload
         self.sequences = [0] * TOTAL_PARTITIONS
 
     def next_object(self) -> list[BatchToCommit]:
@@ -71,20 +94,79 @@ class Workload:
                 self.sequences[partition] += records
             batches.append(
                 BatchToCommit(
-                    self.topic_id,
-                    partition,
-                    pos * 1024,
-                    1024,
-                    records,
-                    records - 1,
-                    1,
-                    2,
-                    pid,
-                    epoch,
-                    seq,
+                    self.topic_id, partition, pos * 1024, 1024, records, records - 1, 1, 2,
+                    pid, epoch, seq,
                 )
-            )
+            )  # fmt: skip
         return batches
+
+
+class MemorySequencer:
+    """PROTOTYPE (benchmark only): a single sequencer holding the high watermarks in
+    memory, fenced by a lease row - what the partition rows would save. Plain
+    batches only; no producer checks, no takeover."""
+
+    def __init__(self, url: str, epoch: int) -> None:
+        self.dsn = asyncpg_dsn(url)
+        self.epoch = epoch
+        self.hwm: dict[tuple[uuid.UUID, int], int] = {}
+        self.con: asyncpg.Connection | None = None
+
+    async def start(self) -> MemorySequencer:
+        self.con = await asyncpg.connect(self.dsn, server_settings={"jit": "off"})
+        await self.con.execute(
+            "CREATE TABLE IF NOT EXISTS bench_sequencer_lease (id int PRIMARY KEY, epoch bigint)"
+        )
+        await self.con.execute(
+            "INSERT INTO bench_sequencer_lease VALUES (1, $1) "
+            "ON CONFLICT (id) DO UPDATE SET epoch = excluded.epoch",
+            self.epoch,
+        )
+        # Takeover: the high watermarks from the rows, once.
+        for r in await self.con.fetch("SELECT topic_id, partition, high_watermark FROM partitions"):
+            self.hwm[(r[0], r[1])] = r[2]
+        for r in await self.con.fetch(
+            "SELECT topic_id, partition, max(last_offset) + 1 FROM batches GROUP BY 1, 2"
+        ):
+            self.hwm[(r[0], r[1])] = max(self.hwm.get((r[0], r[1]), 0), r[2])
+        return self
+
+    async def commit_objects(self, objects: Sequence[ObjectToCommit]) -> list[ObjectCommitResult]:
+        assert self.con is not None
+        group = GroupCommit(objects)
+        hwms = [self.hwm[tp] for tp in zip(group.t_topic, group.t_part, strict=True)]
+        now = int(time.time() * 1000)
+        async with self.con.transaction():
+            fenced = await self.con.fetchval(
+                "UPDATE bench_sequencer_lease SET epoch = epoch WHERE id = 1 AND epoch = $1 "
+                "RETURNING epoch",
+                self.epoch,
+            )
+            if fenced is None:
+                raise RuntimeError("fenced: another sequencer took over")
+            ids = await self.con.fetchval(
+                "WITH ins AS (INSERT INTO objects (key, agent_id, size, state, created_at) "
+                "SELECT k, a, s, 'live', $4 FROM unnest($1::text[], $2::text[], $3::bigint[]) "
+                "WITH ORDINALITY AS u(k, a, s, ord) ORDER BY ord RETURNING id) "
+                "SELECT array_agg(id ORDER BY id) FROM ins",
+                [o.key for o in objects],
+                [o.agent_id for o in objects],
+                [o.size for o in objects],
+                now,
+            )
+            rows = group.copy_rows(ids, hwms, now)
+            await self.con.copy_to_table(
+                "batches", source=io.BytesIO(rows), columns=BATCH_COLUMNS, format="binary"
+            )
+        for tp, hwm, size in zip(
+            zip(group.t_topic, group.t_part, strict=True), hwms, group.t_size.tolist(), strict=True
+        ):
+            self.hwm[tp] = hwm + size
+        return group.fast_results(hwms, [0] * len(hwms), now)
+
+    async def close(self) -> None:
+        if self.con is not None:
+            await self.con.close()
 
 
 Worker = Callable[[int], Awaitable[None]]
@@ -114,104 +196,167 @@ async def _drive(
     return max(counters)
 
 
-async def run_pair(
+def _check(results: list[CommitResult] | ObjectCommitResult) -> None:
+    rs = results.results if isinstance(results, ObjectCommitResult) else results
+    if not rs or rs[0].error is not ErrorCode.NONE:
+        raise RuntimeError(f"commit failed: {rs[:1]}")
+
+
+async def run_scenario(
     url: str,
-    metastores: Sequence[Metastore],
-    topic_id: uuid.UUID,
+    meta: PostgresMetastore,
+    memory: MemorySequencer | None,
+    topics: dict[str, uuid.UUID],
     partitions: int,
     concurrency: int,
     duration: float,
     warmup: float,
     idempotent: bool,
     run_id: str,
-) -> tuple[Outcome, Outcome]:
+) -> dict[str, Outcome]:
     dsn = asyncpg_dsn(url)
     connections: list[asyncpg.Connection] = []
+    outcomes = {p: Outcome(p) for p in PATHS}
+    committer = GroupCommitter(meta)
+    memory_committer = GroupCommitter(memory) if memory is not None else None
 
-    async def raw_worker(i: int) -> Callable[[int], Awaitable[None]]:
+    async def before_worker(i: int) -> Worker:
         con = await asyncpg.connect(dsn, server_settings={"jit": "off"})
         connections.append(con)
-        workload = Workload(topic_id, partitions, idempotent, seed=2 * (partitions * 10 + i))
-        prepared = [list(zip(*workload.next_object(), strict=True)) for _ in range(200)]
+        wl = Workload(topics["before #18"], partitions, idempotent, seed=4 * (partitions * 100 + i))
+        prepared = [list(zip(*wl.next_object(), strict=True)) for _ in range(50)]
 
         async def commit(n: int) -> None:
-            if idempotent:  # sequences must advance: build on the fly
-                columns = list(zip(*workload.next_object(), strict=True))
-            else:
-                columns = prepared[n % len(prepared)]
-            await con.fetchrow(
-                COMMIT_SQL,
-                f"{run_id}/raw/{partitions}/{concurrency}/{i}/{n}",
-                1 << 20,
-                "bench",
-                0,
-                *columns,
+            columns = list(zip(*wl.next_object(), strict=True)) if idempotent else prepared[n % 50]
+            key = f"{run_id}/before/{partitions}/{concurrency}/{i}/{n}"
+            row = await con.fetchrow(COMMIT_SQL, key, 1 << 20, "bench", 0, *columns)
+            if row["errors"][0] != 0:
+                raise RuntimeError(f"commit failed: error {row['errors'][0]}")
+
+        return commit
+
+    def group_worker(i: int, path: str, target: GroupCommitter, seed: int) -> Worker:
+        wl = Workload(topics[path], partitions, idempotent, seed=seed)
+        prepared = [wl.next_object() for _ in range(50)]
+
+        async def commit(n: int) -> None:
+            batches = wl.next_object() if idempotent else prepared[n % 50]
+            key = f"{run_id}/{path[7:-1]}/{partitions}/{concurrency}/{i}/{n}"
+            (res,) = await target.commit_objects([ObjectToCommit(key, 1 << 20, "bench", batches)])
+            _check(res)
+
+        return commit
+
+    async def floor_worker(i: int) -> Worker:
+        con = await asyncpg.connect(dsn, server_settings={"jit": "off"})
+        connections.append(con)
+        wl = Workload(topics["floor"], partitions, False, seed=4 * (partitions * 100 + i) + 3)
+        groups = [GroupCommit([ObjectToCommit("floor", 1, "bench", wl.next_object())]) for _ in range(20)]
+
+        async def commit(n: int) -> None:
+            g = groups[n % 20]
+            base = [next(_FLOOR_OFFSETS) * 10]
+            rows = g.copy_rows([0], base * len(g.t_topic), 0)
+            await con.copy_to_table(
+                "batches", source=io.BytesIO(rows), columns=BATCH_COLUMNS, format="binary"
             )
 
         return commit
 
-    async def our_worker(i: int) -> Callable[[int], Awaitable[None]]:
-        store = metastores[i]
-        workload = Workload(topic_id, partitions, idempotent, seed=2 * (partitions * 10 + i) + 1)
-        prepared = [workload.next_object() for _ in range(200)]
-
-        async def commit(n: int) -> None:
-            batches = workload.next_object() if idempotent else prepared[n % len(prepared)]
-            await store.commit_object(
-                f"{run_id}/floe/{partitions}/{concurrency}/{i}/{n}", 1 << 20, "bench", batches
-            )
-
-        return commit
-
-    raw, ours = Outcome("raw asyncpg", 0, 0.0, []), Outcome("Metastore", 0, 0.0, [])
     try:
-        raw_workers = [await raw_worker(i) for i in range(concurrency)]
-        our_workers = [await our_worker(i) for i in range(concurrency)]
-        # Alternate short rounds so that load drift on a shared box hits both alike.
-        n_raw = n_ours = 0
+        workers: dict[str, list[Worker]] = {
+            "before #18": [await before_worker(i) for i in range(concurrency)],
+            "group (rows)": [
+                group_worker(i, "group (rows)", committer, 4 * (partitions * 100 + i) + 1)
+                for i in range(concurrency)
+            ],
+            "floor": [await floor_worker(i) for i in range(concurrency)],
+        }
+        if memory_committer is not None and not idempotent:
+            workers["group (memory)"] = [
+                group_worker(i, "group (memory)", memory_committer, 4 * (partitions * 100 + i) + 2)
+                for i in range(concurrency)
+            ]
+        counters = dict.fromkeys(workers, 0)
         for _ in range(ROUNDS):
-            n_raw = await _drive(raw_workers, duration / ROUNDS, warmup, raw, n_raw)
-            n_ours = await _drive(our_workers, duration / ROUNDS, warmup, ours, n_ours)
+            for path, ws in workers.items():
+                counters[path] = await _drive(
+                    ws, duration / ROUNDS, warmup, outcomes[path], counters[path]
+                )
     finally:
         for con in connections:
             await con.close()
-    return ours, raw
+        await committer.close()
+        if memory_committer is not None:
+            await memory_committer.close()
+    outcomes["group (rows)"].label += f" [{committer.objects / max(1, committer.groups):.1f}/group]"
+    return outcomes
 
 
 async def bench(
-    url: str, duration: float, warmup: float, idempotent: bool, scenarios: list[tuple[int, int]]
-) -> None:
+    url: str,
+    duration: float,
+    warmup: float,
+    idempotent: bool,
+    scenarios: list[tuple[int, int]],
+    with_memory: bool,
+) -> list[dict[str, Any]]:
     run_id = uuid.uuid4().hex[:8]
     admin = await open_metastore(url)
-    created = await admin.create_topic(f"bench-{run_id}", TOTAL_PARTITIONS)
-    assert created.topic is not None, created.message
-    topic_id = created.topic.id
-    stores = [
-        await open_metastore(url, auto_migrate=False, pool_size=1)
-        for _ in range(max(c for _, c in scenarios))
-    ]
+    topics: dict[str, uuid.UUID] = {}
+    for n, path in enumerate(PATHS):  # one topic per path: their offsets never mix
+        created = await admin.create_topic(f"bench-{run_id}-{n}", TOTAL_PARTITIONS)
+        assert created.topic is not None, created.message
+        topics[path] = created.topic.id
+    meta = await open_metastore(url, auto_migrate=False, pool_size=2)
+    assert isinstance(meta, PostgresMetastore)
     print(
-        f"floe metastore commit benchmark ({'idempotent' if idempotent else 'plain'} batches, {duration:.0f}s per run)"
+        f"floe metastore commit benchmark ({'idempotent' if idempotent else 'plain'} batches, "
+        f"{duration:.0f}s per path and scenario, {ROUNDS} alternating rounds)"
     )
     print(
-        f"{'partitions':>10} {'conc':>4} {'impl':<12} {'commits/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'ours/raw':>9}"
+        f"{'partitions':>10} {'conc':>4}  {'path':<28} {'commits/s':>10} {'p50 ms':>8} "
+        f"{'p99 ms':>8} {'x before':>9}"
     )
+    table: list[dict[str, Any]] = []
     try:
         for partitions, concurrency in scenarios:
-            ours, raw = await run_pair(
-                url, stores, topic_id, partitions, concurrency, duration, warmup, idempotent, run_id
-            )
-            for outcome in (raw, ours):
-                ratio = f"{ours.rate / raw.rate:9.2f}" if outcome is ours and raw.rate else ""
+            memory = None
+            if with_memory and not idempotent:
+                memory = await MemorySequencer(url, epoch=len(table) + 1).start()
+            try:
+                outcomes = await run_scenario(
+                    url, meta, memory, topics, partitions, concurrency, duration, warmup,
+                    idempotent, run_id,
+                )  # fmt: skip
+            finally:
+                if memory is not None:
+                    await memory.close()
+            before = outcomes["before #18"].rate
+            for o in outcomes.values():
+                if not o.commits:
+                    continue
+                ratio = o.rate / before if before else float("nan")
                 print(
-                    f"{partitions:>10} {concurrency:>4} {outcome.label:<12} {outcome.rate:>10.1f} "
-                    f"{outcome.quantile(0.5):>8.2f} {outcome.quantile(0.99):>8.2f} {ratio}",
+                    f"{partitions:>10} {concurrency:>4}  {o.label:<28} {o.rate:>10.1f} "
+                    f"{o.quantile(0.5):>8.2f} {o.quantile(0.99):>8.2f} {ratio:>9.2f}",
                     flush=True,
                 )
+                table.append(
+                    {
+                        "partitions": partitions,
+                        "concurrency": concurrency,
+                        "path": o.label,
+                        "commits_per_s": round(o.rate, 1),
+                        "p50_ms": round(o.quantile(0.5), 2),
+                        "p99_ms": round(o.quantile(0.99), 2),
+                        "x_before": round(ratio, 2),
+                    }
+                )
     finally:
-        for store in stores:
-            await store.close()
+        await meta.close()
         await admin.close()
+    return table
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -223,21 +368,30 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=os.environ.get("FLOE_BENCH_POSTGRES_DSN"),
         help="postgresql://... (default: a private server)",
     )
-    parser.add_argument("--duration", type=float, default=4.0, help="seconds measured per run")
+    parser.add_argument("--duration", type=float, default=4.0, help="seconds measured per path")
     parser.add_argument("--warmup", type=float, default=0.2, help="unmeasured seconds per round")
     parser.add_argument(
         "--idempotent", action="store_true", help="batches carry producer ids and sequences"
     )
     parser.add_argument("--partitions", type=int, nargs="+", default=[16, 1000])
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument(
+        "--no-memory", action="store_true", help="skip the in-memory sequencer prototype"
+    )
     args = parser.parse_args(argv)
     scenarios = [(p, c) for p in args.partitions for c in args.concurrency]
+
+    def go(url: str) -> None:
+        asyncio.run(
+            bench(url, args.duration, args.warmup, args.idempotent, scenarios, not args.no_memory)
+        )
+
     if args.dsn:
-        asyncio.run(bench(args.dsn, args.duration, args.warmup, args.idempotent, scenarios))
+        go(args.dsn)
         return
     with PostgresServer() as server:
         print(f"started a private PostgreSQL on port {server.port} (fsync off)")
-        asyncio.run(bench(server.url(), args.duration, args.warmup, args.idempotent, scenarios))
+        go(server.url())
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
 """The log: commit an object (the sequencer), find batches, list offsets, delete records.
 
-This is the generic SQLAlchemy implementation, used as-is on SQLite: the commit
-loads the touched partitions and producer state in one ``BEGIN IMMEDIATE``
-transaction, runs ``sequencer.plan_commit`` and writes the outcome back with
-executemany. ``PostgresMetastore`` overrides ``commit_object`` and
-``find_batches`` with one raw asyncpg round trip each.
+This is the generic SQLAlchemy implementation, used as-is on SQLite. A commit
+is a group commit (``commit_objects``; ``commit_object`` is a group of one):
+one ``BEGIN IMMEDIATE`` transaction loads the touched partitions and producer
+state once for the whole group, runs ``sequencer.plan_commit`` over the
+objects' batches in order and writes the outcome back with executemany.
+``PostgresMetastore`` overrides the commit (migration 0005,
+``metastore.pg_group``) and ``find_batches`` with raw asyncpg.
 
 Object bookkeeping choice: an object whose batches all failed (or were all
 duplicates) is still registered, directly in state ``deleting``; the GC deletes
@@ -20,7 +22,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import bindparam, delete, func, insert, or_, select, tuple_, update
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from metastore import schema as s
@@ -37,8 +38,9 @@ from metastore.types import (
     ErrorCode,
     FindResult,
     ListOffsetsResult,
-    MetastoreError,
     ObjectAlreadyCommittedError,
+    ObjectCommitResult,
+    ObjectToCommit,
 )
 
 DEFAULT_MAX_BATCHES = 1000  # cap on batches per find_batches answer
@@ -54,62 +56,80 @@ class LogMixin(SqlBase):
     async def commit_object(
         self, key: str, size: int, agent_id: str, batches: Sequence[BatchToCommit]
     ) -> list[CommitResult]:
+        """One object: a group of one (raises if its key is already committed)."""
+        (res,) = await self.commit_objects([ObjectToCommit(key, size, agent_id, batches)])
+        if res.already_committed:
+            raise ObjectAlreadyCommittedError(f"object {key!r} is already committed")
+        return res.results
+
+    async def commit_objects(self, objects: Sequence[ObjectToCommit]) -> list[ObjectCommitResult]:
+        """Group commit: sequence ``objects`` in order, in one transaction, each
+        touched partition row read and written once for the whole group."""
         now = self.now_ms()
-        wanted = sorted({(b.topic_id, b.partition) for b in batches})
-        producer_keys = sorted(
-            {(b.topic_id, b.partition, b.producer_id) for b in batches if b.producer_id >= 0}
-        )
         p = s.partitions.c
-        try:
-            async with self._write() as conn:
-                states: dict[tuple[uuid.UUID, int], PartitionState] = {}
-                for chunk in _chunks(wanted):
-                    rows = await conn.execute(
-                        select(p.topic_id, p.partition, p.log_start_offset, p.high_watermark)
-                        .where(tuple_(p.topic_id, p.partition).in_(chunk))
-                        .order_by(p.topic_id, p.partition)
-                        .with_for_update()
-                    )
-                    for row in rows:
-                        states[(row.topic_id, row.partition)] = PartitionState(
-                            row.log_start_offset, row.high_watermark
-                        )
-                producers = await self._load_producers(conn, producer_keys)
-                plan = plan_commit(batches, states, producers, now)
-                object_id = await self._insert_object(
-                    conn, key, size, agent_id, now, live=bool(plan.accepted)
+        async with self._write() as conn:
+            keys = [o.key for o in objects]
+            registered: set[str] = set()
+            for chunk in _chunks(sorted(set(keys))):
+                rows = await conn.execute(
+                    select(s.objects.c.key).where(s.objects.c.key.in_(chunk))
                 )
-                if plan.accepted:
-                    await conn.execute(
-                        insert(s.batches),
-                        [
-                            _batch_row(batches[i], plan.results[i].base_offset, object_id, now)
-                            for i in plan.accepted
-                        ],
+                registered.update(row.key for row in rows)
+            fresh: list[bool] = []
+            for key in keys:
+                fresh.append(key not in registered)
+                registered.add(key)  # a key repeated in the group: its first wins
+            batches = [b for o, ok in zip(objects, fresh, strict=True) if ok for b in o.batches]
+            wanted = sorted({(b.topic_id, b.partition) for b in batches})
+            producer_keys = sorted(
+                {(b.topic_id, b.partition, b.producer_id) for b in batches if b.producer_id >= 0}
+            )
+            states: dict[tuple[uuid.UUID, int], PartitionState] = {}
+            for chunk in _chunks(wanted):
+                rows = await conn.execute(
+                    select(p.topic_id, p.partition, p.log_start_offset, p.high_watermark)
+                    .where(tuple_(p.topic_id, p.partition).in_(chunk))
+                    .order_by(p.topic_id, p.partition)
+                    .with_for_update()
+                )
+                for row in rows:
+                    states[(row.topic_id, row.partition)] = PartitionState(
+                        row.log_start_offset, row.high_watermark
                     )
-                    await conn.execute(
-                        update(s.partitions)
-                        .where(p.topic_id == bindparam("t"), p.partition == bindparam("p"))
-                        .values(
-                            high_watermark=bindparam("hwm"), bytes=p.bytes + bindparam("added")
-                        ),
-                        [
-                            {
-                                "t": tp[0],
-                                "p": tp[1],
-                                "hwm": st.high_watermark,
-                                "added": st.added_bytes,
-                            }
-                            for tp, st in states.items()
-                            if st.changed
-                        ],
-                    )
-                await self._store_producers(conn, plan.touched_producers, producers)
-        except MetastoreError as e:
-            if isinstance(e.__cause__, IntegrityError):
-                raise ObjectAlreadyCommittedError(f"object {key!r} is already committed") from e
-            raise
-        return plan.results
+            producers = await self._load_producers(conn, producer_keys)
+            plan = plan_commit(batches, states, producers, now)
+            accepted = set(plan.accepted)
+            out: list[ObjectCommitResult] = []
+            batch_rows: list[dict[str, Any]] = []
+            pos = 0
+            for o, ok in zip(objects, fresh, strict=True):
+                if not ok:
+                    out.append(ObjectCommitResult([], already_committed=True))
+                    continue
+                end = pos + len(o.batches)
+                live = any(i in accepted for i in range(pos, end))
+                object_id = await self._insert_object(conn, o.key, o.size, o.agent_id, now, live)
+                batch_rows.extend(
+                    _batch_row(batches[i], plan.results[i].base_offset, object_id, now)
+                    for i in range(pos, end)
+                    if i in accepted
+                )
+                out.append(ObjectCommitResult(plan.results[pos:end]))
+                pos = end
+            if batch_rows:
+                await conn.execute(insert(s.batches), batch_rows)
+                await conn.execute(
+                    update(s.partitions)
+                    .where(p.topic_id == bindparam("t"), p.partition == bindparam("p"))
+                    .values(high_watermark=bindparam("hwm"), bytes=p.bytes + bindparam("added")),
+                    [
+                        {"t": tp[0], "p": tp[1], "hwm": st.high_watermark, "added": st.added_bytes}
+                        for tp, st in states.items()
+                        if st.changed
+                    ],
+                )
+            await self._store_producers(conn, plan.touched_producers, producers)
+        return out
 
     async def _insert_object(
         self, conn: AsyncConnection, key: str, size: int, agent_id: str, now: int, live: bool

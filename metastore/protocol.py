@@ -24,7 +24,9 @@ from metastore.types import (
     GroupRecord,
     ListOffsetsResult,
     NewObject,
+    ObjectCommitResult,
     ObjectInfo,
+    ObjectToCommit,
     ParquetFileInfo,
     PartitionSummary,
     ProducerIdResult,
@@ -70,6 +72,9 @@ class Metastore(Protocol):
     async def commit_object(
         self, key: str, size: int, agent_id: str, batches: Sequence[BatchToCommit]
     ) -> list[CommitResult]: ...
+    async def commit_objects(
+        self, objects: Sequence[ObjectToCommit]
+    ) -> list[ObjectCommitResult]: ...
     async def find_batches(
         self,
         topic_id: uuid.UUID,

@@ -11,6 +11,11 @@ served at once:
 * NamedTuples ``{"$n": name, "v": [...]}`` and dataclasses ``{"$d": name, "v": {...}}``
   of classes defined in ``metastore.types`` (only those: a name never imports
   anything else);
+* a list of 8 or more NamedTuples of one class travels as columns
+  ``{"$c": name, "v": [column, ...]}`` (a batch list of a commit is thousands of
+  tuples): a column of plain JSON scalars as ``{"$p": [...]}``, of UUIDs as
+  ``{"$U": [distinct hex], "i": [index per row]}``, of one enum as
+  ``{"$E": name, "v": [values]}``, anything else element by element;
 * dicts with string keys stay objects (keys starting with ``$`` are escaped
   as ``{"$m": [[k, v], ...]}``, as are dicts with other keys).
 
@@ -49,6 +54,10 @@ def encode(v: Any) -> Any:
     if isinstance(v, (bytes, bytearray, memoryview)):
         return {"$b": base64.b64encode(bytes(v)).decode()}
     if isinstance(v, list):
+        if len(v) >= _COLUMNAR_MIN:
+            cls = type(v[0])
+            if hasattr(cls, "_fields") and all(type(x) is cls for x in v):
+                return {"$c": cls.__name__, "v": [_encode_column(c) for c in zip(*v, strict=True)]}
         return [encode(x) for x in v]
     if isinstance(v, tuple):
         if hasattr(v, "_fields"):
@@ -68,6 +77,37 @@ def encode(v: Any) -> Any:
     raise TypeError(f"cannot send {type(v).__name__} over the metastore wire")
 
 
+_COLUMNAR_MIN = 8
+_SCALARS = frozenset((int, str, float, bool, type(None)))
+
+
+def _encode_column(col: tuple[Any, ...]) -> Any:
+    kinds = set(map(type, col))
+    if kinds <= _SCALARS:
+        return {"$p": list(col)}
+    if kinds == {uuid.UUID}:
+        index: dict[uuid.UUID, int] = {}
+        rows = [index.setdefault(u, len(index)) for u in col]
+        return {"$U": [u.hex for u in index], "i": rows}
+    if len(kinds) == 1:
+        (kind,) = kinds
+        if issubclass(kind, enum.Enum):
+            return {"$E": kind.__name__, "v": [x.value for x in col]}
+    return [encode(x) for x in col]
+
+
+def _decode_column(c: Any) -> Any:
+    if isinstance(c, dict):
+        if "$p" in c:
+            return c["$p"]
+        if "$U" in c:
+            ids = [uuid.UUID(hex=h) for h in c["$U"]]
+            return [ids[i] for i in c["i"]]
+        if "$E" in c:
+            return list(map(_type(c["$E"]), c["v"]))
+    return decode(c)
+
+
 def decode(v: Any) -> Any:
     if isinstance(v, list):
         return [decode(x) for x in v]
@@ -78,6 +118,8 @@ def decode(v: Any) -> Any:
             return uuid.UUID(hex=v["$u"])
         if "$n" in v:
             return _type(v["$n"])(*(decode(x) for x in v["v"]))
+        if "$c" in v:
+            return list(map(_type(v["$c"])._make, zip(*map(_decode_column, v["v"]), strict=True)))
         if "$d" in v:
             return _type(v["$d"])(**{k: decode(x) for k, x in v["v"].items()})
         if "$e" in v:

@@ -5,8 +5,10 @@
 duplicate (returns the original offset, not stored) or accepted (gets
 ``base = high_watermark``, which then advances by ``last_offset_delta + 1``).
 The SQLite (and generic SQL) commit runs it inside one ``BEGIN IMMEDIATE``
-transaction; the plpgsql ``floe_commit_object`` in migration 0002 is a line-by-line
-port of it, and the contract suite holds both to the same behaviour.
+transaction over a whole group of objects; on Postgres the plpgsql functions
+of migrations 0002 (one object) and 0005 (group commit: a fast path for
+in-order batches, a key-by-key port of ``_check_producer`` otherwise) do the
+same, and the contract and parity suites hold them all to one behaviour.
 
 Producer rules follow Kafka's ``ProducerStateManager`` / ``ProducerAppendInfo``:
 - producer id -1: no checks;

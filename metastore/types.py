@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -76,6 +77,26 @@ class CommitResult(NamedTuple):
     base_offset: int
     log_append_time_ms: int
     log_start_offset: int
+
+
+class ObjectToCommit(NamedTuple):
+    """One uploaded object and its batches, as one member of a group commit."""
+
+    key: str
+    size: int
+    agent_id: str
+    batches: Sequence[BatchToCommit]
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectCommitResult:
+    """Outcome of one object of a group commit: one ``CommitResult`` per batch, or
+    ``already_committed`` (its key was registered before, or earlier in the same
+    group: nothing of it was sequenced). A dataclass, so that later outcomes
+    (transactions) can add fields without breaking the wire."""
+
+    results: list[CommitResult]
+    already_committed: bool = False
 
 
 @dataclass(frozen=True, slots=True)

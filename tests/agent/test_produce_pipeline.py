@@ -190,3 +190,64 @@ async def test_close_flushes_buffered_data(meta, topic):
 
 def test_transient_error_type_is_retriable():
     assert TransientError("k").retriable
+
+
+class _GatedMeta:
+    """The real metastore, with the first commit held until released (so that
+    the following segments finish uploading meanwhile) and every group recorded."""
+
+    def __init__(self, meta) -> None:
+        self.meta = meta
+        self.gate = asyncio.Event()
+        self.first = asyncio.Event()
+        self.groups: list[list[str]] = []
+
+    async def commit_objects(self, objects):
+        self.groups.append([o.key for o in objects])
+        if len(self.groups) == 1:
+            self.first.set()
+            await self.gate.wait()
+        return await self.meta.commit_objects(objects)
+
+    def __getattr__(self, name):
+        return getattr(self.meta, name)
+
+
+class _CountingStore:
+    """Sets ``done`` after ``n`` PUTs."""
+
+    def __init__(self, inner, n: int) -> None:
+        self.inner = inner
+        self.n = n
+        self.done = asyncio.Event()
+
+    async def put(self, key, data):
+        await self.inner.put(key, data)
+        self.n -= 1
+        if self.n == 0:
+            self.done.set()
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+async def test_ready_segments_are_committed_as_one_group_in_seal_order(meta, topic):
+    clock = ManualClock()
+    store = _CountingStore(open_object_store("memory://", retry=False), 5)
+    gated = _GatedMeta(meta)
+    data = batch(10, b"y" * 50)
+    p = make(store, gated, clock, flush_bytes=1)  # every append seals a segment
+    p.start(ticker=False)
+    futs = []
+    for i in range(5):
+        await p.reserve(len(data))
+        futs.append(p.append([item(topic.id, i % 2, data), item(topic.id, 3, data)], len(data)))
+        await asyncio.wait_for(gated.first.wait(), 10)  # the first commit is held
+    await asyncio.wait_for(store.done.wait(), 10)  # all five uploaded
+    gated.gate.set()
+    results = await asyncio.wait_for(asyncio.gather(*futs), 10)
+    assert [len(g) for g in gated.groups] == [1, 4]  # the other four waited together
+    assert [r[1].base_offset for r in results] == [0, 10, 20, 30, 40]  # seal order
+    assert [r[0].base_offset for r in results] == [0, 0, 10, 10, 20]
+    assert all(r.error == ErrorCode.NONE for rs in results for r in rs)
+    await p.close()

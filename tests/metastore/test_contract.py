@@ -18,6 +18,7 @@ from metastore import (
     Metastore,
     MetastoreError,
     ObjectAlreadyCommittedError,
+    ObjectToCommit,
     TopicInfo,
     migrate,
 )
@@ -234,6 +235,51 @@ async def test_commit_same_key_twice_raises(ms: Metastore) -> None:
     with pytest.raises(ObjectAlreadyCommittedError):
         await ms.commit_object(k, 100, "a", [batch(t.id, 0)])
     assert (await ms.list_offsets(t.id, 0, -1)).offset == 1  # nothing of the failed commit stayed
+
+
+async def test_group_commit(ms: Metastore, clock: FakeClock) -> None:
+    """Objects committed together get what they would get one after the other;
+    a key already registered (or repeated in the group) is reported, not raised,
+    and the rest of the group still commits."""
+    t = await make_topic(ms, "t", 2)
+    old = key()
+    await ms.commit_object(old, 10, "a", [batch(t.id, 0, 2)])
+    k1, k2, k3, k4 = key(), key(), key(), key()
+    first = batch(t.id, 1, 3, pid=7, epoch=0, seq=0)
+    outcome = await ms.commit_objects(
+        [
+            ObjectToCommit(k1, 100, "a", [batch(t.id, 0, 1), first, batch(t.id, 0, 4)]),
+            ObjectToCommit(old, 100, "b", [batch(t.id, 0, 9)]),
+            ObjectToCommit(k2, 100, "b", [batch(t.id, 1, 2), first, batch(uuid.uuid4(), 0)]),
+            ObjectToCommit(k1, 100, "c", [batch(t.id, 0, 9)]),
+            ObjectToCommit(k3, 100, "c", [batch(t.id, 1, 1, pid=7, epoch=0, seq=9)]),
+            ObjectToCommit(k4, 100, "d", []),
+        ]
+    )
+    assert [o.already_committed for o in outcome] == [False, True, False, True, False, False]
+    assert [[(r.error, r.base_offset) for r in o.results] for o in outcome] == [
+        [(E.NONE, 2), (E.NONE, 0), (E.NONE, 3)],
+        [],
+        [(E.NONE, 3), (E.NONE, 0), (E.UNKNOWN_TOPIC_OR_PARTITION, -1)],  # in-group duplicate
+        [],
+        [(E.OUT_OF_ORDER_SEQUENCE_NUMBER, -1)],
+        [],
+    ]
+    assert all(r.log_append_time_ms == clock.now for o in outcome for r in o.results)
+    assert (await ms.list_offsets(t.id, 0, -1)).offset == 7
+    assert (await ms.list_offsets(t.id, 1, -1)).offset == 5
+    for k, state in ((k1, "live"), (k2, "live"), (k3, "deleting"), (k4, "deleting")):
+        info = await ms.get_object(k)
+        assert info is not None and info.state == state, (k, info)
+    found = await ms.find_batches(t.id, 1, 0, 1 << 20)
+    assert [(b.object_key, b.base_offset, b.last_offset) for b in found.batches] == [
+        (k1, 0, 2),
+        (k2, 3, 4),
+    ]
+    # The in-group state is the producer's: its retry still maps to offset 0.
+    again = await ms.commit_object(key(), 1, "a", [first])
+    assert [(r.error, r.base_offset) for r in again] == [(E.NONE, 0)]
+    assert await ms.commit_objects([]) == []
 
 
 # -- find_batches --------------------------------------------------------------------

@@ -1,0 +1,236 @@
+"""The client half of the Postgres group commit (migration 0005): arguments, COPY rows, results.
+
+``PostgresMetastore.commit_objects`` sequences a group of objects in one
+transaction. Everything that needs no database state is done here, with numpy
+rather than per-batch Python where it counts (a group can hold 100,000
+batches): the distinct partitions in Postgres' lock order, each batch's
+partition index, its offset relative to its partition's high watermark if
+every batch is accepted (``rel``), each partition's totals. Then
+
+1. ``floe_group_begin`` (fast path) locks and updates the partitions and
+   returns their high watermarks before the group; the batch rows, whose
+   offsets are now known, go in with one binary COPY built here
+   (:meth:`GroupCommit.copy_rows`); COMMIT;
+2. if the fast path declines (a retry or an out-of-order producer batch, an
+   object already committed, an unknown partition), the transaction is rolled
+   back and ``floe_commit_objects`` decides every batch server-side.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from itertools import repeat
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+
+from metastore.types import (
+    BatchToCommit,
+    CommitResult,
+    ErrorCode,
+    ObjectCommitResult,
+    ObjectToCommit,
+)
+
+BEGIN_SQL = (
+    "SELECT fast, object_ids, high_watermarks, log_start_offsets FROM floe_group_begin("
+    "$1::bigint, $2::text[], $3::bigint[], $4::text[], $5::boolean[], $6::uuid[], $7::integer[], "
+    "$8::bigint[], $9::bigint[], $10::integer[], $11::integer[], $12::bigint[], $13::integer[], "
+    "$14::bigint[], $15::smallint[], $16::integer[])"
+)
+
+GENERAL_SQL = (
+    "SELECT object_ids, high_watermarks, log_start_offsets, errors, base_offsets "
+    "FROM floe_commit_objects($1::bigint, $2::text[], $3::bigint[], $4::text[], $5::integer[], "
+    "$6::uuid[], $7::integer[], $8::integer[], $9::bigint[], $10::bigint[], $11::integer[], "
+    "$12::integer[], $13::bigint[], $14::bigint[], $15::integer[], $16::bigint[], "
+    "$17::smallint[], $18::integer[], $19::boolean[])"
+)
+
+BATCH_COLUMNS = (
+    "topic_id", "partition", "last_offset", "base_offset", "object_id", "byte_pos", "byte_len",
+    "record_count", "base_timestamp", "max_timestamp", "append_time", "producer_id",
+    "producer_epoch", "base_sequence", "is_transactional",
+)  # fmt: skip
+
+# One row of a binary COPY of BATCH_COLUMNS: a field count, then (length, value)
+# per field, big-endian.
+_FIELDS = (
+    ("topic_id", "S16"), ("partition", ">i4"), ("last_offset", ">i8"), ("base_offset", ">i8"),
+    ("object_id", ">i8"), ("byte_pos", ">i8"), ("byte_len", ">i8"), ("record_count", ">i4"),
+    ("base_timestamp", ">i8"), ("max_timestamp", ">i8"), ("append_time", ">i8"),
+    ("producer_id", ">i8"), ("producer_epoch", ">i2"), ("base_sequence", ">i4"),
+    ("is_transactional", "u1"),
+)  # fmt: skip
+_ROW = np.dtype(
+    [("n", ">i2")] + [f for name, kind in _FIELDS for f in ((f"len_{name}", ">i4"), (name, kind))]
+)
+_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
+_COPY_TRAILER = struct.pack(">h", -1)
+
+_UUID_INT = attrgetter("int")
+_CODES = {code.value: code for code in ErrorCode}
+_NO_COLUMNS: list[tuple[Any, ...]] = [() for _ in BatchToCommit._fields]
+
+
+def _ints(values: Sequence[Any], dtype: str = "int64") -> np.ndarray:
+    return np.fromiter(values, dtype=dtype, count=len(values))
+
+
+class GroupCommit:
+    """One group: its arguments, its COPY rows and the decoding of the answers."""
+
+    def __init__(self, objects: Sequence[ObjectToCommit]) -> None:
+        self.objects = objects
+        batches = [b for o in objects for b in o.batches]
+        self.n = n = len(batches)
+        cols: list[Any] = list(zip(*batches, strict=True)) if batches else _NO_COLUMNS
+        self.cols = cols
+        topics, parts = cols[0], cols[1]
+        # Partitions in Postgres' order (uuids compare by their bytes, as UUID.int).
+        # Keyed by UUID.int: UUID.__hash__ is Python code, int hashing is not.
+        topic_ints = list(map(_UUID_INT, topics))
+        by_int = dict(zip(topic_ints, topics, strict=True))
+        distinct_topics = [by_int[i] for i in sorted(by_int)]
+        tmap = {t.int: i for i, t in enumerate(distinct_topics)}
+        keys = (_ints(list(map(tmap.__getitem__, topic_ints))) << 32) | _ints(parts)
+        uniq, inv = np.unique(keys, return_inverse=True)
+        self.idx = idx = inv.reshape(-1).astype(np.int64)  # 0-based partition index per batch
+        self.t_topic = [distinct_topics[t] for t in (uniq >> 32).tolist()]
+        self.t_part = (uniq & 0xFFFFFFFF).tolist()
+        self.deltas = deltas = _ints(cols[5])
+        sizes = deltas + 1
+        m = len(uniq)
+        self.t_size = np.bincount(idx, weights=sizes, minlength=m).astype(np.int64)
+        self.t_bytes = np.bincount(idx, weights=_ints(cols[3]), minlength=m).astype(np.int64)
+        # rel: sizes of the batches before each one on its partition, in group order.
+        order = np.argsort(idx, kind="stable")
+        before = np.cumsum(sizes[order]) - sizes[order]
+        firsts = np.searchsorted(idx[order], np.arange(m))
+        rel = np.empty(n, dtype=np.int64)
+        rel[order] = before - np.repeat(before[firsts], np.diff(np.append(firsts, n)))
+        self.rel = rel
+        counts = [len(o.batches) for o in objects]
+        self.counts = counts
+        self.pids = pids = _ints(cols[8])
+        self.sparse = np.flatnonzero(pids >= 0)
+        self._rows: np.ndarray | None = None
+
+    # -- the fast path ------------------------------------------------------------------
+
+    def begin_args(self) -> list[Any]:
+        s = self.sparse
+        return [
+            [o.key for o in self.objects],
+            [o.size for o in self.objects],
+            [o.agent_id for o in self.objects],
+            [c == 0 for c in self.counts],
+            self.t_topic,
+            self.t_part,
+            self.t_size.tolist(),
+            self.t_bytes.tolist(),
+            (s + 1).tolist(),
+            (self.idx[s] + 1).tolist(),
+            self.rel[s].tolist(),
+            self.deltas[s].tolist(),
+            self.pids[s].tolist(),
+            [self.cols[9][i] for i in s.tolist()],
+            [self.cols[10][i] for i in s.tolist()],
+        ]
+
+    def prepare_rows(self) -> None:
+        """Lay out the COPY rows except offsets and object ids (before any lock is
+        taken, so that the partition rows stay locked for as short as possible)."""
+        n, cols = self.n, self.cols
+        rows = np.zeros(n, dtype=_ROW)
+        rows["n"] = len(_FIELDS)
+        for name, kind in _FIELDS:
+            rows[f"len_{name}"] = np.dtype(kind).itemsize
+        topic_bytes = np.frombuffer(b"".join(t.bytes for t in self.t_topic), dtype="S16")
+        rows["topic_id"] = topic_bytes[self.idx]
+        rows["partition"] = np.asarray(self.t_part, dtype=np.int64)[self.idx]
+        rows["byte_pos"] = _ints(cols[2])
+        rows["byte_len"] = _ints(cols[3])
+        rows["record_count"] = _ints(cols[4])
+        rows["base_timestamp"] = _ints(cols[6])
+        rows["max_timestamp"] = _ints(cols[7])
+        rows["producer_id"] = self.pids
+        rows["producer_epoch"] = _ints(cols[9])
+        rows["base_sequence"] = _ints(cols[10])
+        rows["is_transactional"] = _ints(cols[11], "uint8")
+        self._rows = rows
+
+    def copy_rows(self, object_ids: Sequence[int], hwms: Sequence[int], now: int) -> bytes:
+        """The binary COPY of every batch row, offsets = high watermark + rel."""
+        if self._rows is None:
+            self.prepare_rows()
+        rows = self._rows
+        assert rows is not None
+        base = np.asarray(hwms, dtype=np.int64)[self.idx] + self.rel
+        rows["base_offset"] = base
+        rows["last_offset"] = base + self.deltas
+        rows["object_id"] = np.repeat(np.asarray(object_ids, dtype=np.int64), self.counts)
+        rows["append_time"] = now
+        return _COPY_HEADER + rows.tobytes() + _COPY_TRAILER
+
+    def fast_results(self, hwms: Sequence[int], lsos: Sequence[int], now: int) -> list[ObjectCommitResult]:
+        bases = (np.asarray(hwms, dtype=np.int64)[self.idx] + self.rel).tolist()
+        lso = np.asarray(lsos, dtype=np.int64)[self.idx].tolist()
+        make = CommitResult._make
+        results = list(map(make, zip(repeat(ErrorCode.NONE), bases, repeat(now), lso)))
+        return self._split(results, [True] * len(self.objects))
+
+    # -- the general path ---------------------------------------------------------------
+
+    def general_args(self) -> list[Any]:
+        cols, s = self.cols, self.sparse.tolist()
+        starts, first = [], 1
+        for c in self.counts:
+            starts.append(first)
+            first += c
+        txns = cols[11]
+        sparse = sorted(set(s) | {i for i, t in enumerate(txns) if t})
+        return [
+            [o.key for o in self.objects],
+            [o.size for o in self.objects],
+            [o.agent_id for o in self.objects],
+            starts,
+            self.t_topic,
+            self.t_part,
+            (self.idx + 1).tolist(),
+            cols[2],
+            cols[3],
+            cols[4],
+            cols[5],
+            cols[6],
+            cols[7],
+            [i + 1 for i in sparse],
+            [cols[8][i] for i in sparse],
+            [cols[9][i] for i in sparse],
+            [cols[10][i] for i in sparse],
+            [txns[i] for i in sparse],
+        ]
+
+    def general_results(self, row: Any, now: int) -> list[ObjectCommitResult]:
+        hwms, lsos = row["high_watermarks"] or [], row["log_start_offsets"] or []
+        errors, bases = row["errors"], row["base_offsets"]
+        codes, unknown = _CODES, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        results = []
+        for b, i in enumerate(self.idx.tolist()):
+            if hwms[i] is None:
+                results.append(CommitResult(unknown, -1, now, -1))
+            else:
+                results.append(CommitResult(codes[errors[b]], bases[b], now, lsos[i]))
+        return self._split(results, [oid is not None for oid in row["object_ids"] or []])
+
+    def _split(self, results: list[CommitResult], fresh: list[bool]) -> list[ObjectCommitResult]:
+        out, pos = [], 0
+        for count, ok in zip(self.counts, fresh, strict=True):
+            if ok:
+                out.append(ObjectCommitResult(results[pos : pos + count]))
+            else:
+                out.append(ObjectCommitResult([], already_committed=True))
+            pos += count
+        return out
