@@ -59,6 +59,11 @@ class AgentConfig(BaseSettings):
     fetch_cache_bytes: int = Field(256 * MiB, gt=0, description="Block cache capacity")
     fetch_block_bytes: int = Field(4 * MiB, gt=0, description="Cache block size")
     metadata_cache_ms: int = Field(100, ge=0, description="Batch lookup cache lifetime")
+    fetch_session_cache_slots: int = Field(
+        1000,
+        ge=0,
+        description="Fetch sessions (KIP-227) kept per agent; 0 answers every Fetch sessionless",
+    )
 
     admin_port: int = Field(0, ge=0, le=65535, description="HTTP port for /metrics and /healthz")
 

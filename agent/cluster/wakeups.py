@@ -13,9 +13,10 @@ partitions of the commits that follow). Every agent LISTENs on its own
   connection and wakes the local waiters; its own notifications are skipped by
   backend pid. The listening connection is re-opened if it drops.
 * **Anything else** (SQLite, the metastore served over HTTP) (:class:`PollWakeups`):
-  while fetches are waiting and there is more than one live agent, poll the
-  high watermarks of the watched partitions every ``interval_s`` (100 ms) and
-  wake the waiters of those that moved.
+  while fetches are waiting (or fetch sessions hold partitions) and there is
+  more than one live agent, poll the high watermarks of the watched partitions
+  every ``interval_s`` (100 ms) - one query for all of them when there are many
+  - and wake the waiters of those that moved.
 
 A wake-up is only a hint: the fetch re-reads the metastore, so a spurious or
 duplicated one costs a lookup, and a lost one costs at most ``max_wait_ms``.
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 
 CHANNEL = "floe_commits"
 _MAX_PAYLOAD = 7000  # Postgres caps a NOTIFY payload at 8000 bytes
+_BULK_POLL_KEYS = 64  # above this, poll every partition's high watermark in one query
 
 Key = tuple[uuid.UUID, int]
 
@@ -202,17 +204,26 @@ class PollWakeups(Wakeups):
         if not keys:
             return []
         self.polls += 1
-        results = await asyncio.gather(
-            *(self.meta.list_offsets(tid, p, LATEST_TIMESTAMP) for tid, p in keys),
-            return_exceptions=True,
-        )
+        offsets: dict[Key, int] = {}
+        if len(keys) > _BULK_POLL_KEYS:
+            # Fetch sessions watch every partition they hold: one query for all.
+            wanted = set(keys)
+            for ps in await self.meta.partition_summaries():
+                if (ps.topic_id, ps.partition) in wanted:
+                    offsets[(ps.topic_id, ps.partition)] = ps.high_watermark
+        else:
+            results = await asyncio.gather(
+                *(self.meta.list_offsets(tid, p, LATEST_TIMESTAMP) for tid, p in keys),
+                return_exceptions=True,
+            )
+            for k, r in zip(keys, results, strict=True):
+                if not isinstance(r, BaseException):
+                    offsets[k] = r.offset
         moved: list[Key] = []
-        for k, r in zip(keys, results, strict=True):
-            if isinstance(r, BaseException):
-                continue
+        for k, offset in offsets.items():
             prev = self._last.get(k)
-            self._last[k] = r.offset
-            if prev is not None and r.offset > prev:
+            self._last[k] = offset
+            if prev is not None and offset > prev:
                 moved.append(k)
         if moved:
             self.notifier.notify(moved)

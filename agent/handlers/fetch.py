@@ -15,17 +15,21 @@ Behavior, as Kafka:
 - high_watermark, last_stable_offset (= high watermark: no transactions yet),
   log_start_offset; aborted_transactions empty; preferred_read_replica -1.
 - Long-poll: with fewer than ``min_bytes`` and ``max_wait_ms > 0`` the response
-  waits (as a Deferred: the connection keeps reading) until a local commit to
-  one of the requested partitions or ``max_wait_ms``, then the fetch is planned
-  again. Any partition error answers at once. Commits by other agents are seen
-  at the next fetch (no cross-agent wake-up yet).
-- Fetch sessions (KIP-227) are not implemented: full requests (epoch -1 or 0)
-  are answered sessionless (session_id 0), which tells clients to keep sending
-  full requests; an incremental request (epoch > 0) gets
-  FETCH_SESSION_ID_NOT_FOUND, as Kafka answers for a session it does not have.
-  ``forgotten_topics_data``, ``current_leader_epoch``, ``last_fetched_epoch``,
+  waits (as a Deferred: the connection keeps reading) until a commit to one of
+  the requested partitions (this agent's, or another's through
+  ``agent.cluster``) or ``max_wait_ms``, then the fetch is planned again. Any
+  partition error answers at once.
+- Fetch sessions (KIP-227, v7+, ``agent.fetch_session``): a full request with
+  epoch 0 creates a session (its id in the response, unless the cache is full:
+  then 0); incremental requests (the session's next epoch) name only changed
+  partitions and ``forgotten_topics_data``, and get only partitions with
+  records, a changed high watermark / last stable / log start offset, or an
+  error. Epoch -1 closes a session; an unknown session gets
+  FETCH_SESSION_ID_NOT_FOUND, a wrong epoch INVALID_FETCH_SESSION_EPOCH
+  (top-level errors). ``current_leader_epoch``, ``last_fetched_epoch``,
   ``rack_id`` and ``isolation_level`` are ignored (one leader epoch, 0; no
-  transactions).
+  transactions yet).
+- Every partition entry of every response is built by :func:`partition_data`.
 - A storage failure while reading a partition answers KAFKA_STORAGE_ERROR for
   that partition (retriable) instead of closing the connection.
 
@@ -39,12 +43,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+import weakref
 from collections.abc import Callable, Coroutine, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agent.connection import Deferred
 from agent.fetch import BatchReadError, FetchReader, PartitionFetch, reader_for, select_batches
+from agent.fetch_session import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    FetchSession,
+    FetchSessionCache,
+    SessionKey,
+    SessionPartition,
+    next_epoch,
+)
 from agent.handlers.registry import handler
 from agent.metrics import METRICS
 from kafka_protocol.errors import ErrorCode
@@ -149,64 +163,193 @@ async def fetch_once(
     return list(found)
 
 
-def _response(req: FetchRequest, wants: list[_Want], results: list[PartitionFetch]) -> FetchResponse:
+def partition_data(partition: int, pf: PartitionFetch) -> PartitionData:
+    """The response entry of one partition (every Fetch response is built here)."""
+    if pf.error:
+        return PartitionData(
+            partition_index=partition, error_code=pf.error,
+            high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
+            aborted_transactions=[], preferred_read_replica=-1, records=b"",
+        )  # fmt: skip
+    return PartitionData(
+        partition_index=partition, error_code=0,
+        high_watermark=pf.high_watermark, last_stable_offset=pf.high_watermark,
+        log_start_offset=pf.log_start_offset,
+        aborted_transactions=[], preferred_read_replica=-1, records=pf.records,
+    )  # fmt: skip
+
+
+def _response(
+    req: FetchRequest, wants: list[_Want], results: list[PartitionFetch], session_id: int = 0
+) -> FetchResponse:
     topics = [TopicData(topic=t.topic, topic_id=t.topic_id, partitions=[]) for t in req.topics]
     for w, pf in zip(wants, results, strict=True):
-        if pf.error:
-            pd = PartitionData(
-                partition_index=w.partition, error_code=pf.error,
-                high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
-                aborted_transactions=[], preferred_read_replica=-1, records=b"",
-            )
-        else:
-            pd = PartitionData(
-                partition_index=w.partition, error_code=0,
-                high_watermark=pf.high_watermark, last_stable_offset=pf.high_watermark,
-                log_start_offset=pf.log_start_offset,
-                aborted_transactions=[], preferred_read_replica=-1, records=pf.records,
-            )
-        topics[w.topic_index].partitions.append(pd)
-    return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=topics)
+        topics[w.topic_index].partitions.append(partition_data(w.partition, pf))
+    return FetchResponse(throttle_time_ms=0, error_code=0, session_id=session_id, responses=topics)
+
+
+def _enough(results: list[PartitionFetch], min_bytes: int) -> bool:
+    # Kafka answers at once on any partition error or with min_bytes gathered.
+    return any(r.error for r in results) or sum(len(r.records) for r in results) >= min_bytes
+
+
+def _session_error(code: int, session_id: int = 0) -> FetchResponse:
+    return FetchResponse(error_code=code, session_id=session_id, responses=[])
 
 
 @handler(FetchRequest, min_version=MIN_VERSION, max_version=MAX_VERSION)
 async def handle(broker: Broker, ctx: RequestContext, req: FetchRequest) -> Any:
     v = ctx.header.api_version
-    if v >= 7 and req.session_epoch > 0:
-        # An incremental fetch in a session we never created.
-        return FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[])
-    wants = await _resolve(broker, req, by_id=v >= 13)
-    reader = reader_for(broker)
-    clock = broker.clock
-    start = clock.monotonic()
-    max_bytes = req.max_bytes
+    by_id = v >= 13
+    if v < 7 or (req.session_id == 0 and req.session_epoch == FINAL_EPOCH):
+        return Deferred(_Lazy(lambda: _full_fetch(broker, req, by_id, None)))
+    cache = sessions_for(broker)
+    if req.session_epoch in (INITIAL_EPOCH, FINAL_EPOCH):  # a full request
+        if req.session_id:
+            cache.remove(req.session_id)
+        session = None
+        if req.session_epoch == INITIAL_EPOCH:
+            session = cache.create(sum(len(t.partitions) for t in req.topics), by_id)
+        return Deferred(_Lazy(lambda: _full_fetch(broker, req, by_id, session)))
+    session = cache.get(req.session_id)
+    if session is None:
+        return _session_error(ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
+    if req.session_epoch != session.epoch or session.by_id != by_id or session.busy:
+        return _session_error(ErrorCode.INVALID_FETCH_SESSION_EPOCH)
+    session.epoch = next_epoch(session.epoch)
+    await _update_session(broker, session, req, by_id)
+    return Deferred(_Lazy(lambda: _incremental_fetch(broker, req, session)))
 
-    def done(results: list[PartitionFetch]) -> bool:
-        # Kafka answers at once on any partition error or with min_bytes gathered.
-        return any(r.error for r in results) or sum(len(r.records) for r in results) >= req.min_bytes
 
-    async def run() -> FetchResponse:
-        results = await fetch_once(reader, wants, max_bytes)
-        keys = [(w.topic_id, w.partition) for w in wants if w.topic_id is not None]
-        deadline = start + req.max_wait_ms / 1000.0
-        while keys and not done(results):
-            remaining = deadline - clock.monotonic()
-            if remaining <= 0:
+async def _wait_loop(
+    broker: Broker, req: FetchRequest, wants: list[_Want], first: list[PartitionFetch]
+) -> list[PartitionFetch]:
+    """Long-poll: re-plan on commits to the wanted partitions until enough or timeout."""
+    reader, clock = reader_for(broker), broker.clock
+    deadline = clock.monotonic() + req.max_wait_ms / 1000.0
+    results = first
+    keys = [(w.topic_id, w.partition) for w in wants if w.topic_id is not None]
+    while keys and not _enough(results, req.min_bytes):
+        remaining = deadline - clock.monotonic()
+        if remaining <= 0:
+            break
+        with broker.notifier.watch(keys) as ev:
+            # Registered first, then re-checked: a commit landing in between wakes us.
+            results = await fetch_once(reader, wants, req.max_bytes, fresh=True)
+            if _enough(results, req.min_bytes):
                 break
-            with broker.notifier.watch(keys) as ev:
-                # Registered first, then re-checked: a commit landing in between wakes us.
-                results = await fetch_once(reader, wants, max_bytes, fresh=True)
-                if done(results):
-                    break
+            try:
+                await asyncio.wait_for(ev.wait(), timeout=remaining)
+            except TimeoutError:
+                break
+        results = await fetch_once(reader, wants, req.max_bytes, fresh=True)
+    return results
+
+
+async def _full_fetch(
+    broker: Broker, req: FetchRequest, by_id: bool, session: FetchSession | None
+) -> FetchResponse:
+    """Sessionless, or the first request of a new session (which then holds every
+    requested partition and what this response told about it)."""
+    wants = await _resolve(broker, req, by_id)
+    keys: list[SessionKey] = []
+    if session is not None:
+        # Subscribed before the (fresh) lookups: a commit landing meanwhile stays
+        # marked, so the next incremental fetch looks again.
+        for w in wants:
+            t = req.topics[w.topic_index]
+            key: SessionKey = (t.topic_id if by_id else t.topic, w.partition)
+            session.upsert(key, _session_partition(t, w))
+            keys.append(key)
+        session.take_candidates()
+    results = await fetch_once(reader_for(broker), wants, req.max_bytes, fresh=session is not None)
+    results = await _wait_loop(broker, req, wants, results)
+    METRICS.fetched_bytes.inc(sum(len(r.records) for r in results))
+    if session is None:
+        return _response(req, wants, results)
+    for skey, pf in zip(keys, results, strict=True):
+        hwm, lso, log_start = _offsets(pf)
+        session.observed(skey, pf.error, hwm)
+        session.sent(skey, hwm, lso, log_start, bool(pf.records))
+    return _response(req, wants, results, session.id)
+
+
+def _offsets(pf: PartitionFetch) -> tuple[int, int, int]:
+    """High watermark, last stable offset and log start offset as sent."""
+    if pf.error:
+        return -1, -1, -1
+    return pf.high_watermark, pf.high_watermark, pf.log_start_offset
+
+
+def _session_partition(t: Any, w: _Want) -> SessionPartition:
+    return SessionPartition(
+        topic=t.topic, topic_ref=t.topic_id, topic_id=w.topic_id, partition=w.partition,
+        fetch_offset=w.fetch_offset, max_bytes=w.max_bytes, error=w.error,
+    )  # fmt: skip
+
+
+async def _update_session(broker: Broker, session: FetchSession, req: FetchRequest, by_id: bool) -> None:
+    """Apply an incremental request: new or moved partitions, then forgotten ones."""
+    for w in await _resolve(broker, req, by_id):
+        t = req.topics[w.topic_index]
+        session.upsert((t.topic_id if by_id else t.topic, w.partition), _session_partition(t, w))
+    for f in req.forgotten_topics_data:
+        ref = f.topic_id if by_id else f.topic
+        for p in f.partitions:
+            session.remove((ref, p))
+
+
+async def _incremental_fetch(broker: Broker, req: FetchRequest, session: FetchSession) -> FetchResponse:
+    """Look only at the partitions that changed, have unfetched data or an error;
+    answer only those with something to say."""
+    reader, clock = reader_for(broker), broker.clock
+    deadline = clock.monotonic() + req.max_wait_ms / 1000.0
+    answer: dict[SessionKey, PartitionFetch] = {}
+    session.busy = True
+    try:
+        while True:
+            candidates = session.take_candidates()
+            topic_refs: dict[object, int] = {}
+            wants = []
+            for key, part in candidates:
+                ti = topic_refs.setdefault(key[0], len(topic_refs))
+                w = _Want(ti, part.partition, part.fetch_offset, part.max_bytes, part.topic_id, part.error)
+                wants.append(w)
+            results = await fetch_once(reader, wants, req.max_bytes, fresh=True)
+            for (key, part), pf in zip(candidates, results, strict=True):
+                hwm, lso, log_start = _offsets(pf)
+                session.observed(key, pf.error, hwm)
+                if session.must_respond(part, pf.error, hwm, lso, log_start, len(pf.records)):
+                    answer[key] = pf
+            if _enough(list(answer.values()), req.min_bytes):
+                break
+            remaining = deadline - clock.monotonic()
+            if remaining <= 0 or not session.partitions:
+                break
+            if not session.changed_keys:
                 try:
-                    await asyncio.wait_for(ev.wait(), timeout=remaining)
+                    await asyncio.wait_for(session.event.wait(), timeout=remaining)
                 except TimeoutError:
                     break
-            results = await fetch_once(reader, wants, max_bytes, fresh=True)
-        METRICS.fetched_bytes.inc(sum(len(r.records) for r in results))
-        return _response(req, wants, results)
-
-    return Deferred(_Lazy(run))
+    finally:
+        session.busy = False
+    topics: dict[object, TopicData] = {}
+    parts = session.partitions
+    for key, pf in sorted(answer.items(), key=lambda kv: parts[kv[0]].order if kv[0] in parts else 0):
+        entry = parts.get(key)
+        if entry is None:  # forgotten meanwhile
+            continue
+        part = entry
+        td = topics.get(key[0])
+        if td is None:
+            td = topics[key[0]] = TopicData(topic=part.topic, topic_id=part.topic_ref, partitions=[])
+        td.partitions.append(partition_data(part.partition, pf))
+        hwm, lso, log_start = _offsets(pf)
+        session.sent(key, hwm, lso, log_start, bool(pf.records))
+    METRICS.fetched_bytes.inc(sum(len(pf.records) for pf in answer.values()))
+    return FetchResponse(
+        throttle_time_ms=0, error_code=0, session_id=session.id, responses=list(topics.values())
+    )
 
 
 class _Lazy:
@@ -220,3 +363,17 @@ class _Lazy:
 
     def __await__(self) -> Generator[Any, None, FetchResponse]:
         return self._factory().__await__()
+
+
+_SESSIONS: weakref.WeakKeyDictionary[Broker, FetchSessionCache] = weakref.WeakKeyDictionary()
+
+
+def sessions_for(broker: Broker) -> FetchSessionCache:
+    """The broker's fetch session cache (created on first use)."""
+    cache = _SESSIONS.get(broker)
+    if cache is None:
+        cache = FetchSessionCache(
+            broker.notifier, broker.clock.monotonic, slots=broker.config.fetch_session_cache_slots
+        )
+        _SESSIONS[broker] = cache
+    return cache

@@ -275,3 +275,40 @@ def test_confluent_end_offset_then_new_data(floe_agent):
         assert m.offset() >= 5 and m.key() == b"new"
     finally:
         c.close()
+
+
+def test_kafka_python_fetch_session_over_many_partitions(floe_agent):
+    """kafka-python uses incremental fetch sessions (KIP-227) by default: every
+    record of 120 partitions arrives, including waves produced while it is
+    already consuming (which only the incremental path can report), and its
+    fetches really went through one session."""
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KTP
+
+    from agent.handlers.fetch import sessions_for
+
+    topic, parts, waves = "kp-sessions", 120, 4
+    make_topic(floe_agent, topic, partitions=parts)
+    prod = KafkaProducer(bootstrap_servers=floe_agent.bootstrap, linger_ms=5)
+    cons = KafkaConsumer(bootstrap_servers=floe_agent.bootstrap, group_id=None, enable_auto_commit=False,
+                         auto_offset_reset="earliest", fetch_max_wait_ms=200)
+    try:
+        cons.assign([KTP(topic, p) for p in range(parts)])
+        expected: set[bytes] = set()
+        got: set[bytes] = set()
+        for wave in range(waves):  # each wave on a different third of the partitions
+            for p in range(wave % 3, parts, 3):
+                value = f"w{wave}-p{p}".encode()
+                prod.send(topic, value=value, partition=p)
+                expected.add(value)
+            prod.flush(30)
+            deadline = time.monotonic() + 30
+            while got != expected and time.monotonic() < deadline:
+                for batch in cons.poll(timeout_ms=500).values():
+                    got.update(m.value for m in batch)
+            assert got == expected, f"wave {wave}: missing {sorted(expected - got)[:5]}"
+        sessions = list(sessions_for(floe_agent.broker).sessions())
+        assert len(sessions) == 1 and sessions[0].epoch >= waves  # incremental fetches served waves 2+
+    finally:
+        cons.close()
+        prod.close()

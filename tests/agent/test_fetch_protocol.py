@@ -131,12 +131,10 @@ def test_partition_errors_and_empty_records(floe_agent):
     assert codes == [100, 0]
 
 
-def test_incremental_session_is_refused(floe_agent):
+def test_incremental_fetch_of_an_unknown_session(floe_agent):
     make_topic(floe_agent, "fs")
     resp = fetch(floe_agent, [("fs", 0, 0)], session_epoch=3)
-    assert resp.error_code == 70  # FETCH_SESSION_ID_NOT_FOUND
-    resp = fetch(floe_agent, [("fs", 0, 0)], session_epoch=0)  # "create a session": answered sessionless
-    assert resp.error_code == 0 and resp.session_id == 0
+    assert resp.error_code == 70  # FETCH_SESSION_ID_NOT_FOUND (sessions: test_fetch_sessions.py)
 
 
 def test_byte_budgets(floe_agent):
