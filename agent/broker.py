@@ -19,6 +19,7 @@ from agent.clock import Clock, SystemClock
 from agent.cluster import Cluster, ClusteredGroupCoordinator, ClusterSettings, Peer, node_id_for
 from agent.config import AgentConfig
 from agent.groups import GroupConfig
+from agent.metadata_cache import MetadataCache
 from agent.metrics import METRICS
 from agent.notify import CommitNotifier
 from agent.produce_pipeline import ProducePipeline
@@ -73,6 +74,7 @@ class Broker:
         self._topics_by_name: dict[str, tuple[float, TopicInfo | None]] = {}
         self._topics_by_id: dict[uuid.UUID, tuple[float, TopicInfo | None]] = {}
         self._topic_ttl = 1.0
+        self.metadata = MetadataCache(self._topic_ttl)
         self._owns = owns_resources
         self._create_lock = asyncio.Lock()
         self.groups = ClusteredGroupCoordinator(
@@ -136,6 +138,7 @@ class Broker:
     def invalidate_topics(self) -> None:
         self._topics_by_name.clear()
         self._topics_by_id.clear()
+        self.metadata.invalidate()
 
     async def topic(self, name: str) -> TopicInfo | None:
         now = self.clock.monotonic()
@@ -171,6 +174,7 @@ class Broker:
                 log.info("auto-create of %r refused: %s %s", name, res.error.name, res.message)
                 return None
             self._topics_by_name.pop(name, None)
+            self.metadata.invalidate()
             return await self.topic(name)
 
     @staticmethod

@@ -32,6 +32,7 @@ from metastore.types import (
     DescribeConfigResult,
     ErrorCode,
     MetastoreError,
+    PartitionOffsets,
     TopicInfo,
     TopicResult,
 )
@@ -84,6 +85,19 @@ class TopicsMixin(SqlBase):
                 .order_by(s.topics.c.name)
             )
             return [_topic_info(row) for row in rows]
+
+    async def partition_offsets(self, topic_id: uuid.UUID) -> list[PartitionOffsets]:
+        """Log start offset and high watermark of every partition of a topic, in
+        partition order, in one query (ListOffsets earliest/latest at width);
+        empty for an unknown or deleted topic."""
+        p = s.partitions.c
+        async with self._read() as conn:
+            rows = await conn.execute(
+                select(p.partition, p.log_start_offset, p.high_watermark)
+                .where(p.topic_id == topic_id)
+                .order_by(p.partition)
+            )
+            return [PartitionOffsets(r[0], r[1], r[2]) for r in rows]
 
     async def create_topic(
         self,

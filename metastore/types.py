@@ -326,6 +326,14 @@ class PartitionSummary:
     bytes: int
 
 
+class PartitionOffsets(NamedTuple):
+    """One partition's log start offset and high watermark (ListOffsets at width)."""
+
+    partition: int
+    log_start_offset: int
+    high_watermark: int
+
+
 @dataclass(frozen=True, slots=True)
 class RetentionResult:
     error: ErrorCode

@@ -20,6 +20,10 @@ metastore failure KAFKA_STORAGE_ERROR. ``leader_epoch`` is 0 when an offset is
 returned (there are no elections), -1 otherwise. v0 answers in
 ``old_style_offsets`` (a list with the one offset, or empty).
 
+Width: a topic asked for at many partitions at once (a consumer starting on
+10,000 partitions) has its earliest/latest answers read in one metastore
+query (``partition_offsets``) instead of one query per partition.
+
 Versions: 0-11 (v6+ flexible). librdkafka before 2.11 needs a low version in
 range; Kafka clients send v1+ in practice.
 """
@@ -33,11 +37,12 @@ from agent.handlers.registry import handler
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import ListOffsetsRequest, ListOffsetsResponse
 from metastore.types import ErrorCode as MetaError
-from metastore.types import MetastoreError
+from metastore.types import ListOffsetsResult, MetastoreError, PartitionOffsets
 
 if TYPE_CHECKING:
     from agent.broker import Broker
     from agent.connection import RequestContext
+    from metastore import TopicInfo
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +54,18 @@ LATEST = -1
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
 EARLIEST_PENDING_UPLOAD = -5
+# Earliest/latest asked for at this many partitions of a topic: one query.
+BULK_MIN = 8
+
+
+async def _bulk(broker: Broker, info: TopicInfo | None, t: ListOffsetsRequest.ListOffsetsTopic) -> dict[int, PartitionOffsets]:
+    if info is None or sum(p.timestamp in (EARLIEST, LATEST, EARLIEST_LOCAL) for p in t.partitions) < BULK_MIN:
+        return {}
+    try:
+        return {o.partition: o for o in await broker.meta.partition_offsets(info.id)}
+    except MetastoreError as e:
+        log.warning("partition_offsets %s failed: %s", t.name, e)
+        return {}  # each partition then asks on its own
 
 
 @handler(ListOffsetsRequest)
@@ -57,6 +74,7 @@ async def handle(broker: Broker, ctx: RequestContext, req: ListOffsetsRequest) -
     topics: list[TopicResponse] = []
     for t in req.topics:
         info = await broker.topic(t.name)
+        bulk = await _bulk(broker, info, t)
         tr = TopicResponse(name=t.name, partitions=[])
         topics.append(tr)
         for p in t.partitions:
@@ -70,8 +88,12 @@ async def handle(broker: Broker, ctx: RequestContext, req: ListOffsetsRequest) -
                 continue
             if ts == EARLIEST_LOCAL:
                 ts = EARLIEST
+            known = bulk.get(p.partition_index) if ts in (EARLIEST, LATEST) else None
             try:
-                res = await broker.meta.list_offsets(info.id, p.partition_index, ts)
+                if known is not None:
+                    res = ListOffsetsResult(MetaError.NONE, known.log_start_offset if ts == EARLIEST else known.high_watermark)
+                else:
+                    res = await broker.meta.list_offsets(info.id, p.partition_index, ts)
             except MetastoreError as e:
                 log.warning("list_offsets %s/%d failed: %s", t.name, p.partition_index, e)
                 pr.error_code = ErrorCode.KAFKA_STORAGE_ERROR

@@ -9,17 +9,21 @@ topics (null list, or an empty list in v0) lists every topic; unknown topics
 are auto-created when both the agent option and the request allow it
 (``allow_auto_topic_creation``, v4+), otherwise UNKNOWN_TOPIC_OR_PARTITION.
 Topic ids (v10+) are the metastore's stable, non-zero UUIDs; v12+ requests may
-name topics by id.
+name topics by id. Topic entries come pre-encoded from the broker's
+metadata cache (agent/metadata_cache.py), so a Metadata request for a topic of
+10,000 partitions does not rebuild or re-encode its partitions.
 
 Versions: 0-13 (v9+ flexible).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from agent.cluster import client_zone
 from agent.handlers.registry import handler
+from agent.metadata_cache import EncodedResponse, assemble, encode_topic
 from kafka_protocol.messages import MetadataRequest, MetadataResponse
 from kafka_protocol.messages._runtime import ZERO_UUID
 
@@ -33,41 +37,36 @@ INVALID_TOPIC_EXCEPTION = 17
 UNKNOWN_TOPIC_ID = 100
 
 Topic = MetadataResponse.MetadataResponseTopic
-Partition = MetadataResponse.MetadataResponseTopic.MetadataResponsePartition
 
 
-def topic_entry(broker: Broker, info: TopicInfo, zone: str | None = None) -> Topic:
-    cluster = broker.cluster
-    return Topic(
-        error_code=0,
-        name=info.name,
-        topic_id=info.id,
-        is_internal=False,
-        partitions=[
-            Partition(
-                error_code=0,
-                partition_index=p,
-                leader_id=node,
-                leader_epoch=0,
-                replica_nodes=[node],
-                isr_nodes=[node],
-                offline_replicas=[],
-            )
-            for p in range(info.partitions)
-            for node in (cluster.leader(info.id, p, zone).node_id,)
-        ],
+def _leaders(broker: Broker, info: TopicInfo, zone: str | None) -> Callable[[], list[int]]:
+    def compute() -> list[int]:
+        ring = broker.cluster.rings.zone(zone)
+        if len(ring) <= 1:  # one agent: every partition's leader, no hashing
+            node = broker.cluster.leader(info.id, 0, zone).node_id
+            return [node] * info.partitions
+        return [broker.cluster.leader(info.id, p, zone).node_id for p in range(info.partitions)]
+
+    return compute
+
+
+def topic_bytes(broker: Broker, info: TopicInfo, zone: str | None, version: int) -> bytes:
+    """The encoded topic entry, from the metadata cache."""
+    return broker.metadata.entry(
+        info.id, info.name, info.partitions, zone, version, _leaders(broker, info, zone)
     )
 
 
 @handler(MetadataRequest)
-async def handle(broker: Broker, ctx: RequestContext, req: MetadataRequest) -> MetadataResponse:
+async def handle(broker: Broker, ctx: RequestContext, req: MetadataRequest) -> EncodedResponse:
     v = ctx.header.api_version
     zone = client_zone(ctx.client_id)
-    topics: list[Topic] = []
+    broker.metadata.check_rings(broker.cluster.rings)
+    topics: list[bytes] = []
     wanted = req.topics
     if wanted is None or (v == 0 and not wanted):
-        for info in await broker.meta.list_topics():
-            topics.append(topic_entry(broker, info, zone))
+        for info in await broker.metadata.all_topics(broker.clock.monotonic(), broker.meta.list_topics):
+            topics.append(topic_bytes(broker, info, zone, v))
     else:
         allow_create = broker.config.auto_create_topics and (v < 4 or req.allow_auto_topic_creation)
         for t in wanted:
@@ -75,21 +74,21 @@ async def handle(broker: Broker, ctx: RequestContext, req: MetadataRequest) -> M
             if t.name is None or (t.name == "" and t.topic_id != ZERO_UUID):
                 info = await broker.topic_by_id(t.topic_id)
                 if info is None:
-                    topics.append(Topic(error_code=UNKNOWN_TOPIC_ID, name=None, topic_id=t.topic_id))
+                    topics.append(encode_topic(Topic(error_code=UNKNOWN_TOPIC_ID, name=None, topic_id=t.topic_id), v))
                     continue
             else:
                 info = await broker.topic(t.name)
                 if info is None and allow_create:
                     info = await broker.auto_create(t.name)
                     if info is None:
-                        topics.append(Topic(error_code=INVALID_TOPIC_EXCEPTION, name=t.name))
+                        topics.append(encode_topic(Topic(error_code=INVALID_TOPIC_EXCEPTION, name=t.name), v))
                         continue
             if info is None:
-                topics.append(Topic(error_code=UNKNOWN_TOPIC_OR_PARTITION, name=t.name))
+                topics.append(encode_topic(Topic(error_code=UNKNOWN_TOPIC_OR_PARTITION, name=t.name), v))
                 continue
-            topics.append(topic_entry(broker, info, zone))
+            topics.append(topic_bytes(broker, info, zone, v))
     node = broker.advertised
-    return MetadataResponse(
+    head = MetadataResponse(
         throttle_time_ms=0,
         brokers=[
             MetadataResponse.MetadataResponseBroker(node_id=p.node_id, host=p.host, port=p.port, rack=p.zone)
@@ -97,5 +96,5 @@ async def handle(broker: Broker, ctx: RequestContext, req: MetadataRequest) -> M
         ],
         cluster_id=broker.config.cluster_id,
         controller_id=node.node_id,
-        topics=topics,
     )
+    return assemble(head, topics, v)

@@ -369,6 +369,18 @@ async def test_list_offsets(ms: Metastore, clock: FakeClock) -> None:
     assert (await ms.list_offsets(t.id, 0, 0)).offset == 5
 
 
+async def test_partition_offsets(ms: Metastore) -> None:
+    t = await make_topic(ms, "t", 3)
+    await ms.commit_object(key(), 1, "a", [batch(t.id, 1, 10), batch(t.id, 2, 4), batch(t.id, 1, 3)])
+    await ms.delete_records(t.id, 1, 6)
+    assert await ms.partition_offsets(t.id) == [(0, 0, 0), (1, 6, 13), (2, 0, 4)]
+    assert (await ms.add_partitions("t", 4)).error is E.NONE
+    assert [o.partition for o in await ms.partition_offsets(t.id)] == [0, 1, 2, 3]
+    await ms.delete_topic("t")
+    assert await ms.partition_offsets(t.id) == []
+    assert await ms.partition_offsets(uuid.uuid4()) == []
+
+
 async def test_list_offsets_log_append_time(ms: Metastore, clock: FakeClock) -> None:
     t = await make_topic(ms, "t", 1, **{"message.timestamp.type": "LogAppendTime"})
     await ms.commit_object(key(), 1, "a", [batch(t.id, 0, 2, ts=5)])
