@@ -216,6 +216,34 @@ class FetchReader:
             self._lookups[key] = (self.clock.monotonic(), res)
         return res
 
+    async def find_many(
+        self, wants: Sequence[tuple[uuid.UUID, int, int, int]], *, fresh: bool = False
+    ) -> list[FindResult]:
+        """:meth:`find` of each ``(topic_id, partition, offset, max_bytes)``; the
+        lookups not served from the cache go to the metastore in one call."""
+        out: list[FindResult | None] = [None] * len(wants)
+        todo: list[int] = []
+        now = self.clock.monotonic()
+        for i, key in enumerate(wants):
+            hit = None if fresh or self._ttl <= 0 else self._lookups.get(key)
+            if hit is not None and now - hit[0] < self._ttl:
+                out[i] = hit[1]
+            else:
+                todo.append(i)
+        if todo:
+            self.lookups += len(todo)
+            found = await self.meta.find_batches_many([wants[i] for i in todo])
+            now = self.clock.monotonic()
+            for i, res in zip(todo, found, strict=True):
+                out[i] = res
+                if self.leases is not None and res.batches:
+                    self.leases.seen(b.object_key for b in res.batches)
+                if res.error == ErrorCode.NONE and res.batches and self._ttl > 0:
+                    if len(self._lookups) >= _MAX_CACHED_LOOKUPS:
+                        self._expire()
+                    self._lookups[wants[i]] = (now, res)
+        return [r for r in out if r is not None]
+
     def _expire(self) -> None:
         now = self.clock.monotonic()
         for k in [k for k, (t, _) in self._lookups.items() if now - t >= self._ttl]:

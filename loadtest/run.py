@@ -83,6 +83,31 @@ def _cpu_seconds(pid: int) -> float | None:
         return None
 
 
+def _postgres_cpu_seconds(backend: Backend) -> float | None:
+    """CPU of a private Postgres: the postmaster, its live backends and the reaped
+    ones (counted in the postmaster's cutime/cstime), from /proc (Linux)."""
+    pg = backend.postgres
+    if pg is None or getattr(pg, "tmp", None) is None:
+        return None
+    try:
+        root = int((pg.data_dir / "postmaster.pid").read_text().split()[0])
+        tick = os.sysconf("SC_CLK_TCK")
+        total = 0
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                f = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            pid = int(stat.parent.name)
+            if pid == root:
+                total += int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])
+            elif int(f[1]) == root:
+                total += int(f[11]) + int(f[12])
+        return total / tick
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def derive(result: dict[str, Any], cfg: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     d = result.get("agentMetrics", {}).get("diff", {})
     base = result.get("baselines", {})
@@ -232,6 +257,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         t0 = time.time() + 0.5
         clock.value = t0
         agent_cpu0 = _cpu_seconds(backend.agents[0].pid) if backend.agents else None
+        pg_cpu0 = _postgres_cpu_seconds(backend)
         children0 = os.times()
         say(f"{n_producers} producers, {n_consumers} consumers ready; running "
             f"{wl.warmup_seconds:.0f}s warm-up + {wl.test_seconds:.0f}s")
@@ -284,11 +310,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         after = scrape_all(backend.admin_urls) if backend.admin_urls else {}
         wall = time.time() - t0
         agent_cpu1 = _cpu_seconds(backend.agents[0].pid) if backend.agents else None
+        pg_cpu1 = _postgres_cpu_seconds(backend)
         children1 = os.times()
         cpu: dict[str, Any] = {"wall_seconds": round(wall, 2), "cpus": os.cpu_count()}
         if agent_cpu0 is not None and agent_cpu1 is not None:
             cpu["agent_cpu_seconds"] = round(agent_cpu1 - agent_cpu0, 2)
             cpu["agent_cores_busy"] = round((agent_cpu1 - agent_cpu0) / wall, 3)
+        if pg_cpu0 is not None and pg_cpu1 is not None:
+            cpu["postgres_cpu_seconds"] = round(pg_cpu1 - pg_cpu0, 2)
         gen = (children1.children_user + children1.children_system
                - children0.children_user - children0.children_system)
         cpu["load_generator_cpu_seconds"] = round(gen, 2)
@@ -316,6 +345,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         result["cpu"] = cpu
         result["baselines"] = baselines
         result["agentMetrics"] = {"before": before, "after": after, "diff": diff(before, after)}
+        produced_gb = _m(result["agentMetrics"]["diff"], "floe_produced_bytes_total") / 1e9
+        if produced_gb > 0:  # CPU per GB produced over the whole run (warm-up included)
+            for k in ("agent_cpu_seconds", "postgres_cpu_seconds"):
+                if k in cpu:
+                    cpu[k.replace("_seconds", "_s_per_GB")] = round(cpu[k] / produced_gb, 1)
         result["ratios"], result["goals"] = derive(result, cfg)
         if profiler is not None:
             result["profile"] = str(prof_path)

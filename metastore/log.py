@@ -226,55 +226,76 @@ class LogMixin(SqlBase):
         """The batch containing ``offset`` and the following ones while their total size
         stays within ``max_bytes`` (the first batch always comes back whole)."""
         async with self._read() as conn:
-            state = await self._partition(conn, topic_id, partition)
-            if state is None:
-                return FindResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1)
-            lso, hwm = state
-            if offset < lso or offset > hwm:
-                return FindResult(ErrorCode.OFFSET_OUT_OF_RANGE, lso, hwm)
-            if offset == hwm:
-                return FindResult(ErrorCode.NONE, lso, hwm)
-            b = s.batches.c
-            inner = (
-                select(
-                    s.objects.c.key,
-                    b.byte_pos,
-                    b.byte_len,
-                    b.base_offset,
-                    b.last_offset,
-                    b.record_count,
-                    b.max_timestamp,
-                    b.append_time,
-                )
-                .join(s.objects, s.objects.c.id == b.object_id)
-                .where(b.topic_id == topic_id, b.partition == partition, b.last_offset >= offset)
-                .order_by(b.last_offset)
-                .limit(max(1, max_batches))
-                .subquery()
-            )
-            ordered = select(
-                inner,
-                func.sum(inner.c.byte_len).over(order_by=inner.c.last_offset).label("cum"),
-                func.row_number().over(order_by=inner.c.last_offset).label("rn"),
-            ).subquery()
-            rows = await conn.execute(
-                select(ordered)
-                .where(or_(ordered.c.rn == 1, ordered.c.cum <= max_bytes))
-                .order_by(ordered.c.last_offset)
-            )
-            found = [
-                BatchLocation(
-                    r.key,
-                    r.byte_pos,
-                    r.byte_len,
-                    r.base_offset,
-                    r.last_offset,
-                    r.record_count,
-                    r.max_timestamp,
-                    r.append_time,
-                )
-                for r in rows
+            return await self._find_batches(conn, topic_id, partition, offset, max_bytes, max_batches)
+
+    async def find_batches_many(
+        self, wants: Sequence[tuple[uuid.UUID, int, int, int]], max_batches: int = DEFAULT_MAX_BATCHES
+    ) -> list[FindResult]:
+        """``find_batches`` of each ``(topic_id, partition, offset, max_bytes)``, in
+        order, in one read (a Fetch naming many partitions)."""
+        async with self._read() as conn:
+            return [
+                await self._find_batches(conn, t, p, o, m, max_batches) for t, p, o, m in wants
             ]
+
+    async def _find_batches(
+        self,
+        conn: AsyncConnection,
+        topic_id: uuid.UUID,
+        partition: int,
+        offset: int,
+        max_bytes: int,
+        max_batches: int,
+    ) -> FindResult:
+        state = await self._partition(conn, topic_id, partition)
+        if state is None:
+            return FindResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1)
+        lso, hwm = state
+        if offset < lso or offset > hwm:
+            return FindResult(ErrorCode.OFFSET_OUT_OF_RANGE, lso, hwm)
+        if offset == hwm:
+            return FindResult(ErrorCode.NONE, lso, hwm)
+        b = s.batches.c
+        inner = (
+            select(
+                s.objects.c.key,
+                b.byte_pos,
+                b.byte_len,
+                b.base_offset,
+                b.last_offset,
+                b.record_count,
+                b.max_timestamp,
+                b.append_time,
+            )
+            .join(s.objects, s.objects.c.id == b.object_id)
+            .where(b.topic_id == topic_id, b.partition == partition, b.last_offset >= offset)
+            .order_by(b.last_offset)
+            .limit(max(1, max_batches))
+            .subquery()
+        )
+        ordered = select(
+            inner,
+            func.sum(inner.c.byte_len).over(order_by=inner.c.last_offset).label("cum"),
+            func.row_number().over(order_by=inner.c.last_offset).label("rn"),
+        ).subquery()
+        rows = await conn.execute(
+            select(ordered)
+            .where(or_(ordered.c.rn == 1, ordered.c.cum <= max_bytes))
+            .order_by(ordered.c.last_offset)
+        )
+        found = [
+            BatchLocation(
+                r.key,
+                r.byte_pos,
+                r.byte_len,
+                r.base_offset,
+                r.last_offset,
+                r.record_count,
+                r.max_timestamp,
+                r.append_time,
+            )
+            for r in rows
+        ]
         return FindResult(ErrorCode.NONE, lso, hwm, found)
 
     async def _partition(

@@ -68,6 +68,30 @@ SELECT p.log_start_offset, p.high_watermark, x.key, x.byte_pos, x.byte_len, x.ba
  ORDER BY x.last_offset
 """
 
+# FIND_SQL for many partitions in one statement: row ``i`` (1-based) of the
+# arrays is one lookup; a partition that does not exist has no row.
+FIND_MANY_SQL = """
+SELECT w.i, p.log_start_offset, p.high_watermark, x.key, x.byte_pos, x.byte_len, x.base_offset,
+       x.last_offset, x.record_count, x.max_timestamp, x.append_time
+  FROM unnest($1::uuid[], $2::int[], $3::bigint[], $4::bigint[])
+       WITH ORDINALITY AS w(topic_id, partition, off, max_bytes, i)
+  JOIN partitions p ON p.topic_id = w.topic_id AND p.partition = w.partition
+  LEFT JOIN LATERAL (
+        SELECT o.key, v.byte_pos, v.byte_len, v.base_offset, v.last_offset, v.record_count,
+               v.max_timestamp, v.append_time
+          FROM (SELECT b.*, row_number() OVER (ORDER BY b.last_offset) AS rn,
+                       sum(b.byte_len) OVER (ORDER BY b.last_offset) AS cum
+                  FROM (SELECT * FROM batches
+                         WHERE topic_id = w.topic_id AND partition = w.partition
+                           AND last_offset >= w.off
+                         ORDER BY last_offset
+                         LIMIT $5) b) v
+          JOIN objects o ON o.id = v.object_id
+         WHERE v.rn = 1 OR v.cum <= w.max_bytes
+  ) x ON w.off >= p.log_start_offset AND w.off < p.high_watermark
+ ORDER BY w.i, x.last_offset
+"""
+
 # Groups with fewer batches take the one-call general path: the fast path's
 # extra round trips (BEGIN, COPY, COMMIT) cost more than they save below this.
 COPY_MIN_BATCHES = 512
@@ -176,6 +200,44 @@ class PostgresMetastore(SqlMetastore):
                 )
             ]
         )
+
+    async def find_batches_many(
+        self, wants: Sequence[tuple[uuid.UUID, int, int, int]], max_batches: int = DEFAULT_MAX_BATCHES
+    ) -> list[FindResult]:
+        if not wants:
+            return []
+        try:
+            async with self._require_pool().acquire() as con:
+                rows = await con.fetch(
+                    FIND_MANY_SQL,
+                    [w[0] for w in wants],
+                    [w[1] for w in wants],
+                    [w[2] for w in wants],
+                    [w[3] for w in wants],
+                    max(1, max_batches),
+                )
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
+            raise MetastoreError(f"find_batches_many failed: {e}") from e
+        by_index: dict[int, list[Any]] = {}
+        for r in rows:
+            by_index.setdefault(r[0] - 1, []).append(r)
+        out: list[FindResult] = []
+        for i, (_, _, offset, _) in enumerate(wants):
+            got = by_index.get(i)
+            if not got:
+                out.append(FindResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1))
+                continue
+            lso, hwm = got[0][1], got[0][2]
+            if offset < lso or offset > hwm:
+                out.append(FindResult(ErrorCode.OFFSET_OUT_OF_RANGE, lso, hwm))
+            elif got[0][3] is None:
+                out.append(FindResult(ErrorCode.NONE, lso, hwm))
+            else:
+                out.append(FindResult(
+                    ErrorCode.NONE, lso, hwm,
+                    [BatchLocation(r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10]) for r in got],
+                ))  # fmt: skip
+        return out
 
     async def find_batches(
         self,

@@ -85,6 +85,9 @@ class Metastore(Protocol):
         max_bytes: int,
         max_batches: int = 1000,
     ) -> FindResult: ...
+    async def find_batches_many(
+        self, wants: Sequence[tuple[uuid.UUID, int, int, int]], max_batches: int = 1000
+    ) -> list[FindResult]: ...
     async def list_offsets(
         self, topic_id: uuid.UUID, partition: int, timestamp: int
     ) -> ListOffsetsResult: ...

@@ -30,6 +30,8 @@ Behavior, as Kafka:
   ``rack_id`` and ``isolation_level`` are ignored (one leader epoch, 0; no
   transactions yet).
 - Every partition entry of every response is built by :func:`partition_data`.
+- Width: partitions already read to their high watermark are answered from
+  one watermark query per topic (:func:`_caught_up`), not one batch lookup each.
 - A storage failure while reading a partition answers KAFKA_STORAGE_ERROR for
   that partition (retriable) instead of closing the connection.
 
@@ -44,6 +46,7 @@ import asyncio
 import logging
 import uuid
 import weakref
+from collections import Counter
 from collections.abc import Callable, Coroutine, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -65,7 +68,7 @@ from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import FetchRequest, FetchResponse
 from kafka_protocol.messages._runtime import ZERO_UUID
 from metastore.types import ErrorCode as MetaError
-from metastore.types import MetastoreError
+from metastore.types import MetastoreError, PartitionOffsets
 from objectstore.errors import ObjectStoreError
 
 if TYPE_CHECKING:
@@ -80,6 +83,9 @@ PartitionData = FetchResponse.FetchableTopicResponse.PartitionData
 
 MIN_VERSION = 4
 MAX_VERSION = 18
+# A topic asked for at this many partitions: caught-up ones answered from one
+# watermark query (_caught_up).
+BULK_MIN = 8
 
 
 @dataclass(slots=True)
@@ -127,6 +133,33 @@ async def _lookup(reader: FetchReader, w: _Want, limit: int, fresh: bool) -> Par
     return PartitionFetch(ErrorCode.NONE, res.log_start_offset, res.high_watermark, list(res.batches))
 
 
+async def _lookup_many(
+    reader: FetchReader, wants: list[_Want], max_bytes: int, fresh: bool
+) -> list[PartitionFetch]:
+    """:func:`_lookup` of many partitions in one metastore call."""
+    keys = [
+        (w.topic_id, w.partition, w.fetch_offset, max(1, min(w.max_bytes, max_bytes)))
+        for w in wants
+        if w.topic_id is not None
+    ]
+    try:
+        found = iter(await reader.find_many(keys, fresh=fresh))
+    except MetastoreError as e:
+        log.warning("fetch: batch lookup of %d partitions failed: %s", len(keys), e)
+        return [PartitionFetch(w.error or ErrorCode.KAFKA_STORAGE_ERROR) for w in wants]
+    out: list[PartitionFetch] = []
+    for w in wants:
+        if w.topic_id is None:
+            out.append(PartitionFetch(w.error))
+            continue
+        res = next(found)
+        if res.error != MetaError.NONE:
+            out.append(PartitionFetch(int(res.error)))
+        else:
+            out.append(PartitionFetch(ErrorCode.NONE, res.log_start_offset, res.high_watermark, list(res.batches)))
+    return out
+
+
 async def _read(reader: FetchReader, w: _Want, pf: PartitionFetch) -> None:
     try:
         pf.records = await reader.read(pf.batches)
@@ -140,13 +173,48 @@ async def _read(reader: FetchReader, w: _Want, pf: PartitionFetch) -> None:
         pf.records = b""
 
 
+async def _caught_up(reader: FetchReader, wants: list[_Want]) -> dict[int, PartitionFetch]:
+    """The answers of partitions read up to their high watermark, by index in
+    ``wants``, from one watermark query per topic asked at >= ``BULK_MIN``
+    partitions: a consumer of 10,000 mostly idle partitions (librdkafka sends
+    every assigned partition in every Fetch: no sessions) costs one query, not
+    10,000 batch lookups. Partitions with data or out of range are left to
+    :func:`_lookup`."""
+    per_topic = Counter(w.topic_id for w in wants if w.topic_id is not None)
+    states: dict[uuid.UUID, dict[int, PartitionOffsets]] = {}
+    for tid, n in per_topic.items():
+        if tid is None or n < BULK_MIN:
+            continue
+        try:
+            states[tid] = {o.partition: o for o in await reader.meta.partition_offsets(tid)}
+        except MetastoreError as e:
+            log.warning("fetch: watermarks of %s failed: %s", tid, e)
+    out: dict[int, PartitionFetch] = {}
+    if not states:
+        return out
+    for i, w in enumerate(wants):
+        topic = states.get(w.topic_id) if w.topic_id is not None else None
+        o = topic.get(w.partition) if topic is not None else None
+        if o is not None and o.log_start_offset <= w.fetch_offset == o.high_watermark:
+            out[i] = PartitionFetch(ErrorCode.NONE, o.log_start_offset, o.high_watermark)
+    return out
+
+
 async def fetch_once(
     reader: FetchReader, wants: list[_Want], max_bytes: int, *, fresh: bool = False
 ) -> list[PartitionFetch]:
     """Plan and read one answer for ``wants`` (in request order)."""
-    found = await asyncio.gather(
-        *(_lookup(reader, w, max(1, min(w.max_bytes, max_bytes)), fresh) for w in wants)
-    )
+    idle = await _caught_up(reader, wants) if len(wants) >= BULK_MIN else {}
+    rest = [(i, w) for i, w in enumerate(wants) if i not in idle]
+    if len(rest) >= BULK_MIN:
+        looked = iter(await _lookup_many(reader, [w for _, w in rest], max_bytes, fresh))
+    else:
+        looked = iter(
+            await asyncio.gather(
+                *(_lookup(reader, w, max(1, min(w.max_bytes, max_bytes)), fresh) for _, w in rest)
+            )
+        )
+    found = [idle[i] if i in idle else next(looked) for i in range(len(wants))]
     # Budget the response in request order, like Kafka: each partition gets at most
     # min(partition_max_bytes, what is left), and the first one with data at least
     # one whole batch.

@@ -331,6 +331,26 @@ async def test_find_batches_boundaries(ms: Metastore) -> None:
     assert [b.base_offset for b in inside.batches] == [10, 15]  # the whole batch containing 12
 
 
+async def test_find_batches_many_is_find_batches_each(ms: Metastore) -> None:
+    t = await make_topic(ms, "t", 3)
+    await ms.commit_object(
+        key(), 350, "a",
+        [batch(t.id, 0, 10, pos=0, size=100), batch(t.id, 0, 5, pos=100, size=200), batch(t.id, 2, 3, pos=300, size=50)],
+    )  # fmt: skip
+    await ms.delete_records(t.id, 0, 12)
+    wants = [
+        (t.id, p, o, m)
+        for p in (0, 1, 2, 3)
+        for o in (-1, 0, 3, 11, 12, 14, 15, 16)
+        for m in (1, 250, 10_000)
+    ] + [(uuid.uuid4(), 0, 0, 100)]
+    assert await ms.find_batches_many(wants) == [await ms.find_batches(*w) for w in wants]
+    assert await ms.find_batches_many(wants, max_batches=1) == [
+        await ms.find_batches(*w, max_batches=1) for w in wants
+    ]
+    assert await ms.find_batches_many([]) == []
+
+
 async def test_find_batches_empty_partition(ms: Metastore) -> None:
     t = await make_topic(ms, "t", 1)
     found = await ms.find_batches(t.id, 0, 0, 1000)

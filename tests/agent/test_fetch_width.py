@@ -1,0 +1,46 @@
+"""Fetch at width: a request naming many partitions costs one watermark query and
+one batched lookup, and answers exactly as the per-partition path does (issue 18)."""
+
+from __future__ import annotations
+
+import agent.handlers.fetch as fetch_handler
+from tests.agent.test_fetch_protocol import fetch, make_topic, produce_batch
+
+
+def _answer(resp):
+    return [
+        (t.topic, p.partition_index, p.error_code, p.high_watermark, p.log_start_offset, bytes(p.records))
+        for t in resp.responses
+        for p in t.partitions
+    ]
+
+
+def test_wide_fetch_matches_per_partition_path(floe_agent, monkeypatch):
+    make_topic(floe_agent, "fw", partitions=40)
+    for p, n in ((1, 3), (1, 2), (7, 4), (30, 1)):
+        produce_batch(floe_agent, "fw", p, n, tag=f"p{p}-")
+    parts = [("fw", p, 0) for p in range(40)]
+    parts += [("fw", 1, 3), ("fw", 1, 5), ("fw", 7, 9), ("fw", 40, 0), ("nope", 0, 0)]
+    meta = floe_agent.broker.meta
+    calls: list[str] = []
+    for name in ("find_batches", "find_batches_many", "partition_offsets"):
+        real = getattr(meta, name)
+
+        async def counted(*a, _real=real, _name=name, **kw):
+            calls.append(_name)
+            return await _real(*a, **kw)
+
+        monkeypatch.setattr(meta, name, counted)
+
+    monkeypatch.setattr(fetch_handler, "BULK_MIN", 2)  # 5 partitions with data or errors
+    wide = _answer(fetch(floe_agent, parts, max_bytes=1 << 20, partition_max_bytes=1 << 16))
+    assert sorted(calls) == ["find_batches_many", "partition_offsets"]
+    calls.clear()
+    monkeypatch.setattr(fetch_handler, "BULK_MIN", 1 << 30)  # the per-partition path
+    narrow = _answer(fetch(floe_agent, parts, max_bytes=1 << 20, partition_max_bytes=1 << 16))
+    assert set(calls) == {"find_batches"}
+    assert wide == narrow
+    by_part = {(t, p): (err, hwm) for t, p, err, hwm, _, _ in wide}
+    assert by_part[("fw", 1)] == (0, 5) and by_part[("fw", 7)] == (1, -1)  # last: 9 > hwm 4
+    assert by_part[("fw", 40)][0] == 3 and by_part[("nope", 0)][0] == 3
+    assert sum(1 for _, _, err, _, _, rec in wide if err == 0 and rec) == 4  # p1@0, p1@3, p7@0, p30@0
