@@ -65,6 +65,7 @@ class Broker:
             agent_id=config.agent_id,
             flush_bytes=config.flush_bytes,
             flush_interval_ms=config.flush_interval_ms,
+            flush_min_interval_ms=config.flush_min_interval_ms,
             upload_concurrency=config.upload_concurrency,
             max_buffered_bytes=config.max_buffered_bytes,
             clock=self.clock,
@@ -139,6 +140,14 @@ class Broker:
         self._topics_by_name.clear()
         self._topics_by_id.clear()
         self.metadata.invalidate()
+
+    def cached_topic(self, name: str | None, topic_id: uuid.UUID | None = None) -> TopicInfo | bool | None:
+        """The cached answer of :meth:`topic` (or :meth:`topic_by_id` when ``topic_id``
+        is given) without a coroutine, or ``False`` when it must be looked up."""
+        hit = self._topics_by_id.get(topic_id) if topic_id is not None else self._topics_by_name.get(name or "")
+        if hit is not None and self.clock.monotonic() - hit[0] < self._topic_ttl:
+            return hit[1]
+        return False
 
     async def topic(self, name: str) -> TopicInfo | None:
         now = self.clock.monotonic()

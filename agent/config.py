@@ -26,6 +26,15 @@ class AgentConfig(BaseSettings):
     port: int = Field(9092, ge=0, le=65535, description="Kafka listener port (0 = any free port)")
     advertised_host: str = Field("127.0.0.1", description="Host clients are told to connect to")
     advertised_port: int = Field(0, ge=0, le=65535, description="Port advertised (0 = the bound port)")
+    shared_port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description=(
+            "Also accept Kafka connections on this port, shared (SO_REUSEPORT) with the other"
+            " workers of this host (floe agent --workers); 0: none"
+        ),
+    )
     agent_id: str = Field(default_factory=lambda: uuid.uuid4().hex, description="Unique id of this agent")
     zone: str = Field("default", description="Availability zone of this agent")
     cluster_id: str = Field("floe-dev-cluster", description="Cluster id reported in Metadata")
@@ -35,6 +44,15 @@ class AgentConfig(BaseSettings):
 
     flush_bytes: int = Field(8 * MiB, gt=0, description="Close the open segment at this size")
     flush_interval_ms: int = Field(250, gt=0, description="Close the open segment after this long")
+    flush_min_interval_ms: int = Field(
+        125,
+        ge=0,
+        description=(
+            "Adaptive sealing's lower bound: once the open segment is this old it is closed as soon"
+            " as every connection waiting in it is blocked at its in-flight limit or no produce"
+            " request arrives for a quarter of this; >= flush_interval_ms turns adaptive sealing off"
+        ),
+    )
     upload_concurrency: int = Field(4, gt=0, description="Concurrent segment PUTs")
     max_buffered_bytes: int = Field(
         256 * MiB, gt=0, description="Produce memory budget: requests wait above this"

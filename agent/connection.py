@@ -8,6 +8,9 @@ so the connection can go on reading. A writer task sends responses strictly in
 request order, as Kafka clients require. ``acks=0`` produce answers ``None``:
 nothing is sent.
 
+The connection reports its produce requests to the batcher through its
+:class:`~agent.autobatch.ProduceFlow` (adaptive sealing).
+
 Back-pressure: reading pauses while too many responses are pending or the
 transport's write buffer is full.
 """
@@ -22,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.autobatch import ProduceFlow
 from kafka_protocol.exceptions import DecodeError, ProtocolError
 from kafka_protocol.framing import RequestHeader, encode_response, parse_request_header
 
@@ -106,6 +110,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._tasks: list[asyncio.Task[None]] = []
         self.peer = ""
         self.attrs: dict[str, Any] = {}
+        # What the batcher learns about this connection's produce requests
+        # (in flight, learned in-flight limit) for adaptive sealing.
+        self.produce_flow = ProduceFlow()
 
     # -- asyncio protocol callbacks -------------------------------------------------
 

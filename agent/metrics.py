@@ -25,6 +25,7 @@ class AgentMetrics:
     committed_objects: Counter
     commit_failures: Counter
     upload_failures: Counter
+    seals: Counter
     produced_bytes: Counter
     fetched_bytes: Counter
     cache_hits: Gauge
@@ -50,6 +51,12 @@ def _make() -> AgentMetrics:
         ),
         commit_failures=Counter("floe_metastore_commit_failures", "Failed commits", registry=r),
         upload_failures=Counter("floe_upload_failures", "Segments whose upload failed", registry=r),
+        seals=Counter(
+            "floe_segment_seals",
+            "Segments sealed, by reason (size, interval, blocked, idle, drain)",
+            ["reason"],
+            registry=r,
+        ),
         produced_bytes=Counter("floe_produced_bytes", "Record batch bytes accepted", registry=r),
         fetched_bytes=Counter("floe_fetched_bytes", "Record batch bytes served", registry=r),
         cache_hits=Gauge("floe_cache_hits", "Block cache hits", registry=r),

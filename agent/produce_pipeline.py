@@ -1,9 +1,12 @@
 """The produce pipeline: batcher -> uploader -> committer.
 
 Validated record batches from every connection go into ONE open segment for
-all partitions. The segment is sealed when it reaches ``flush_bytes`` or is
-older than ``flush_interval_ms`` (a background tick checks at half the
-interval). Sealed segments are uploaded concurrently (bounded) with create-only
+all partitions. The segment is sealed when it reaches ``flush_bytes``, when it
+is older than ``flush_interval_ms``, or, once it is ``flush_min_interval_ms``
+old, as soon as waiting longer cannot bring more data: every connection with
+requests in it is blocked at its learned in-flight limit, or no produce request
+has arrived for a while (adaptive sealing, :mod:`agent.autobatch`). The reason
+is counted in ``floe_segment_seals_total{reason}``. Sealed segments are uploaded concurrently (bounded) with create-only
 PUTs, then committed to the metastore strictly in seal order (upload
 concurrently, commit in order): the committer takes the next segment and every
 following one whose upload has already finished, and commits them as one group
@@ -19,13 +22,16 @@ request over the budget waits (back-pressure) instead of growing the heap.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from agent.autobatch import ProduceFlow, SealPolicy
 from agent.clock import Clock, SystemClock
 from agent.metrics import METRICS
 from kafka_protocol.errors import ErrorCode as KafkaErrorCode
@@ -57,6 +63,7 @@ class _Waiter:
     first: int
     count: int
     nbytes: int
+    flow: ProduceFlow | None = None
 
 
 @dataclass(slots=True)
@@ -77,23 +84,60 @@ def _error_results(code: KafkaErrorCode, n: int) -> list[CommitResult]:
 
 
 class ByteBudget:
-    """Bytes of produce data admitted but not yet acknowledged."""
+    """Bytes of produce data admitted but not yet acknowledged.
+
+    Waiters are served first come, first served; with room and nobody waiting,
+    :meth:`try_acquire` admits without a coroutine (the common case)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.used = 0
-        self._cond = asyncio.Condition()
+        self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+
+    def _fits(self, n: int) -> bool:
+        # An oversized request is admitted alone so it cannot wait forever.
+        return self.used == 0 or self.used + n <= self.capacity
+
+    def try_acquire(self, n: int) -> bool:
+        if not self._waiters and self._fits(n):
+            self.used += n
+            return True
+        return False
 
     async def acquire(self, n: int) -> None:
-        async with self._cond:
-            # An oversized request is admitted alone so it cannot wait forever.
-            await self._cond.wait_for(lambda: self.used == 0 or self.used + n <= self.capacity)
+        if self.try_acquire(n):
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((n, fut))
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.release_nowait(n)  # granted as we were cancelled: give it back
+            else:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove((n, fut))
+                self._wake()
+            raise
+
+    def release_nowait(self, n: int) -> None:
+        self.used -= n
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters:
+            n, fut = self._waiters[0]
+            if fut.done():
+                self._waiters.popleft()
+                continue
+            if not self._fits(n):
+                return
+            self._waiters.popleft()
             self.used += n
+            fut.set_result(None)
 
     async def release(self, n: int) -> None:
-        async with self._cond:
-            self.used -= n
-            self._cond.notify_all()
+        self.release_nowait(n)
 
 
 class ProducePipeline:
@@ -112,12 +156,20 @@ class ProducePipeline:
         key_prefix: str = "segments/",
         commit_attempts: int = 3,
         max_group: int = 64,
+        flush_min_interval_ms: int | None = None,
     ) -> None:
         self._store = store
         self._meta = metastore
         self._agent_id = agent_id
         self._flush_bytes = flush_bytes
         self._interval = flush_interval_ms / 1000.0
+        # Adaptive sealing's lower bound; None (or >= the interval) keeps the fixed
+        # interval. Idle means no produce request for a quarter of it.
+        min_ms = flush_interval_ms if flush_min_interval_ms is None else min(flush_min_interval_ms, flush_interval_ms)
+        self._min_interval = min_ms / 1000.0
+        self._adaptive = min_ms < flush_interval_ms
+        self._idle_gap = self._min_interval / 4
+        self._policy = SealPolicy()
         self._clock = clock or SystemClock()
         self._on_commit = on_commit
         self._prefix = key_prefix
@@ -145,7 +197,7 @@ class ProducePipeline:
 
     async def close(self) -> None:
         """Flush what is buffered, wait for its commit, stop the background tasks."""
-        self.seal()
+        self.seal("drain")
         await self.drain()
         self._sealed.put_nowait(None)
         for t in self._tasks:
@@ -162,49 +214,93 @@ class ProducePipeline:
     async def reserve(self, nbytes: int) -> None:
         await self.budget.acquire(nbytes)
 
-    def append(self, items: list[ProduceItem], reserved: int) -> asyncio.Future[list[CommitResult]]:
+    def append(
+        self, items: list[ProduceItem], reserved: int, flow: ProduceFlow | None = None
+    ) -> asyncio.Future[list[CommitResult]]:
         """Add one request's batches to the open segment (synchronously, so
         requests from one connection keep their order); the future resolves with
-        one result per item after the commit."""
-        fut: asyncio.Future[list[CommitResult]] = asyncio.get_running_loop().create_future()
+        one result per item after the commit. ``flow`` is the sending
+        connection's, for adaptive sealing."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[list[CommitResult]] = loop.create_future()
+        now = self._clock.monotonic()
         seg = self._open
         if seg is None:
-            seg = self._open = _Segment(SegmentBuilder(), self._clock.monotonic())
+            seg = self._open = _Segment(SegmentBuilder(), now)
             if self._timer:
                 # Seal at exactly opened_at + interval; the half-interval ticker alone
                 # seals anywhere in [interval, 1.5 * interval] and adds to every p99.
-                asyncio.get_running_loop().call_later(self._interval, self._seal_if_open, seg)
+                loop.call_later(self._interval, self._seal_if_open, seg)
+                if self._adaptive:
+                    loop.call_later(self._min_interval, self._check_adaptive, seg)
         first = len(seg.builder)
+        add = seg.builder.add
+        parts = seg.partitions
         for it in items:
             # No copy: the request frame is not reused, finish() copies once.
-            seg.builder.add(it.topic_id, it.partition, it.batch, it.meta, copy=False)
-            seg.partitions.add((it.topic_id, it.partition))
-        seg.waiters.append(_Waiter(fut, first, len(items), reserved))
+            add(it.topic_id, it.partition, it.batch, it.meta, copy=False)
+            parts.add((it.topic_id, it.partition))
+        seg.waiters.append(_Waiter(fut, first, len(items), reserved, flow))
         seg.nbytes += reserved
+        self._policy.appended(flow, now)
         if seg.builder.size >= self._flush_bytes:
-            self.seal()
+            self.seal("size")
+        elif self._adaptive and self._policy.all_blocked and now - seg.opened_at >= self._min_interval:
+            self.seal("blocked")
         return fut
 
+    def _adaptive_reason(self, seg: _Segment, now: float) -> str | None:
+        if not self._adaptive or now - seg.opened_at < self._min_interval:
+            return None
+        if self._policy.all_blocked:
+            return "blocked"
+        if now - self._policy.last_append >= self._idle_gap:
+            return "idle"
+        return None
+
     def tick(self) -> None:
-        """Seal the open segment if it is older than the flush interval."""
+        """Seal the open segment if it is older than the flush interval, or past
+        the minimum interval with every waiting connection blocked or the agent idle."""
         seg = self._open
-        if seg is not None and self._clock.monotonic() - seg.opened_at >= self._interval:
-            self.seal()
+        if seg is None:
+            return
+        now = self._clock.monotonic()
+        if now - seg.opened_at >= self._interval:
+            self.seal("interval")
+            return
+        reason = self._adaptive_reason(seg, now)
+        if reason is not None:
+            self.seal(reason)
+
+    def _check_adaptive(self, seg: _Segment) -> None:
+        """Timer: at opened_at + min interval, then whenever the agent may have gone idle."""
+        if self._open is not seg:
+            return
+        now = self._clock.monotonic()
+        reason = self._adaptive_reason(seg, now)
+        if reason is not None:
+            self.seal(reason)
+            return
+        nxt = max(self._policy.last_append + self._idle_gap, seg.opened_at + self._min_interval)
+        if nxt < seg.opened_at + self._interval:
+            asyncio.get_running_loop().call_later(max(0.0, nxt - now), self._check_adaptive, seg)
 
     def _seal_if_open(self, seg: _Segment) -> None:
         if self._open is seg:
-            self.seal()
+            self.seal("interval")
 
     async def _tick_loop(self) -> None:
         while True:
             await asyncio.sleep(self._interval / 2)
             self.tick()
 
-    def seal(self) -> None:
+    def seal(self, reason: str = "drain") -> None:
         seg = self._open
         if seg is None or len(seg.builder) == 0:
             return
         self._open = None
+        self._policy.sealed()
+        METRICS.seals.labels(reason).inc()
         self._seq += 1
         seg.key = self._object_key()
         seg.upload = asyncio.get_running_loop().create_task(self._upload(seg))
@@ -269,11 +365,14 @@ class ProducePipeline:
             except Exception:  # never let one group kill the committer
                 log.exception("segments %s failed", [seg.key for seg in group])
                 outcomes = [_error_results(KAFKA_STORAGE_ERROR, len(seg.builder)) for seg in group]
+            released = self._policy.released
             for seg, results in zip(group, outcomes, strict=True):
                 for w in seg.waiters:
+                    if w.flow is not None:
+                        released(w.flow)
                     if not w.future.done():
                         w.future.set_result(results[w.first : w.first + w.count])
-                await self.budget.release(seg.nbytes)
+                self.budget.release_nowait(seg.nbytes)
                 if self._on_commit is not None:
                     self._on_commit(seg.partitions)
                 self._inflight -= 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import signal
 from contextlib import suppress
 
@@ -30,6 +31,7 @@ class AgentServer:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self._server: asyncio.Server | None = None
+        self._shared: asyncio.Server | None = None
         self._admin: web.AppRunner | None = None
         self._conns: set[KafkaConnection] = set()
         self.port = 0
@@ -53,6 +55,13 @@ class AgentServer:
 
         self._server = await loop.create_server(factory, cfg.host, cfg.port, reuse_address=True, backlog=1024)
         self.port = self._server.sockets[0].getsockname()[1]
+        if cfg.shared_port:
+            # The host's workers all listen here (the kernel spreads connections);
+            # each also has its own port above, which Metadata and FindCoordinator
+            # advertise, so a client reaches the worker that owns its partition/group.
+            self._shared = await loop.create_server(
+                factory, cfg.host, cfg.shared_port, reuse_address=True, reuse_port=True, backlog=1024
+            )
         self.broker.set_port(self.port)
         self.broker.start()
         await self._start_admin(cfg)
@@ -74,7 +83,10 @@ class AgentServer:
             return web.Response(body=generate_latest(METRICS.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
         async def healthz(_: web.Request) -> web.Response:
-            return web.json_response({"status": "ok", "agent_id": cfg.agent_id, "kafka_port": self.port})
+            return web.json_response({
+                "status": "ok", "agent_id": cfg.agent_id, "kafka_port": self.port,
+                "shared_port": cfg.shared_port or None, "pid": os.getpid(),
+            })
 
         app.router.add_get("/metrics", metrics)
         app.router.add_get("/healthz", healthz)
@@ -91,8 +103,9 @@ class AgentServer:
     async def close(self, drain_timeout: float = 10.0) -> None:
         """Graceful shutdown: stop accepting and reading, flush and commit what is
         buffered, answer the requests waiting for it, then close connections."""
-        if self._server is not None:
-            self._server.close()
+        for srv in (self._server, self._shared):
+            if srv is not None:
+                srv.close()
         await self.broker.cluster.stop()  # leave the ring at once
         for c in list(self._conns):
             c.stop_reading()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -26,7 +27,7 @@ def floe_version() -> str:
         return "0.0.0+unknown"
 
 
-def _agent_flags(p: argparse.ArgumentParser) -> None:
+def _agent_flags(p: argparse.ArgumentParser, workers_default: str = "1") -> None:
     p.add_argument("--host", help="bind address (env FLOE_HOST, default 0.0.0.0)")
     p.add_argument("--port", type=int, help="Kafka port (env FLOE_PORT, default 9092)")
     p.add_argument("--advertised-host", help="host clients connect to (env FLOE_ADVERTISED_HOST)")
@@ -36,7 +37,16 @@ def _agent_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--zone", help="availability zone (env FLOE_ZONE)")
     p.add_argument("--admin-port", type=int, help="HTTP port for /metrics and /healthz (env FLOE_ADMIN_PORT)")
     p.add_argument("--flush-interval-ms", type=int, help="segment flush interval (env FLOE_FLUSH_INTERVAL_MS)")
+    p.add_argument(
+        "--flush-min-interval-ms", type=int,
+        help="adaptive sealing lower bound (env FLOE_FLUSH_MIN_INTERVAL_MS; >= flush interval: fixed)",
+    )
     p.add_argument("--flush-bytes", type=int, help="segment flush size (env FLOE_FLUSH_BYTES)")
+    p.add_argument(
+        "--workers", default=os.environ.get("FLOE_WORKERS", workers_default),
+        help="agent processes sharing the Kafka port (SO_REUSEPORT), each a full agent in the ring;"
+             f" 'auto': one per CPU (1 with --port 0) (env FLOE_WORKERS, default {workers_default})",
+    )
     p.add_argument("--no-auto-create-topics", action="store_true", help="refuse unknown topics")
     p.add_argument("--log-level", default="INFO")
 
@@ -52,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument(
         "--data-dir", default="floe-data", help="where the SQLite metastore and objects live (default ./floe-data)"
     )
-    _agent_flags(dev)
+    _agent_flags(dev, workers_default="auto")
     agent = sub.add_parser("agent", help="run one agent")
     _agent_flags(agent)
     from floe_cli.topics import add_topics_parser
@@ -78,6 +88,7 @@ def _config_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "zone": args.zone,
         "admin_port": args.admin_port,
         "flush_interval_ms": args.flush_interval_ms,
+        "flush_min_interval_ms": args.flush_min_interval_ms,
         "flush_bytes": args.flush_bytes,
     }
     if args.no_auto_create_topics:
@@ -112,6 +123,40 @@ def _run(kw: dict[str, Any], log_level: str) -> int:
     return 0
 
 
+def _workers(args: argparse.Namespace, kw: dict[str, Any]) -> int:
+    w = str(args.workers)
+    if w == "auto":
+        # Workers share a fixed port; with --port 0 (any free port) there is nothing to share.
+        return 1 if kw.get("port", 9092) == 0 else (os.cpu_count() or 1)
+    try:
+        n = int(w)
+    except ValueError:
+        raise SystemExit(f"floe: --workers must be a number or 'auto', got {w!r}") from None
+    if n < 1:
+        raise SystemExit("floe: --workers must be >= 1")
+    return n
+
+
+def _run_or_supervise(args: argparse.Namespace, kw: dict[str, Any]) -> int:
+    n = _workers(args, kw)
+    if n > 1:
+        from agent.config import AgentConfig
+
+        try:
+            AgentConfig(**kw)  # say what is wrong once, not from every worker
+        except Exception as e:
+            print(f"floe: invalid configuration: {e}", file=sys.stderr)
+            return 2
+        from floe_cli.topics import ensure_sqlite_dir
+        from floe_cli.workers import run_workers
+
+        if "metastore" in kw:
+            ensure_sqlite_dir(kw["metastore"])
+        kw.setdefault("port", 9092)
+        return run_workers(kw, n, args.log_level)
+    return _run(kw, args.log_level)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command in (None, "version"):
@@ -125,9 +170,9 @@ def main(argv: list[str] | None = None) -> int:
         kw.setdefault("objects", f"file://{data / 'objects'}")
         kw.setdefault("host", "127.0.0.1")
         kw.setdefault("admin_port", 9644)
-        return _run(kw, args.log_level)
+        return _run_or_supervise(args, kw)
     if args.command == "agent":
-        return _run(kw, args.log_level)
+        return _run_or_supervise(args, kw)
     if args.command == "topics":
         from floe_cli.topics import run_topics
 

@@ -68,8 +68,10 @@ def producer_main(
 ) -> None:
     from confluent_kafka import KafkaException, Producer
 
-    config = {
-        "bootstrap.servers": bootstrap,
+    conf = dict(conf)
+    # producerDefaults: librdkafka's own defaults (linger.ms 5, batch.size 1 MB,
+    # acks all), what a new user runs; otherwise the tuned settings below.
+    tuned: dict[str, Any] = {} if conf.pop("floe.defaults", False) else {
         "acks": "all",
         # A diskless agent acknowledges at its segment flush (250 ms), so a linger far
         # below that only multiplies requests (at 5 ms, ~1 record per Produce request
@@ -80,8 +82,9 @@ def producer_main(
         "queue.buffering.max.messages": 2_000_000,
         "queue.buffering.max.kbytes": 1_048_576,
         "enable.idempotence": False,
-        "message.timeout.ms": 120_000,
-        **conf,
+    }
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap, **tuned, "message.timeout.ms": 120_000, **conf,
     }
     state = {"acked": 0, "acked_bytes": 0, "errors": 0}
     pub = new_hist()

@@ -108,6 +108,11 @@ def _postgres_cpu_seconds(backend: Backend) -> float | None:
         return None
 
 
+def _cpu_sum(pids: list[int]) -> float | None:
+    vals = [_cpu_seconds(p) for p in pids]
+    return sum(v for v in vals if v is not None) if pids and all(v is not None for v in vals) else None
+
+
 def derive(result: dict[str, Any], cfg: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     d = result.get("agentMetrics", {}).get("diff", {})
     base = result.get("baselines", {})
@@ -176,12 +181,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     out_dir = Path(args.out or f"loadtest-results/{wl.name}-{args.backend.split('=')[0]}-{time.strftime('%Y%m%d-%H%M%S')}")
     out_dir.mkdir(parents=True, exist_ok=True)
     flush_ms = args.flush_interval_ms or 250
+    min_ms = args.flush_min_interval_ms
     flush_bytes = args.flush_bytes or 8 * MiB
     cfg = {
         "backend": args.backend,
         "flush_interval_ms": flush_ms,
+        "flush_min_interval_ms": min_ms,
         "flush_bytes": flush_bytes,
-        "idempotent": wl.idempotent_producer,
+        "idempotent": (wl.idempotent_producer or bool(args.idempotent)
+                       or (wl.producer_client == "java"
+                           and str(wl.producer_config.get("enable.idempotence", "true")) == "true")),
+        "producer_client": wl.producer_client,
+        "workers": args.workers,
+        "load_generator_nice": args.nice,
+        "producer_defaults": wl.producer_defaults,
         "interval_s": args.interval,
         "cpus": os.cpu_count(),
         "note": "agent, load-generator processes and services share this machine's CPUs",
@@ -189,16 +202,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     say = print if not args.quiet else (lambda *a, **k: None)
     backend: Backend = start_backend(
         args.backend, flush_interval_ms=args.flush_interval_ms, flush_bytes=args.flush_bytes,
+        flush_min_interval_ms=min_ms, workers=args.workers,
         admin_url=args.admin_url, keep=args.keep,
     )
+    if args.nice:
+        os.nice(args.nice)  # the load processes inherit it; the system under test started above
     ctx = mp.get_context("spawn")
     procs: list[Any] = []
     result: dict[str, Any] = {}
     try:
         say(f"backend {backend.kind}: bootstrap {backend.bootstrap}"
-            + (f", agent pid {backend.agents[0].pid}" if backend.agents else ""))
+            + (f", server pid {backend.server_pid}" if backend.server_pid else ""))
         baselines: dict[str, Any] = {}
-        if not args.no_baselines:
+        if not args.no_baselines and backend.objects_url:
             say("measuring raw baselines (object store, metastore, loopback TCP)...")
             baselines = bl.measure_all(
                 backend.objects_url, backend.metastore_url, flush_bytes, 4 * MiB, 4,
@@ -232,11 +248,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     n_consumers += 1
         n_producers = wl.topics * wl.producers_per_topic
         rate = wl.producer_rate / n_producers if wl.producer_rate else 0.0
-        pconf = {"enable.idempotence": wl.idempotent_producer, **wl.producer_config}
+        target: Any = producer_main
+        if wl.producer_client == "java":
+            from loadtest.java_driver import build, java_producer_main
+
+            build()  # compile once, before the producer processes start
+            target = java_producer_main
+            pconf = dict(wl.producer_config)
+            if args.idempotent or wl.idempotent_producer:
+                pconf.setdefault("enable.idempotence", "true")
+        else:
+            pconf = {"enable.idempotence": wl.idempotent_producer, **wl.producer_config}
+            if wl.producer_defaults:
+                pconf["floe.defaults"] = True
         for t in topics:
             for i in range(wl.producers_per_topic):
                 procs.append(ctx.Process(
-                    target=producer_main,
+                    target=target,
                     args=(f"p-{t}-{i}", backend.bootstrap, t, wl.partitions_per_topic,
                           wl.message_size, rate, wl.key_distributor, pconf, clock, duration,
                           args.interval, q),
@@ -256,7 +284,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             ready.add(msg["id"])
         t0 = time.time() + 0.5
         clock.value = t0
-        agent_cpu0 = _cpu_seconds(backend.agents[0].pid) if backend.agents else None
+        server_pid = backend.server_pid
+        server_pids = backend.server_pids()
+        agent_cpu0 = _cpu_sum(server_pids)
         pg_cpu0 = _postgres_cpu_seconds(backend)
         children0 = os.times()
         say(f"{n_producers} producers, {n_consumers} consumers ready; running "
@@ -272,11 +302,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if live:
                 live.start()
             while len(coll.finals) < len(procs) and time.time() < hard_end:
-                if (args.profile_seconds and profiler is None and backend.agents
+                if (args.profile_seconds and profiler is None and server_pid
                         and time.time() >= t0 + wl.warmup_seconds):
                     profiler = subprocess.Popen(
                         [str(Path(sys.executable).parent / "py-spy"), "record", "-p",
-                         str(backend.agents[0].pid), "-d", str(args.profile_seconds), "-f", "raw",
+                         str(server_pid), "-d", str(args.profile_seconds), "-f", "raw",
                          "-o", str(prof_path), "--nonblocking"],
                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                     )
@@ -309,13 +339,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 profiler.kill()
         after = scrape_all(backend.admin_urls) if backend.admin_urls else {}
         wall = time.time() - t0
-        agent_cpu1 = _cpu_seconds(backend.agents[0].pid) if backend.agents else None
+        agent_cpu1 = _cpu_sum(server_pids)
         pg_cpu1 = _postgres_cpu_seconds(backend)
         children1 = os.times()
         cpu: dict[str, Any] = {"wall_seconds": round(wall, 2), "cpus": os.cpu_count()}
         if agent_cpu0 is not None and agent_cpu1 is not None:
             cpu["agent_cpu_seconds"] = round(agent_cpu1 - agent_cpu0, 2)
             cpu["agent_cores_busy"] = round((agent_cpu1 - agent_cpu0) / wall, 3)
+            if result_bytes := _acked_bytes_hint(coll):
+                cpu["agent_cpu_seconds_per_GB"] = round((agent_cpu1 - agent_cpu0) / (result_bytes / 1e9), 2)
         if pg_cpu0 is not None and pg_cpu1 is not None:
             cpu["postgres_cpu_seconds"] = round(pg_cpu1 - pg_cpu0, 2)
         gen = (children1.children_user + children1.children_system
@@ -367,6 +399,35 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 p.terminate()
                 p.join(5)
         backend.close()
+
+
+def table(paths: list[str]) -> str:
+    """Markdown rows: the figures RESULTS.md compares across backends and settings."""
+    head = ("| run | backend | client | idem | min ms | target msg/s | publish msg/s | pub p50 / p99 ms "
+            "| e2e p99 ms | server CPU s/GB | PUTs/GiB | seals (reason: n) |\n|" + "---|" * 12)
+    rows = [head]
+    for p in paths:
+        f = Path(p)
+        r = json.loads((f / "result.json" if f.is_dir() else f).read_text())
+        c, d = r["config"], r.get("agentMetrics", {}).get("diff", {})
+        seals = {k.split('"')[1]: int(v) for k, v in d.items() if k.startswith("floe_segment_seals_total{")}
+        ppg = r.get("ratios", {}).get("puts_per_GiB_produced")
+        workers = f" (workers {c['workers']})" if (c.get("workers") or 1) > 1 else ""
+        rows.append(
+            f"| {f.name if f.is_dir() else f.parent.name} | {c['backend']}{workers}"
+            f" | {c.get('producer_client', '-')}"
+            f"{' (defaults)' if c.get('producer_defaults') else ''} | {c['idempotent']} "
+            f"| {c.get('flush_min_interval_ms') or '-'} | {r['workload']['producerRate']:.0f} "
+            f"| {r['aggregatedPublishRate']:.0f} | {r['aggregatedPublishLatency50pct']:.0f} / "
+            f"{r['aggregatedPublishLatency99pct']:.0f} | {r['aggregatedEndToEndLatency99pct']:.0f} "
+            f"| {r.get('cpu', {}).get('agent_cpu_seconds_per_GB', '-')} | {f'{ppg:.0f}' if ppg else '-'} "
+            f"| {', '.join(f'{k}: {v}' for k, v in sorted(seals.items())) or '-'} |"
+        )
+    return "\n".join(rows)
+
+
+def _acked_bytes_hint(coll: Collector) -> int:
+    return sum(c.get("acked_bytes", 0) for c in coll.counts.values())
 
 
 def _json_default(o: Any) -> Any:
@@ -471,7 +532,8 @@ class _Progress:
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("run", help="run an OMB workload file against Floe")
     p.add_argument("workload", help="OMB workload YAML (loadtest/workloads/*.yaml)")
-    p.add_argument("--backend", default="dev", help="dev | postgres-s3 | bootstrap=HOST:PORT")
+    p.add_argument("--backend", default="dev",
+                   help="dev | postgres-s3 | kafka (Apache Kafka 4.1, KRaft) | bootstrap=HOST:PORT")
     p.add_argument("--admin-url", help="with bootstrap=: the agent's admin URL for /metrics")
     p.add_argument("--out", help="result directory (default loadtest-results/<name>-<backend>-<time>)")
     p.add_argument("--idempotent", action="store_true", help="enable.idempotence=true producers")
@@ -479,7 +541,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--duration-minutes", type=float, help="override testDurationMinutes")
     p.add_argument("--flush-interval-ms", type=int, help="agent flush interval (default 250)")
     p.add_argument("--flush-bytes", type=int, help="agent flush size (default 8 MiB)")
+    p.add_argument("--flush-min-interval-ms", type=int,
+                   help="agent adaptive-sealing lower bound (default the agent's; = interval: fixed)")
     p.add_argument("--interval", type=float, default=1.0, help="stats interval seconds")
+    p.add_argument("--workers", type=int, default=1, help="agent --workers N (dev, postgres-s3)")
+    p.add_argument("--nice", type=int, default=0,
+                   help="run the load generator with this niceness (the agent keeps its priority)")
     p.add_argument("--profile-seconds", type=int, default=0,
                    help="py-spy the agent for N s after warm-up (raw output in --out)")
     p.add_argument("--no-baselines", action="store_true", help="skip the raw baselines")

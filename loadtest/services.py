@@ -5,6 +5,8 @@ Shared by ``loadtest.produce`` and the OMB-style driver (``python -m loadtest ru
 * ``dev``: SQLite metastore + ``file://`` objects in a temp dir, one agent process.
 * ``postgres-s3``: a private PostgreSQL (``metastore.pgserver``, fsync off) and
   moto's S3 server as its own process, one agent process.
+* ``kafka``: a real Apache Kafka 4.1 broker (KRaft, one node) from Maven
+  Central's jars (:mod:`loadtest.kafka_broker`), the same driver against it.
 * ``bootstrap=HOST:PORT``: an already running cluster; nothing is started (and
   there is no /metrics unless ``--admin-url`` is given).
 
@@ -18,6 +20,7 @@ raises with a clear message.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -67,10 +70,26 @@ class Agent:
     kafka_port: int
     admin_port: int
     log_path: Path
+    workers: int = 1
 
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+    @property
+    def admin_urls(self) -> list[str]:
+        """One per worker (``--workers N`` serves worker i's /metrics on admin port + i)."""
+        return [f"http://127.0.0.1:{self.admin_port + i}" for i in range(self.workers)]
+
+    def pids(self) -> list[int]:
+        """The processes doing the work: the agent, or each worker of a supervisor."""
+        if self.workers == 1:
+            return [self.proc.pid]
+        out = []
+        for url in self.admin_urls:
+            with urllib.request.urlopen(f"{url}/healthz", timeout=5) as r:
+                out.append(int(json.loads(r.read())["pid"]))
+        return out
 
     @property
     def bootstrap(self) -> str:
@@ -97,10 +116,12 @@ def start_agent(
     *,
     flush_interval_ms: int | None = None,
     flush_bytes: int | None = None,
+    flush_min_interval_ms: int | None = None,
     log_level: str = "WARNING",
     name: str = "agent",
+    workers: int = 1,
 ) -> Agent:
-    kport, aport = free_port(), free_port()
+    kport, aport = free_port(), _free_port_run(workers)
     log_path = workdir / f"{name}.log"
     cmd = [
         sys.executable, "-m", "floe_cli.main", "agent", "--host", "127.0.0.1",
@@ -111,20 +132,44 @@ def start_agent(
         cmd += ["--flush-interval-ms", str(flush_interval_ms)]
     if flush_bytes is not None:
         cmd += ["--flush-bytes", str(flush_bytes)]
+    if flush_min_interval_ms is not None:
+        cmd += ["--flush-min-interval-ms", str(flush_min_interval_ms)]
+    cmd += ["--workers", str(workers)]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
-    agent = Agent(proc, kport, aport, log_path)
-    if not wait_http(f"{agent.admin_url}/healthz", 60, proc):
+    agent = Agent(proc, kport, aport, log_path, workers)
+    if not all(wait_http(f"{u}/healthz", 60, proc) for u in agent.admin_urls):
         agent.stop()
         raise RuntimeError("agent did not start:\n" + log_path.read_text()[-3000:])
     return agent
+
+
+def _free_port_run(n: int) -> int:
+    """A port p with p .. p + n - 1 all free (the admin ports of n workers)."""
+    import socket
+
+    for _ in range(100):
+        p = free_port()
+        socks = []
+        try:
+            for i in range(n):
+                sk = socket.socket()
+                socks.append(sk)
+                sk.bind(("127.0.0.1", p + i))
+            return p
+        except OSError:
+            continue
+        finally:
+            for sk in socks:
+                sk.close()
+    raise RuntimeError(f"no run of {n} free ports")
 
 
 @dataclass
 class Backend:
     """A running system under test plus what is needed to measure its baselines."""
 
-    kind: str  # dev | postgres-s3 | bootstrap
+    kind: str  # dev | postgres-s3 | kafka | bootstrap
     bootstrap: str
     metastore_url: str | None = None  # None when we did not start it
     objects_url: str | None = None
@@ -133,7 +178,19 @@ class Backend:
     admin_urls: list[str] = field(default_factory=list)
     workdir: Path | None = None
     postgres: Any = None  # metastore.pgserver.PostgresServer
+    kafka_pid: int | None = None
     _cleanups: list[Callable[[], None]] = field(default_factory=list)
+
+    @property
+    def server_pid(self) -> int | None:
+        """The process py-spy looks at (with workers: the supervisor; profile a worker by hand)."""
+        return self.agents[0].pid if self.agents else self.kafka_pid
+
+    def server_pids(self) -> list[int]:
+        """The processes whose CPU the benchmark charges to the system under test."""
+        if self.agents:
+            return [p for a in self.agents for p in a.pids()]
+        return [self.kafka_pid] if self.kafka_pid else []
 
     def close(self) -> None:
         for c in reversed(self._cleanups):
@@ -148,19 +205,28 @@ def start_backend(
     spec: str,
     *,
     agents: int = 1,
+    workers: int = 1,
     flush_interval_ms: int | None = None,
     flush_bytes: int | None = None,
+    flush_min_interval_ms: int | None = None,
     admin_url: str | None = None,
     keep: bool = False,
 ) -> Backend:
-    """``spec`` is ``dev``, ``postgres-s3`` or ``bootstrap=HOST:PORT``."""
+    """``spec`` is ``dev``, ``postgres-s3``, ``kafka`` or ``bootstrap=HOST:PORT``."""
     if spec.startswith("bootstrap="):
         b = Backend("bootstrap", spec.split("=", 1)[1])
         if admin_url:
             b.admin_urls.append(admin_url.rstrip("/"))
         return b
+    if spec == "kafka":
+        from loadtest.kafka_broker import KafkaBroker
+
+        kafka = KafkaBroker.start()
+        b = Backend("kafka", kafka.bootstrap, kafka_pid=kafka.pid, workdir=kafka.workdir)
+        b._cleanups.append(kafka.stop)
+        return b
     if spec not in ("dev", "postgres-s3"):
-        raise ValueError(f"unknown backend {spec!r}: dev | postgres-s3 | bootstrap=HOST:PORT")
+        raise ValueError(f"unknown backend {spec!r}: dev | postgres-s3 | kafka | bootstrap=HOST:PORT")
     if agents != 1:
         raise NotImplementedError("multi-agent clusters: hook only, start one agent for now")
     import shutil
@@ -203,10 +269,11 @@ def start_backend(
         agent = start_agent(
             b.metastore_url, b.objects_url, tmp,
             flush_interval_ms=flush_interval_ms, flush_bytes=flush_bytes,
+            flush_min_interval_ms=flush_min_interval_ms, workers=workers,
         )
         b._cleanups.append(agent.stop)
         b.agents.append(agent)
-        b.admin_urls.append(agent.admin_url)
+        b.admin_urls.extend(agent.admin_urls)
         b.bootstrap = agent.bootstrap
         return b
     except BaseException:

@@ -17,7 +17,10 @@ Fields (OMB names; minutes may be fractional here, e.g. ``0.5``)::
     warmupDurationMinutes: 0.25
 
 Floe extensions (optional): ``idempotentProducer`` (bool, default false),
-``producerConfig`` / ``consumerConfig`` (extra librdkafka settings).
+``producerConfig`` / ``consumerConfig`` (extra client settings),
+``producerClient``: ``confluent-kafka`` (default; the driver's tuned settings
+unless ``producerDefaults: true``, which keeps librdkafka's own defaults) or
+``java`` (``KafkaProducer`` 4.1 with Java's defaults, :mod:`loadtest.java_driver`).
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ _ALIASES = {
     "idempotentProducer": "idempotent_producer",
     "producerConfig": "producer_config",
     "consumerConfig": "consumer_config",
+    "producerClient": "producer_client",
+    "producerDefaults": "producer_defaults",
 }
 
 
@@ -66,6 +71,8 @@ class Workload:
     idempotent_producer: bool = False
     producer_config: dict[str, Any] = field(default_factory=dict)
     consumer_config: dict[str, Any] = field(default_factory=dict)
+    producer_client: str = "confluent-kafka"
+    producer_defaults: bool = False
 
     @property
     def test_seconds(self) -> float:
@@ -91,6 +98,8 @@ class Workload:
             raise ValueError("consumerPerSubscription > partitionsPerTopic leaves consumers idle")
         if self.test_seconds <= 0 or self.warmup_seconds < 0 or self.producer_rate < 0:
             raise ValueError("durations and producerRate must be positive")
+        if self.producer_client not in ("confluent-kafka", "java"):
+            raise ValueError(f"unknown producerClient {self.producer_client!r}: confluent-kafka | java")
         if self.key_distributor not in ("NO_KEY", "RANDOM_NANO", "KEY_ROUND_ROBIN"):
             raise ValueError(f"unknown keyDistributor {self.key_distributor!r}")
 

@@ -90,10 +90,11 @@ async def handle(broker: Broker, ctx: RequestContext, req: ProduceRequest) -> An
     items: list[ProduceItem] = []
     nbytes = 0
     for t in req.topic_data:
-        if v >= 13:
-            info = await broker.topic_by_id(t.topic_id)
-        else:
-            info = await broker.topic(t.name)
+        # The topic cache answers almost every request: no coroutine for it.
+        info = broker.cached_topic(t.name, t.topic_id if v >= 13 else None)
+        if info is False:
+            info = await (broker.topic_by_id(t.topic_id) if v >= 13 else broker.topic(t.name))
+        assert info is not True
         tr = TopicResponse(name=t.name, topic_id=t.topic_id)
         responses.append(tr)
         for p in t.partition_data:
@@ -125,8 +126,9 @@ async def handle(broker: Broker, ctx: RequestContext, req: ProduceRequest) -> An
     METRICS.produced_bytes.inc(nbytes)
     # Admission control happens here, before the next request of this connection
     # is read, so batches from one connection enter the log in order.
-    await broker.pipeline.reserve(nbytes)
-    fut = broker.pipeline.append(items, nbytes)
+    if not broker.pipeline.budget.try_acquire(nbytes):
+        await broker.pipeline.reserve(nbytes)
+    fut = broker.pipeline.append(items, nbytes, getattr(ctx.conn, "produce_flow", None))
 
     async def finish() -> ProduceResponse | None:
         results: list[CommitResult] = await fut

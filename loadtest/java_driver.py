@@ -1,0 +1,183 @@
+"""The Java producer as a load generator: ``KafkaProducer`` 4.1 with its defaults.
+
+Workloads with ``producerClient: java`` run each producer as a small Java
+program (source below) built against the kafka-clients jar the Kafka broker
+backend already resolves (:func:`loadtest.kafka_broker.classpath`), compiled
+once into ``.cache/loadtest-java/`` (ignored by git). Only ``bootstrap.servers``
+and byte-array serializers are set, plus the workload's ``producerConfig``:
+everything else is the Java default (idempotent, ``acks=all``, ``linger.ms`` 5,
+``batch.size`` 16 KiB, max 5 requests in flight, sticky partitioner).
+
+The Python wrapper :func:`java_producer_main` has the signature of
+:func:`loadtest.driver.producer_main`: it starts the JVM, says ready when the
+producer has the topic's metadata, passes the common start time on stdin and
+turns the program's per-interval JSON lines into the same snapshots (latency
+counts in microseconds rounded to 3 significant digits -> HdrHistogram).
+The payload carries the same ``intended_ns send_ns`` header, so consumers
+measure end-to-end latency the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import time
+from typing import Any
+
+from loadtest.driver import new_hist, wait_for_start
+from loadtest.kafka_broker import CACHE, classpath
+
+SOURCE = r"""
+import java.nio.ByteBuffer;
+import java.time.Instant;
+import java.util.*;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicLong;
+import org.apache.kafka.clients.producer.*;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+
+public class FloeBenchProducer {
+    static long nowNs() { Instant i = Instant.now(); return i.getEpochSecond() * 1_000_000_000L + i.getNano(); }
+    static long round3(long us) { // 3 significant digits, like the HdrHistograms
+        if (us < 1) return 1; long m = 1; while (us >= 1000 * m) m *= 10; return (us / m) * m;
+    }
+    static final class Interval {
+        final AtomicLong acked = new AtomicLong(), ackedBytes = new AtomicLong(), errors = new AtomicLong();
+        final ConcurrentHashMap<Long, Long> pub = new ConcurrentHashMap<>();
+        long sent, sentBytes; final HashMap<Long, Long> delay = new HashMap<>();
+    }
+    static volatile Interval cur = new Interval();
+
+    static String counts(Map<Long, Long> m) {
+        StringBuilder sb = new StringBuilder("{"); boolean first = true;
+        for (Map.Entry<Long, Long> e : m.entrySet()) {
+            if (!first) sb.append(','); first = false;
+            sb.append('"').append(e.getKey()).append("\":").append(e.getValue());
+        }
+        return sb.append('}').toString();
+    }
+    static void report(long k, Interval it, boolean fin) {
+        System.out.println("{\"k\":" + k + ",\"sent\":" + it.sent + ",\"sent_bytes\":" + it.sentBytes
+            + ",\"acked\":" + it.acked.get() + ",\"acked_bytes\":" + it.ackedBytes.get()
+            + ",\"errors\":" + it.errors.get() + ",\"pub\":" + counts(it.pub) + ",\"delay\":" + counts(it.delay)
+            + ",\"final\":" + fin + "}");
+        System.out.flush();
+    }
+    public static void main(String[] a) throws Exception {
+        String bootstrap = a[0], topic = a[1]; int size = Integer.parseInt(a[2]);
+        double rate = Double.parseDouble(a[3]); double duration = Double.parseDouble(a[4]);
+        double interval = Double.parseDouble(a[5]);
+        Properties p = new Properties();
+        p.put("bootstrap.servers", bootstrap);
+        for (int i = 6; i < a.length; i++) { int eq = a[i].indexOf('='); p.put(a[i].substring(0, eq), a[i].substring(eq + 1)); }
+        KafkaProducer<byte[], byte[]> prod = new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer());
+        prod.partitionsFor(topic);
+        System.out.println("ready"); System.out.flush();
+        double t0 = Double.parseDouble(new Scanner(System.in).nextLine().trim());
+        long t0ns = (long) (t0 * 1e9), endNs = t0ns + (long) (duration * 1e9);
+        while (nowNs() < t0ns) Thread.sleep(1);
+        byte[] body = new byte[size - 16]; new Random().nextBytes(body);
+        long n = 0, kReported = 0; long intervalNs = (long) (interval * 1e9);
+        while (true) {
+            long now = nowNs();
+            if (now >= endNs) break;
+            long k = (now - t0ns) / intervalNs;
+            if (k != kReported) { Interval it = cur; cur = new Interval(); report(kReported, it, false); kReported = k; }
+            long due = rate > 0 ? t0ns + (long) (n / rate * 1e9) : now;
+            if (due > now) { long w = due - now; if (w > 200_000) Thread.sleep(w / 1_000_000, (int) (w % 1_000_000)); else Thread.onSpinWait(); continue; }
+            long sendNs = nowNs();
+            ByteBuffer buf = ByteBuffer.allocate(size); buf.putLong(due); buf.putLong(sendNs); buf.put(body);
+            final Interval it = cur; final long s = sendNs;
+            prod.send(new ProducerRecord<>(topic, buf.array()), (md, e) -> {
+                Interval c = cur;
+                if (e != null) { c.errors.incrementAndGet(); return; }
+                c.pub.merge(round3((nowNs() - s) / 1000), 1L, Long::sum);
+                c.acked.incrementAndGet(); c.ackedBytes.addAndGet(size);
+            });
+            Interval c = cur; c.sent++; c.sentBytes += size; c.delay.merge(round3((sendNs - due) / 1000), 1L, Long::sum);
+            n++;
+        }
+        prod.flush();
+        prod.close();
+        report(kReported, cur, true);
+    }
+}
+"""
+
+
+def build() -> str:
+    """Compile the program once (keyed by its source and the class path); the run class path."""
+    cp = classpath()
+    key = hashlib.sha1((SOURCE + cp).encode()).hexdigest()[:12]
+    out = CACHE.parent / "loadtest-java" / key
+    if not (out / "FloeBenchProducer.class").exists():
+        out.mkdir(parents=True, exist_ok=True)
+        src = out / "FloeBenchProducer.java"
+        src.write_text(SOURCE)
+        res = subprocess.run(["javac", "-cp", cp, "-d", str(out), str(src)], capture_output=True, text=True, timeout=300)
+        if res.returncode != 0:
+            raise RuntimeError("javac failed:\n" + res.stdout + res.stderr)
+    return f"{out}{os.pathsep}{cp}"
+
+
+def _hist(counts: dict[str, int]) -> Any:
+    h = new_hist()
+    for v, c in counts.items():
+        h.record_value(min(max(int(v), 1), 3_600_000_000), c)
+    return h
+
+
+def java_producer_main(
+    ident: str,
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    message_size: int,
+    rate: float,
+    key_distributor: str,
+    conf: dict[str, Any],
+    clock: Any,
+    duration: float,
+    interval: float,
+    q: Any,
+) -> None:
+    del partitions, key_distributor  # the Java default partitioner decides
+    try:
+        cp = build()
+    except Exception as e:
+        q.put({"kind": "error", "id": ident, "error": f"java driver: {e}"})
+        return
+    props = [f"{k}={v}" for k, v in conf.items() if k != "enable.idempotence" or v is not None]
+    cmd = ["java", "-Xmx512m", "-XX:+UseSerialGC", "-cp", cp, "FloeBenchProducer", bootstrap, topic,
+           str(message_size), str(rate), str(duration), str(interval), *props]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        line = proc.stdout.readline()
+        if line.strip() != "ready":
+            q.put({"kind": "error", "id": ident, "error": f"java producer did not start: {line!r}"})
+            return
+        q.put({"kind": "ready", "id": ident})
+        t0, _ = wait_for_start(clock, duration)
+        proc.stdin.write(f"{t0}\n")
+        proc.stdin.flush()
+        deadline = t0 + duration + 120
+        for line in proc.stdout:
+            if not line.startswith("{"):
+                continue
+            m = json.loads(line)
+            q.put({
+                "kind": "p", "id": ident, "k": m["k"], "sent": m["sent"], "sent_bytes": m["sent_bytes"],
+                "acked": m["acked"], "acked_bytes": m["acked_bytes"], "errors": m["errors"],
+                "pub": _hist(m["pub"]).encode(), "delay": _hist(m["delay"]).encode(), "final": m["final"],
+            })
+            if m["final"] or time.time() > deadline:
+                break
+    finally:
+        if proc.poll() is None:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()

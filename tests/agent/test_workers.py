@@ -1,0 +1,136 @@
+"""``floe agent --workers 2``: two agent processes share the Kafka port; killing
+one (kill -9) while an idempotent producer and a consumer run loses nothing
+acknowledged and duplicates nothing; the supervisor restarts it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.fixtures.agent_process import REPO_ROOT
+from tests.fixtures.s3 import free_port
+
+pytestmark = [pytest.mark.interop]
+
+
+def healthz(port: int) -> dict | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as r:
+            return json.loads(r.read())
+    except (OSError, ValueError):
+        return None
+
+
+def wait(cond, timeout: float, what: str):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def workers(tmp_path: Path):  # type: ignore[no-untyped-def]
+    port, admin = free_port(), free_port()
+    while healthz(admin + 1) is not None or admin + 1 == port:
+        admin = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLOE_")}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    log = open(tmp_path / "agent.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "floe_cli.main", "agent", "--workers", "2", "--host", "127.0.0.1",
+         "--port", str(port), "--admin-port", str(admin), "--flush-interval-ms", "50",
+         "--metastore", f"sqlite:///{tmp_path / 'meta.db'}", "--objects", f"file://{tmp_path / 'objects'}"],
+        stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        wait(lambda: healthz(admin) and healthz(admin + 1), 60, "both workers")
+        yield port, admin, proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+        print((tmp_path / "agent.log").read_text()[-3000:])
+
+
+@pytest.mark.slow
+def test_kill_one_worker_loses_nothing_acknowledged(workers) -> None:  # type: ignore[no-untyped-def]
+    port, admin, _proc = workers
+    bootstrap = f"127.0.0.1:{port}"
+    h0, h1 = healthz(admin), healthz(admin + 1)
+    assert h0 and h1 and h0["agent_id"] != h1["agent_id"] and h0["shared_port"] == h1["shared_port"] == port
+    # Both workers are in the ring: Metadata lists two brokers, on their own ports.
+    topic = f"w-{uuid.uuid4().hex[:8]}"
+    admin_client = AdminClient({"bootstrap.servers": bootstrap})
+    admin_client.create_topics([NewTopic(topic, 4)])[topic].result(30)
+    md = wait(lambda: (m := admin_client.list_topics(timeout=10)) and len(m.brokers) == 2 and m, 30, "2 brokers")
+    assert {b.port for b in md.brokers.values()} == {h0["kafka_port"], h1["kafka_port"]}
+
+    acked: list[bytes] = []
+    errors: list[str] = []
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5,
+                  "message.timeout.ms": 60000})
+
+    def on_delivery(err, msg) -> None:  # type: ignore[no-untyped-def]
+        if err is None:
+            acked.append(msg.value())
+        else:
+            errors.append(str(err))
+
+    consumed: list[bytes] = []
+    done = threading.Event()
+
+    def consume() -> None:
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{topic}", "auto.offset.reset": "earliest",
+                      "enable.auto.commit": False, "fetch.wait.max.ms": 100})
+        c.assign([TopicPartition(topic, i, 0) for i in range(4)])
+        idle_since = None
+        while True:
+            m = c.poll(0.2)
+            if m is not None and m.error() is None:
+                consumed.append(m.value())
+                idle_since = None
+            elif done.is_set():
+                idle_since = idle_since or time.monotonic()
+                if len(consumed) >= len(acked) or time.monotonic() - idle_since > 15:
+                    break
+        c.close()
+
+    t = threading.Thread(target=consume)
+    t.start()
+    n = 3000
+    for i in range(n):
+        p.produce(topic, f"m{i}".encode(), partition=i % 4, on_delivery=on_delivery)
+        if i % 100 == 0:
+            p.poll(0.02)
+        if i == n // 2:
+            p.flush(30)
+            os.kill(h1["pid"], signal.SIGKILL)  # mid-run, with requests in flight to it
+    assert p.flush(90) == 0
+    done.set()
+    t.join(90)
+    assert not t.is_alive()
+    # Every acknowledged record is in the log, once (idempotence survives the kill).
+    assert len(acked) + len(errors) == n
+    assert set(acked) <= set(consumed)
+    assert len(consumed) == len(set(consumed))
+    # The supervisor brought the worker back under the same id.
+    h1b = wait(lambda: (h := healthz(admin + 1)) and h["pid"] != h1["pid"] and h, 60, "worker restart")
+    assert h1b["agent_id"] == h1["agent_id"]
