@@ -13,7 +13,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kafka_protocol.records import TIMESTAMP_LOG_APPEND_TIME, RecordBatchView, patch_base_offset
+from kafka_protocol.records import (
+    TIMESTAMP_LOG_APPEND_TIME,
+    RecordBatchView,
+    iter_batches,
+    patch_base_offset,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -48,3 +53,24 @@ def first_offset_in_rows(table: pa.Table, timestamp: int) -> int | None:
     if hit.num_rows == 0:
         return None
     return int(pc.min(hit["offset"]).as_py())
+
+
+def first_record_at(
+    data: bytes | memoryview, timestamp: int, *, min_offset: int = 0, exact: bool = False
+) -> tuple[int, int] | None:
+    """``(offset, timestamp)`` of the first record of fetch-ready batches (base
+    offsets patched in, as the agent's fetch reader returns them, segments and
+    rebuilt Parquet alike) whose timestamp is >= ``timestamp`` (== with ``exact``,
+    for ListOffsets' max-timestamp), at or after ``min_offset`` (the log start).
+
+    Compressed batches are decompressed; LogAppendTime batches stamp every record
+    with the batch's max timestamp; control batches hold no data records."""
+    for view in iter_batches(data, allow_partial_tail=True):
+        if view.is_control or view.last_offset < min_offset or view.max_timestamp < timestamp:
+            continue
+        for r in view.records():
+            if r.offset < min_offset:
+                continue
+            if r.timestamp == timestamp if exact else r.timestamp >= timestamp:
+                return int(r.offset), int(r.timestamp)
+    return None

@@ -6,14 +6,20 @@ Behavior: per partition, the timestamp picks the offset:
   same here, all data being equally "local";
 - ``-1`` latest: the high watermark (isolation level ignored: no transactions,
   so the last stable offset equals it);
-- ``-3`` max timestamp (v7+): the last offset of the batch with the largest
-  timestamp, and that timestamp;
+- ``-3`` max timestamp (v7+): the first record carrying the largest timestamp
+  of the partition, and that timestamp (Kafka's ``offsetOfMaxTimestamp``);
 - ``-5`` earliest pending upload (KIP-1023): nothing is ever pending upload
   here, so offset -1;
-- any other value: the first offset of the first batch whose (max) timestamp is
-  at or after it (batch granularity: the metastore indexes batches, and
-  clients skip the earlier records of that batch themselves), or offset -1
-  and timestamp -1 when there is none, as Kafka answers.
+- any other value: the first record (at or after the log start) whose
+  timestamp is at or after it, with that record's own timestamp, or offset -1
+  and timestamp -1 when there is none, as Kafka answers. The metastore indexes
+  batches (max timestamp per batch), so it names the first batch that reaches
+  the timestamp; that batch is then read like a fetch (segment bytes or
+  Parquet rows rebuilt, decompressed) and its records scanned
+  (:func:`objectstore.timestamps.first_record_at`). A consumer seeking by time
+  starts exactly there, so the answer must be the record, not the batch.
+  Topics with ``message.timestamp.type=LogAppendTime`` stamp a whole batch with
+  its append time: the batch's first readable offset is the answer.
 
 Unknown topics or partitions get UNKNOWN_TOPIC_OR_PARTITION per partition; a
 metastore failure KAFKA_STORAGE_ERROR. ``leader_epoch`` is 0 when an offset is
@@ -33,11 +39,14 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from agent.fetch import BatchReadError, reader_for
 from agent.handlers.registry import handler
 from kafka_protocol.errors import ErrorCode
+from kafka_protocol.exceptions import DecodeError
 from kafka_protocol.messages import ListOffsetsRequest, ListOffsetsResponse
 from metastore.types import ErrorCode as MetaError
-from metastore.types import ListOffsetsResult, MetastoreError, PartitionOffsets
+from metastore.types import ListOffsetsResult, MetastoreError, PartitionOffsets, TopicInfo
+from objectstore.timestamps import first_record_at
 
 if TYPE_CHECKING:
     from agent.broker import Broker
@@ -94,16 +103,51 @@ async def handle(broker: Broker, ctx: RequestContext, req: ListOffsetsRequest) -
                     res = ListOffsetsResult(MetaError.NONE, known.log_start_offset if ts == EARLIEST else known.high_watermark)
                 else:
                     res = await broker.meta.list_offsets(info.id, p.partition_index, ts)
-            except MetastoreError as e:
+                if res.error == MetaError.NONE and res.offset >= 0 and (ts >= 0 or ts == MAX_TIMESTAMP):
+                    offset, found_ts = await _record_level(broker, info, p.partition_index, ts, res.offset, res.timestamp)
+                else:
+                    offset, found_ts = res.offset, res.timestamp
+            except (MetastoreError, BatchReadError, DecodeError) as e:
                 log.warning("list_offsets %s/%d failed: %s", t.name, p.partition_index, e)
                 pr.error_code = ErrorCode.KAFKA_STORAGE_ERROR
                 continue
             if res.error != MetaError.NONE:
                 pr.error_code = int(res.error)
                 continue
-            pr.offset = res.offset
-            pr.timestamp = res.timestamp if res.offset >= 0 else -1
-            pr.leader_epoch = 0 if res.offset >= 0 else -1
+            pr.offset = offset
+            pr.timestamp = found_ts if offset >= 0 else -1
+            pr.leader_epoch = 0 if offset >= 0 else -1
             if v == 0:
-                pr.old_style_offsets = [res.offset] if res.offset >= 0 else []
+                pr.old_style_offsets = [offset] if offset >= 0 else []
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
+
+
+# Batches read per lookup before giving up on the record scan (a batch found by its
+# max timestamp holds the answer unless DeleteRecords cut into it).
+_SCAN_BATCHES = 8
+
+
+async def _record_level(
+    broker: Broker, info: TopicInfo, partition: int, ts: int, offset: int, batch_ts: int
+) -> tuple[int, int]:
+    """The record the metastore's batch answer stands for: ``offset`` is the first
+    readable offset of the batch found (``ts`` >= 0) or an offset in the batch with
+    the largest timestamp ``batch_ts`` (``MAX_TIMESTAMP``)."""
+    reader = reader_for(broker)
+    log_append = info.config.get("message.timestamp.type") == "LogAppendTime"
+    exact = ts == MAX_TIMESTAMP
+    target = batch_ts if exact else ts
+    at = offset
+    for _ in range(_SCAN_BATCHES):
+        found = await broker.meta.find_batches(info.id, partition, at, 1, max_batches=1)
+        if found.error != MetaError.NONE or not found.batches:
+            break
+        b = found.batches[0]
+        lso = found.log_start_offset
+        if log_append:  # every record of the batch carries its append time
+            return max(b.base_offset, lso), batch_ts
+        hit = first_record_at(await reader.read([b]), target, min_offset=lso, exact=exact)
+        if hit is not None:
+            return hit
+        at = b.last_offset + 1
+    return offset, batch_ts  # records unreadable as expected: the batch-level answer

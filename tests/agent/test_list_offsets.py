@@ -91,7 +91,8 @@ def test_special_timestamps(floe_agent, version):
         assert [p.leader_epoch for p in parts] == [0, 0, 0, 0, -1]
     if version >= 7:
         (mx,) = _list(floe_agent, "sp", [(0, -3)], version)
-        assert mx.error_code == 0 and mx.offset == 4 and mx.timestamp > BASE_TS + 10_000
+        # the first record carrying the largest timestamp (the two "now" records may tie)
+        assert mx.error_code == 0 and mx.offset in (3, 4) and mx.timestamp > BASE_TS + 10_000
 
 
 def test_v0_old_style_offsets(floe_agent):
