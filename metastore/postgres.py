@@ -147,6 +147,10 @@ class PostgresMetastore(SqlMetastore):
     async def commit_objects(self, objects: Sequence[ObjectToCommit]) -> list[ObjectCommitResult]:
         """The whole group in one transaction: the fast path (``floe_group_begin`` +
         one COPY of the batch rows), else the general ``floe_commit_objects``."""
+        if any(b.producer_id >= 0 and b.base_sequence < 0 for o in objects for b in o.batches):
+            # Transaction markers (rare): the generic SQL sequencer knows them; it
+            # locks the same partition rows in the same order as the functions.
+            return await super().commit_objects(objects)
         now = self.now_ms()
         n = sum(len(o.batches) for o in objects)
         try:

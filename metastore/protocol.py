@@ -18,6 +18,7 @@ from metastore.types import (
     CompactionObject,
     DeleteRecordsResult,
     DescribeConfigResult,
+    ErrorCode,
     FindResult,
     GroupListing,
     GroupOffset,
@@ -31,13 +32,17 @@ from metastore.types import (
     PartitionOffsets,
     PartitionSummary,
     ProducerIdResult,
+    ProducerState,
     ReadLeaseGrant,
     ReadLeaseInfo,
     RetentionResult,
+    StableOffsets,
     StoredBatch,
     SwapResult,
     TopicInfo,
     TopicResult,
+    TxnRecord,
+    TxnResult,
 )
 
 
@@ -99,6 +104,63 @@ class Metastore(Protocol):
     async def init_producer_id(
         self, transactional_id: str | None = None, transaction_timeout_ms: int = 60_000
     ) -> ProducerIdResult: ...
+
+    # transactions (metastore/txn.py): the coordinator's state machine, the last
+    # stable offsets and aborted ranges for read_committed, produce verification
+    async def txn_get(self, transactional_id: str) -> TxnRecord | None: ...
+    async def txn_list(
+        self, states: Sequence[str] = (), producer_ids: Sequence[int] = ()
+    ) -> list[TxnRecord]: ...
+    async def txn_init(
+        self,
+        transactional_id: str,
+        timeout_ms: int,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+    ) -> TxnResult: ...
+    async def txn_add_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Sequence[tuple[uuid.UUID, int]],
+    ) -> TxnResult: ...
+    async def txn_add_group(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
+    ) -> TxnResult: ...
+    async def txn_commit_offsets(
+        self,
+        transactional_id: str,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        offsets: Sequence[GroupOffset],
+    ) -> TxnResult: ...
+    async def txn_prepare_end(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        *,
+        bump_epoch: bool = False,
+    ) -> TxnResult: ...
+    async def txn_complete(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        markers: Sequence[tuple[uuid.UUID, int, int]],
+    ) -> TxnResult: ...
+    async def stable_offsets(
+        self, partitions: Sequence[tuple[uuid.UUID, int, int]]
+    ) -> list[StableOffsets]: ...
+    async def txn_verify(
+        self, producer_id: int, producer_epoch: int, partitions: Sequence[tuple[uuid.UUID, int]]
+    ) -> list[ErrorCode]: ...
+    async def describe_producers(
+        self, topic_id: uuid.UUID, partition: int
+    ) -> list[ProducerState]: ...
 
     # objects (GC)
     async def object_key_registered(self, key: str) -> bool: ...

@@ -127,7 +127,10 @@ producer_batches = Table(
     Column("append_time", BigInteger, nullable=False),
 )
 
-# Transactional ids and their current producer id / epoch (InitProducerId).
+# Transactional ids and their current producer id / epoch (InitProducerId), and
+# since migration 0006 the transaction state machine (metastore/txn.py): state
+# Empty | Ongoing | PrepareCommit | PrepareAbort | CompleteCommit | CompleteAbort,
+# the id/epoch before the last bump (KIP-360 recovery) and when the transaction began.
 producers = Table(
     "producers",
     metadata,
@@ -136,6 +139,60 @@ producers = Table(
     Column("producer_epoch", SmallInteger, nullable=False),
     Column("transaction_timeout_ms", Integer, nullable=False),
     Column("updated_at", BigInteger, nullable=False),
+    Column("state", String(16), nullable=False, server_default="Empty"),
+    Column("last_producer_id", BigInteger, nullable=False, server_default=text("-1")),
+    Column("last_producer_epoch", SmallInteger, nullable=False, server_default=text("-1")),
+    Column("txn_started_at", BigInteger, nullable=False, server_default=text("-1")),
+)
+Index("ix_producers_producer_id", producers.c.producer_id)
+
+# Partitions in a transaction not yet completed (migration 0006). ``first_offset`` is
+# the partition's high watermark when it joined: every batch of the transaction
+# there lies at or after it. They hold the last stable offset of the partition
+# back (the first batch of ``producer_id`` at or after ``first_offset``).
+txn_partitions = Table(
+    "txn_partitions",
+    metadata,
+    Column("transactional_id", String(255), primary_key=True),
+    Column("topic_id", Uuid(), primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    Column("producer_id", BigInteger, nullable=False),
+    Column("first_offset", BigInteger, nullable=False),
+)
+Index("ix_txn_partitions_topic_id_partition", txn_partitions.c.topic_id, txn_partitions.c.partition)
+
+# Groups whose offsets a transaction commits (AddOffsetsToTxn), and those offsets,
+# pending until the transaction commits (TxnOffsetCommit).
+txn_groups = Table(
+    "txn_groups",
+    metadata,
+    Column("transactional_id", String(255), primary_key=True),
+    Column("group_id", String(255), primary_key=True),
+)
+
+txn_offsets = Table(
+    "txn_offsets",
+    metadata,
+    Column("transactional_id", String(255), primary_key=True),
+    Column("group_id", String(255), primary_key=True),
+    Column("topic_id", Uuid(), primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    Column("committed_offset", BigInteger, nullable=False),
+    Column("leader_epoch", Integer, nullable=False),
+    Column("metadata", Text, nullable=True),
+    Column("commit_time", BigInteger, nullable=False),
+)
+
+# Aborted transactions per partition: the producer's first batch of the transaction
+# and the offset of its ABORT marker (Fetch's ``aborted_transactions``).
+aborted_txns = Table(
+    "aborted_txns",
+    metadata,
+    Column("topic_id", Uuid(), primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    Column("last_offset", BigInteger, primary_key=True),
+    Column("producer_id", BigInteger, primary_key=True),
+    Column("first_offset", BigInteger, nullable=False),
 )
 
 # One row (id = 1): the next producer id to hand out.

@@ -21,7 +21,10 @@ Producer rules follow Kafka's ``ProducerStateManager`` / ``ProducerAppendInfo``:
   OUT_OF_ORDER_SEQUENCE_NUMBER; this includes retries of batches older than the
   last 5, as in Kafka >= 2.x (DUPLICATE_SEQUENCE_NUMBER is not used any more);
 - no state for the producer on this partition: any sequence is accepted (Kafka
-  since KIP-360).
+  since KIP-360);
+- a transaction marker (producer id set, sequence -1) is always accepted and
+  leaves a newer epoch behind as the producer's state (fencing older epochs).
+  Postgres commits groups holding markers through this code (``PostgresMetastore``).
 """
 
 from __future__ import annotations
@@ -91,7 +94,17 @@ def plan_commit(
             continue
         base = state.high_watermark
         last = base + batch.last_offset_delta
-        if batch.producer_id >= 0:
+        if batch.producer_id >= 0 and batch.base_sequence < 0:
+            # A transaction marker (control batch; data batches of producers always
+            # carry a sequence): always accepted; a newer epoch (a bump by the
+            # coordinator) becomes the producer's state here, fencing the old one,
+            # and the next batch of the new epoch starts at sequence 0.
+            key = (batch.topic_id, batch.partition, batch.producer_id)
+            entries = producers.setdefault(key, [])
+            if not entries or entries[-1].producer_epoch < batch.producer_epoch:
+                entries[:] = [ProducerBatch(batch.producer_epoch, -1, -1, base, last, now_ms)]
+                plan.touched_producers.add(key)
+        elif batch.producer_id >= 0:
             key = (batch.topic_id, batch.partition, batch.producer_id)
             entries = producers.setdefault(key, [])
             outcome = _check_producer(batch, entries)

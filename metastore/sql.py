@@ -1,6 +1,6 @@
 """``SqlMetastore``: the complete metastore on SQLAlchemy Core (the SQLite default).
 
-Composed of the topic, log, registry and group mixins; the same code runs on Postgres,
+Composed of the transaction, topic, log, registry and group mixins; the same code runs on Postgres,
 where ``PostgresMetastore`` replaces the two hot paths with raw asyncpg.
 """
 
@@ -12,9 +12,10 @@ from metastore.leases import LeasesMixin
 from metastore.log import LogMixin
 from metastore.registry import RegistryMixin
 from metastore.topics import TopicsMixin
+from metastore.txn import TxnMixin
 
 
 class SqlMetastore(
-    TopicsMixin, LogMixin, RegistryMixin, GroupsMixin, CompactionMixin, LeasesMixin
+    TxnMixin, TopicsMixin, LogMixin, RegistryMixin, GroupsMixin, CompactionMixin, LeasesMixin
 ):
     """All operations over one SQLAlchemy async engine."""

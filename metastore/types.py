@@ -34,6 +34,9 @@ class ErrorCode(enum.IntEnum):
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
+    CONCURRENT_TRANSACTIONS = 51
     UNKNOWN_PRODUCER_ID = 59
     PRODUCER_FENCED = 90
 
@@ -365,3 +368,83 @@ class ReadLeaseInfo:
     created_at_ms: int
     expires_at_ms: int
     objects: int
+
+
+# -- transactions (metastore/txn.py) --------------------------------------------------
+
+TXN_EMPTY = "Empty"
+TXN_ONGOING = "Ongoing"
+TXN_PREPARE_COMMIT = "PrepareCommit"
+TXN_PREPARE_ABORT = "PrepareAbort"
+TXN_COMPLETE_COMMIT = "CompleteCommit"
+TXN_COMPLETE_ABORT = "CompleteAbort"
+TXN_STATES = (
+    TXN_EMPTY,
+    TXN_ONGOING,
+    TXN_PREPARE_COMMIT,
+    TXN_PREPARE_ABORT,
+    TXN_COMPLETE_COMMIT,
+    TXN_COMPLETE_ABORT,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TxnPartition:
+    """A partition in an open transaction: every batch of the transaction there lies
+    at or after ``first_offset`` (the high watermark when it joined)."""
+
+    topic_id: uuid.UUID
+    partition: int
+    first_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class TxnRecord:
+    """A transactional id's state: its producer, the transaction's state and what
+    is in it. ``last_producer_*`` are the id and epoch before the last bump."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    last_producer_id: int
+    last_producer_epoch: int
+    timeout_ms: int
+    state: str
+    started_at_ms: int
+    updated_at_ms: int
+    partitions: list[TxnPartition] = field(default_factory=list)
+    groups: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class TxnResult:
+    """Outcome of a transaction state change: the error (NONE when it applied, or
+    when it is a retry of what already happened) and the record after it.
+    ``unknown`` lists partitions AddPartitionsToTxn could not find."""
+
+    error: ErrorCode
+    txn: TxnRecord | None = None
+    unknown: list[tuple[uuid.UUID, int]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class StableOffsets:
+    """What a read_committed reader of one partition may see: the last stable
+    offset and, from a fetch offset on, the aborted transactions below it as
+    (producer id, first offset), by first offset."""
+
+    error: ErrorCode
+    last_stable_offset: int = -1
+    high_watermark: int = -1
+    aborted: list[tuple[int, int]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerState:
+    """An active producer on a partition (DescribeProducers)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp_ms: int
+    current_txn_start_offset: int = -1
