@@ -1,7 +1,7 @@
 """The Broker: one agent's state, shared by every connection and handler.
 
 It owns the metastore handle, the object store, the produce pipeline, the
-fetch block cache, the commit notifier, the group coordinator and a
+fetch block cache, the commit notifier, the group and transaction coordinators and a
 short-lived topic cache. Handlers
 get it as their first argument; nothing here speaks the wire protocol.
 """
@@ -23,6 +23,7 @@ from agent.metadata_cache import MetadataCache
 from agent.metrics import METRICS
 from agent.notify import CommitNotifier
 from agent.produce_pipeline import ProducePipeline
+from agent.txn import TxnCoordinator
 from metastore import Metastore, TopicInfo, open_metastore
 from metastore.types import ErrorCode as MetaError
 from objectstore import open_object_store
@@ -104,6 +105,17 @@ class Broker:
             ),
         )
         self.cluster.attach_groups(self.groups)
+        # Transactions: the ids this agent owns on the ring (like groups), state in
+        # the metastore, markers through the pipeline (agent.txn).
+        self.txn = TxnCoordinator(
+            metastore,
+            self.pipeline,
+            self.clock,
+            owns=lambda tid: self.cluster.owns_group(tid),
+            on_complete=self._on_txn_complete,
+            check_interval_ms=config.transaction_check_interval_ms,
+            recovery_ms=config.transaction_recovery_ms,
+        )
 
     @classmethod
     async def open(cls, config: AgentConfig, *, clock: Clock | None = None) -> Broker:
@@ -114,6 +126,7 @@ class Broker:
     def start(self, *, ticker: bool = True) -> None:
         self.pipeline.start(ticker=ticker)
         self.groups.start()
+        self.txn.start()
 
     def set_port(self, port: int) -> None:
         """Record the bound port (when configured with port 0) for Metadata answers."""
@@ -123,6 +136,7 @@ class Broker:
             self.cluster.set_me(Peer(self.config.agent_id, self.advertised.host, port, self.config.zone, None))
 
     async def close(self) -> None:
+        await self.txn.close()
         await self.cluster.stop()
         await self.groups.close()
         await self.pipeline.close()
@@ -135,6 +149,16 @@ class Broker:
     def _on_commit(self, partitions: object) -> None:
         self.notifier.notify(partitions)  # type: ignore[arg-type]
         self.cluster.committed(partitions)  # type: ignore[arg-type]
+
+    def _on_txn_complete(self, partitions: list[tuple[uuid.UUID, int]]) -> None:
+        # The last stable offsets moved: cached lookups (taken while the transaction
+        # was open) must not delay read_committed readers, who are woken up now.
+        from agent.fetch import reader_for
+
+        reader = reader_for(self)
+        for topic_id, partition in partitions:
+            reader.forget(topic_id, partition)
+        self._on_commit(partitions)
 
     def invalidate_topics(self) -> None:
         self._topics_by_name.clear()

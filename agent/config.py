@@ -92,6 +92,16 @@ class AgentConfig(BaseSettings):
     group_max_session_timeout_ms: int = Field(1_800_000, ge=1, description="Largest session.timeout.ms accepted")
     offset_metadata_max_bytes: int = Field(4096, ge=0, description="Longest metadata string of a committed offset")
 
+    transaction_max_timeout_ms: int = Field(
+        900_000, gt=0, description="Largest transaction.timeout.ms accepted (transaction.max.timeout.ms)"
+    )
+    transaction_check_interval_ms: int = Field(
+        1000, gt=0, description="How often the coordinator aborts timed-out transactions and finishes abandoned ones"
+    )
+    transaction_recovery_ms: int = Field(
+        5000, gt=0, description="A transaction left prepared this long (its coordinator died) is finished by the ring owner"
+    )
+
     cluster_heartbeat_ms: int = Field(1000, gt=0, description="Agent registry heartbeat interval")
     cluster_dead_after_ms: int = Field(5000, gt=0, description="An agent without a heartbeat this long leaves the ring")
     peer_cache: bool = Field(True, description="Read blocks through the ring owner's cache (per zone)")

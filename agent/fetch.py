@@ -86,6 +86,14 @@ class PartitionFetch:
     high_watermark: int = -1
     batches: list[BatchLocation] = field(default_factory=list)
     records: bytes = b""
+    # read_committed only: the last stable offset (-1: the high watermark) and the
+    # aborted transactions from the fetch offset on, as (producer id, first offset).
+    last_stable_offset: int = -1
+    aborted: list[tuple[int, int]] = field(default_factory=list)
+
+    @property
+    def lso(self) -> int:
+        return self.high_watermark if self.last_stable_offset < 0 else self.last_stable_offset
 
     @property
     def nbytes(self) -> int:

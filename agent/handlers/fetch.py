@@ -12,8 +12,14 @@ Behavior, as Kafka:
   with data always gets at least one whole batch, however large (KIP-74), so
   big messages make progress; later partitions whose next batch does not fit
   get nothing this time.
-- high_watermark, last_stable_offset (= high watermark: no transactions yet),
-  log_start_offset; aborted_transactions empty; preferred_read_replica -1.
+- high_watermark, last_stable_offset, log_start_offset; preferred_read_replica -1.
+- ``isolation_level`` 1 (read_committed): one metastore query per answer
+  (``stable_offsets``) gives each partition's last stable offset and the
+  aborted transactions from the fetch offset on; only batches below the LSO
+  are returned (a batch lies wholly on one side of it), ``last_stable_offset``
+  is the LSO and ``aborted_transactions`` lists (producer id, first offset) so
+  the client drops those producers' records up to their ABORT markers. Records
+  are never decoded for this. read_uncommitted: LSO = high watermark, no list.
 - Long-poll: with fewer than ``min_bytes`` and ``max_wait_ms > 0`` the response
   waits (as a Deferred: the connection keeps reading) until a commit to one of
   the requested partitions (this agent's, or another's through
@@ -27,8 +33,7 @@ Behavior, as Kafka:
   error. Epoch -1 closes a session; an unknown session gets
   FETCH_SESSION_ID_NOT_FOUND, a wrong epoch INVALID_FETCH_SESSION_EPOCH
   (top-level errors). ``current_leader_epoch``, ``last_fetched_epoch``,
-  ``rack_id`` and ``isolation_level`` are ignored (one leader epoch, 0; no
-  transactions yet).
+  ``rack_id`` are ignored (one leader epoch, 0).
 - Every partition entry of every response is built by :func:`partition_data`.
 - Width: partitions already read to their high watermark are answered from
   one watermark query per topic (:func:`_caught_up`), not one batch lookup each.
@@ -80,6 +85,7 @@ log = logging.getLogger(__name__)
 
 TopicData = FetchResponse.FetchableTopicResponse
 PartitionData = FetchResponse.FetchableTopicResponse.PartitionData
+Aborted = PartitionData.AbortedTransaction
 
 MIN_VERSION = 4
 MAX_VERSION = 18
@@ -200,8 +206,38 @@ async def _caught_up(reader: FetchReader, wants: list[_Want]) -> dict[int, Parti
     return out
 
 
+async def _stable(reader: FetchReader, wants: list[_Want], found: list[PartitionFetch]) -> None:
+    """read_committed: cut each partition's batches at its last stable offset and
+    attach the aborted transactions (one metastore query for the whole answer)."""
+    # Only partitions with data to cut: idle ones (at their high watermark) keep the
+    # one-query-per-topic width path cheap and report LSO = high watermark.
+    live = [(w, pf) for w, pf in zip(wants, found, strict=True) if pf.batches and w.topic_id is not None]
+    if not live:
+        return
+    try:
+        views = await reader.meta.stable_offsets([(w.topic_id, w.partition, w.fetch_offset) for w, _ in live])  # type: ignore[misc]
+    except MetastoreError as e:
+        log.warning("fetch: last stable offsets failed: %s", e)
+        for _, pf in live:
+            pf.error, pf.batches = ErrorCode.KAFKA_STORAGE_ERROR, []
+        return
+    for (_, pf), view in zip(live, views, strict=True):
+        if view.error:
+            pf.error, pf.batches = int(view.error), []
+            continue
+        lso = min(view.last_stable_offset, pf.high_watermark)
+        pf.last_stable_offset = lso
+        pf.aborted = [a for a in view.aborted if a[1] < lso]
+        pf.batches = [b for b in pf.batches if b.base_offset < lso]
+
+
 async def fetch_once(
-    reader: FetchReader, wants: list[_Want], max_bytes: int, *, fresh: bool = False
+    reader: FetchReader,
+    wants: list[_Want],
+    max_bytes: int,
+    *,
+    fresh: bool = False,
+    read_committed: bool = False,
 ) -> list[PartitionFetch]:
     """Plan and read one answer for ``wants`` (in request order)."""
     idle = await _caught_up(reader, wants) if len(wants) >= BULK_MIN else {}
@@ -215,6 +251,8 @@ async def fetch_once(
             )
         )
     found = [idle[i] if i in idle else next(looked) for i in range(len(wants))]
+    if read_committed:
+        await _stable(reader, wants, found)
     # Budget the response in request order, like Kafka: each partition gets at most
     # min(partition_max_bytes, what is left), and the first one with data at least
     # one whole batch.
@@ -241,9 +279,10 @@ def partition_data(partition: int, pf: PartitionFetch) -> PartitionData:
         )  # fmt: skip
     return PartitionData(
         partition_index=partition, error_code=0,
-        high_watermark=pf.high_watermark, last_stable_offset=pf.high_watermark,
+        high_watermark=pf.high_watermark, last_stable_offset=pf.lso,
         log_start_offset=pf.log_start_offset,
-        aborted_transactions=[], preferred_read_replica=-1, records=pf.records,
+        aborted_transactions=[Aborted(producer_id=pid, first_offset=first) for pid, first in pf.aborted],
+        preferred_read_replica=-1, records=pf.records,
     )  # fmt: skip
 
 
@@ -303,14 +342,14 @@ async def _wait_loop(
             break
         with broker.notifier.watch(keys) as ev:
             # Registered first, then re-checked: a commit landing in between wakes us.
-            results = await fetch_once(reader, wants, req.max_bytes, fresh=True)
+            results = await fetch_once(reader, wants, req.max_bytes, fresh=True, read_committed=req.isolation_level == 1)
             if _enough(results, req.min_bytes):
                 break
             try:
                 await asyncio.wait_for(ev.wait(), timeout=remaining)
             except TimeoutError:
                 break
-        results = await fetch_once(reader, wants, req.max_bytes, fresh=True)
+        results = await fetch_once(reader, wants, req.max_bytes, fresh=True, read_committed=req.isolation_level == 1)
     return results
 
 
@@ -330,7 +369,10 @@ async def _full_fetch(
             session.upsert(key, _session_partition(t, w))
             keys.append(key)
         session.take_candidates()
-    results = await fetch_once(reader_for(broker), wants, req.max_bytes, fresh=session is not None)
+    results = await fetch_once(
+        reader_for(broker), wants, req.max_bytes, fresh=session is not None,
+        read_committed=req.isolation_level == 1,
+    )
     results = await _wait_loop(broker, req, wants, results)
     METRICS.fetched_bytes.inc(sum(len(r.records) for r in results))
     if session is None:
@@ -346,7 +388,7 @@ def _offsets(pf: PartitionFetch) -> tuple[int, int, int]:
     """High watermark, last stable offset and log start offset as sent."""
     if pf.error:
         return -1, -1, -1
-    return pf.high_watermark, pf.high_watermark, pf.log_start_offset
+    return pf.high_watermark, pf.lso, pf.log_start_offset
 
 
 def _session_partition(t: Any, w: _Want) -> SessionPartition:
@@ -383,7 +425,7 @@ async def _incremental_fetch(broker: Broker, req: FetchRequest, session: FetchSe
                 ti = topic_refs.setdefault(key[0], len(topic_refs))
                 w = _Want(ti, part.partition, part.fetch_offset, part.max_bytes, part.topic_id, part.error)
                 wants.append(w)
-            results = await fetch_once(reader, wants, req.max_bytes, fresh=True)
+            results = await fetch_once(reader, wants, req.max_bytes, fresh=True, read_committed=req.isolation_level == 1)
             for (key, part), pf in zip(candidates, results, strict=True):
                 hwm, lso, log_start = _offsets(pf)
                 session.observed(key, pf.error, hwm)

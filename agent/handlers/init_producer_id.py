@@ -8,14 +8,17 @@ does for non-transactional producers, and sequence state is per producer id, so
 the new id starts clean. This is all kafka-python 3 and Java clients >= 3.0
 (idempotence on by default) need to produce.
 
-A transactional id gets the metastore's producer id for it with the epoch
-bumped (fencing older instances; a new id at epoch 0 once the epoch is
-exhausted), so ``initTransactions`` succeeds; transactions themselves
-(AddPartitionsToTxn, EndTxn, ...) are not implemented yet and transactional
-batches are refused by Produce. ``transaction_timeout_ms`` must be in
-(0, 900000] for transactional ids (INVALID_TRANSACTION_TIMEOUT otherwise). v6
-two-phase commit (``enable2_pc``) gets INVALID_REQUEST; ``keep_prepared_txn``
-reports no ongoing transaction.
+A transactional id goes to the transaction coordinator (the ring owner of the
+id; other agents answer NOT_COORDINATOR, agent.txn): the epoch is bumped
+(fencing older instances; a new producer id at epoch 0 once the epoch is
+exhausted); an open transaction is aborted first (with its markers), a
+prepared one finished. v3+ with the producer's current id and epoch (KIP-360)
+bumps it; with the id and epoch from before the last bump (a retry, or a
+producer fenced by a timeout abort) returns the current ones; any other epoch
+gets PRODUCER_FENCED (INVALID_PRODUCER_EPOCH before v4).
+``transaction_timeout_ms`` must be in (0, ``transaction_max_timeout_ms``]
+(INVALID_TRANSACTION_TIMEOUT otherwise). v6 two-phase commit (``enable2_pc``)
+gets INVALID_REQUEST; ``keep_prepared_txn`` reports no ongoing transaction.
 
 Versions: 0-6 (v2+ flexible).
 """
@@ -25,17 +28,17 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from agent.connection import Deferred
 from agent.handlers.registry import handler
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import InitProducerIdRequest, InitProducerIdResponse
+from metastore.types import MetastoreError
 
 if TYPE_CHECKING:
     from agent.broker import Broker
     from agent.connection import RequestContext
 
 log = logging.getLogger(__name__)
-
-MAX_TRANSACTION_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms default
 
 
 def _error(code: int) -> InitProducerIdResponse:
@@ -45,22 +48,26 @@ def _error(code: int) -> InitProducerIdResponse:
 @handler(InitProducerIdRequest)
 async def handle(
     broker: Broker, ctx: RequestContext, req: InitProducerIdRequest
-) -> InitProducerIdResponse:
+) -> InitProducerIdResponse | Deferred:
     v = ctx.header.api_version
     txn_id = req.transactional_id or None  # "" is treated like null, as Kafka does
     if v >= 6 and req.enable2_pc:
         return _error(ErrorCode.INVALID_REQUEST)
-    if txn_id is not None and not 0 < req.transaction_timeout_ms <= MAX_TRANSACTION_TIMEOUT_MS:
+    if txn_id is not None and not 0 < req.transaction_timeout_ms <= broker.config.transaction_max_timeout_ms:
         return _error(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
     if v >= 3 and (req.producer_id == -1) != (req.producer_epoch == -1):
         return _error(ErrorCode.INVALID_REQUEST)
-    if txn_id is None and v >= 3 and req.producer_id != -1:
+    if txn_id is not None:
+        if not broker.cluster.owns_group(txn_id):
+            return _error(ErrorCode.NOT_COORDINATOR)
+        return Deferred(_transactional(broker, v, req, txn_id))
+    if v >= 3 and req.producer_id != -1:
         log.debug(
             "producer %d epoch %d asked for a new epoch; giving it a new producer id",
             req.producer_id,
             req.producer_epoch,
         )
-    res = await broker.meta.init_producer_id(txn_id, req.transaction_timeout_ms)
+    res = await broker.meta.init_producer_id(None, req.transaction_timeout_ms)
     if res.error:
         return _error(int(res.error))
     return InitProducerIdResponse(
@@ -68,6 +75,30 @@ async def handle(
         error_code=0,
         producer_id=res.producer_id,
         producer_epoch=res.producer_epoch,
+        ongoing_txn_producer_id=-1,
+        ongoing_txn_producer_epoch=-1,
+    )
+
+
+async def _transactional(
+    broker: Broker, v: int, req: InitProducerIdRequest, txn_id: str
+) -> InitProducerIdResponse:
+    pid, epoch = (req.producer_id, req.producer_epoch) if v >= 3 else (-1, -1)
+    try:
+        res = await broker.txn.init_producer_id(txn_id, req.transaction_timeout_ms, pid, epoch)
+    except MetastoreError as e:
+        log.warning("InitProducerId of %r failed: %s", txn_id, e)
+        return _error(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    if res.error or res.txn is None:
+        code = int(res.error) or ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if code == ErrorCode.PRODUCER_FENCED and v < 4:
+            code = ErrorCode.INVALID_PRODUCER_EPOCH
+        return _error(code)
+    return InitProducerIdResponse(
+        throttle_time_ms=0,
+        error_code=0,
+        producer_id=res.txn.producer_id,
+        producer_epoch=res.txn.producer_epoch,
         ongoing_txn_producer_id=-1,
         ongoing_txn_producer_epoch=-1,
     )

@@ -4,8 +4,8 @@ Behavior: per partition, the timestamp picks the offset:
 
 - ``-2`` earliest: the log start offset; ``-4`` (earliest local, KIP-1005) is the
   same here, all data being equally "local";
-- ``-1`` latest: the high watermark (isolation level ignored: no transactions,
-  so the last stable offset equals it);
+- ``-1`` latest: the high watermark; under read_committed (``isolation_level``
+  1, v2+) the last stable offset (metastore ``stable_offsets``);
 - ``-3`` max timestamp (v7+): the first record carrying the largest timestamp
   of the partition, and that timestamp (Kafka's ``offsetOfMaxTimestamp``);
 - ``-5`` earliest pending upload (KIP-1023): nothing is ever pending upload
@@ -37,7 +37,7 @@ range; Kafka clients send v1+ in practice.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from agent.fetch import BatchReadError, reader_for
 from agent.handlers.registry import handler
@@ -77,6 +77,13 @@ async def _bulk(broker: Broker, info: TopicInfo | None, t: ListOffsetsRequest.Li
         return {}  # each partition then asks on its own
 
 
+async def _last_stable(broker: Broker, topic_id: Any, partition: int, res: ListOffsetsResult) -> ListOffsetsResult:
+    (view,) = await broker.meta.stable_offsets([(topic_id, partition, res.offset)])
+    if view.error:
+        return ListOffsetsResult(view.error)
+    return ListOffsetsResult(MetaError.NONE, min(view.last_stable_offset, res.offset), res.timestamp)
+
+
 @handler(ListOffsetsRequest)
 async def handle(broker: Broker, ctx: RequestContext, req: ListOffsetsRequest) -> ListOffsetsResponse:
     v = ctx.header.api_version
@@ -103,6 +110,8 @@ async def handle(broker: Broker, ctx: RequestContext, req: ListOffsetsRequest) -
                     res = ListOffsetsResult(MetaError.NONE, known.log_start_offset if ts == EARLIEST else known.high_watermark)
                 else:
                     res = await broker.meta.list_offsets(info.id, p.partition_index, ts)
+                if res.error == MetaError.NONE and ts == LATEST and v >= 2 and req.isolation_level == 1:
+                    res = await _last_stable(broker, info.id, p.partition_index, res)
                 if res.error == MetaError.NONE and res.offset >= 0 and (ts >= 0 or ts == MAX_TIMESTAMP):
                     offset, found_ts = await _record_level(broker, info, p.partition_index, ts, res.offset, res.timestamp)
                 else:

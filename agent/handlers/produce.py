@@ -7,7 +7,13 @@ topic's ``max.message.bytes``; otherwise that partition alone gets an error code
 MESSAGE_TOO_LARGE, UNKNOWN_TOPIC_OR_PARTITION). Valid batches go to the produce
 pipeline unchanged (record batches stay bytes); the response is sent after the
 segment holding them is durable and committed. ``acks=0`` sends no response.
-Transactional batches are refused (transactions are not implemented yet).
+Transactional batches are verified first (KIP-890 part 1, through the
+metastore rather than an AddPartitionsToTxn round trip): the producer must be
+the current epoch of its transactional id (else INVALID_PRODUCER_EPOCH; an
+unknown producer id INVALID_PRODUCER_ID_MAPPING) with the partition added to
+its ongoing transaction (else INVALID_TXN_STATE). A zombie whose verified batch
+lands after a fencing marker is refused by the sequencer (the marker carries
+the bumped epoch).
 
 Versions: 0-13 advertised (librdkafka before 2.11 needs 0 in range to enable
 compression); v0-2 carry magic 0/1 message sets and get
@@ -26,6 +32,7 @@ from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import CorruptRecordError, DecodeError, UnsupportedMagic
 from kafka_protocol.messages import ProduceRequest, ProduceResponse
 from kafka_protocol.records import RecordBatchView
+from metastore.types import MetastoreError
 from objectstore.segment import BatchMeta
 
 if TYPE_CHECKING:
@@ -66,9 +73,37 @@ def _check_batch(records: Any, max_bytes: int) -> tuple[int, RecordBatchView | N
         return ErrorCode.CORRUPT_MESSAGE, None, "record batch without records"
     if view.is_control:
         return ErrorCode.INVALID_RECORD, None, "clients may not produce control batches"
-    if view.is_transactional:
-        return ErrorCode.INVALID_TXN_STATE, None, "transactions are not supported by this agent yet"
+    if view.producer_id >= 0 and view.base_sequence < 0:
+        # sequence -1 with a producer id is how the sequencer knows a marker
+        return ErrorCode.INVALID_RECORD, None, "a producer's batch must carry a sequence number"
+    if view.is_transactional and view.producer_id < 0:
+        return ErrorCode.INVALID_RECORD, None, "a transactional batch needs a producer id"
     return ErrorCode.NONE, view, None
+
+
+async def _verify(
+    broker: Broker, items: list[ProduceItem], pending: list[PartitionResponse]
+) -> tuple[list[ProduceItem], list[PartitionResponse], int]:
+    """Drop the transactional batches their producer may not write now (the
+    partition response gets the code); keep the rest in order."""
+    by_producer: dict[tuple[int, int], list[int]] = {}
+    for i, it in enumerate(items):
+        if it.is_transactional:
+            by_producer.setdefault((it.meta.producer_id, it.meta.producer_epoch), []).append(i)
+    refused: dict[int, int] = {}
+    for (pid, epoch), idx in by_producer.items():
+        try:
+            codes = await broker.meta.txn_verify(pid, epoch, [(items[i].topic_id, items[i].partition) for i in idx])
+        except MetastoreError:
+            codes = [ErrorCode.COORDINATOR_NOT_AVAILABLE] * len(idx)  # type: ignore[list-item]
+        refused.update({i: int(c) for i, c in zip(idx, codes, strict=True) if c})
+    if not refused:
+        return items, pending, sum(len(it.batch) for it in items)
+    for i, code in refused.items():
+        pending[i].error_code = code
+    keep = [i for i in range(len(items)) if i not in refused]
+    kept = [items[i] for i in keep]
+    return kept, [pending[i] for i in keep], sum(len(it.batch) for it in kept)
 
 
 @handler(ProduceRequest)
@@ -120,6 +155,8 @@ async def handle(broker: Broker, ctx: RequestContext, req: ProduceRequest) -> An
             pending.append(pr)
             nbytes += len(buf)
 
+    if any(it.is_transactional for it in items):
+        items, pending, nbytes = await _verify(broker, items, pending)
     if not items:
         return None if req.acks == 0 else ProduceResponse(responses=responses)
 

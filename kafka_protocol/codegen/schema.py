@@ -26,7 +26,8 @@ APIS: list[tuple[str, list[str]]] = [
         "DescribeGroups DeleteGroups OffsetDelete CreateTopics DeleteTopics CreatePartitions "
         "DescribeConfigs AlterConfigs IncrementalAlterConfigs DeleteRecords InitProducerId "
         "AddPartitionsToTxn AddOffsetsToTxn EndTxn TxnOffsetCommit WriteTxnMarkers "
-        "DescribeCluster SaslHandshake SaslAuthenticate DescribeAcls CreateAcls DeleteAcls"
+        "DescribeCluster SaslHandshake SaslAuthenticate DescribeAcls CreateAcls DeleteAcls "
+        "DescribeProducers DescribeTransactions ListTransactions"
     ).split()
 ] + [("consumer_protocol", ["ConsumerProtocolSubscription", "ConsumerProtocolAssignment"])]
 

@@ -65,6 +65,18 @@ from kafka_protocol.messages.sasl_authenticate import (
 from kafka_protocol.messages.describe_acls import DescribeAclsRequest, DescribeAclsResponse
 from kafka_protocol.messages.create_acls import CreateAclsRequest, CreateAclsResponse
 from kafka_protocol.messages.delete_acls import DeleteAclsRequest, DeleteAclsResponse
+from kafka_protocol.messages.describe_producers import (
+    DescribeProducersRequest,
+    DescribeProducersResponse,
+)
+from kafka_protocol.messages.describe_transactions import (
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+)
+from kafka_protocol.messages.list_transactions import (
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+)
 from kafka_protocol.messages.consumer_protocol import (
     ConsumerProtocolSubscription,
     ConsumerProtocolAssignment,
@@ -107,6 +119,9 @@ REQUESTS: dict[int, type] = {
     44: IncrementalAlterConfigsRequest,
     47: OffsetDeleteRequest,
     60: DescribeClusterRequest,
+    61: DescribeProducersRequest,
+    65: DescribeTransactionsRequest,
+    66: ListTransactionsRequest,
 }
 RESPONSES: dict[int, type] = {
     0: ProduceResponse,
@@ -145,6 +160,9 @@ RESPONSES: dict[int, type] = {
     44: IncrementalAlterConfigsResponse,
     47: OffsetDeleteResponse,
     60: DescribeClusterResponse,
+    61: DescribeProducersResponse,
+    65: DescribeTransactionsResponse,
+    66: ListTransactionsResponse,
 }
 
 __all__ = [
@@ -182,6 +200,10 @@ __all__ = [
     "DescribeConfigsResponse",
     "DescribeGroupsRequest",
     "DescribeGroupsResponse",
+    "DescribeProducersRequest",
+    "DescribeProducersResponse",
+    "DescribeTransactionsRequest",
+    "DescribeTransactionsResponse",
     "EndTxnRequest",
     "EndTxnResponse",
     "FetchRequest",
@@ -202,6 +224,8 @@ __all__ = [
     "ListGroupsResponse",
     "ListOffsetsRequest",
     "ListOffsetsResponse",
+    "ListTransactionsRequest",
+    "ListTransactionsResponse",
     "MetadataRequest",
     "MetadataResponse",
     "OffsetCommitRequest",

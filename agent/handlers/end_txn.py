@@ -1,0 +1,47 @@
+"""EndTxn (key 26).
+
+Behavior: the transaction coordinator (ring owner of the transactional id, else
+NOT_COORDINATOR) prepares the commit or abort in the metastore, writes a COMMIT
+or ABORT marker to every partition of the transaction through the produce
+pipeline, then completes it (last stable offsets move; aborted ranges and the
+transaction's group offsets land) and only then answers, so the answer takes
+about one flush interval. A retry of the same decision answers NONE; the other
+decision INVALID_TXN_STATE; an old epoch PRODUCER_FENCED (INVALID_PRODUCER_EPOCH
+before v2); a transaction whose markers could not be written stays prepared
+and answers CONCURRENT_TRANSACTIONS (retriable: the retry finishes it).
+
+v5 (KIP-890 part 2) is not advertised: Floe does not announce the
+``transaction.version`` 2 feature, so clients keep one epoch across transactions.
+
+Versions: 0-4 (v3+ flexible).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agent.connection import Deferred
+from agent.handlers.add_partitions_to_txn import fenced_code
+from agent.handlers.registry import handler
+from kafka_protocol.errors import ErrorCode
+from kafka_protocol.messages import EndTxnRequest, EndTxnResponse
+from metastore.types import MetastoreError
+
+if TYPE_CHECKING:
+    from agent.broker import Broker
+    from agent.connection import RequestContext
+
+
+@handler(EndTxnRequest, max_version=4)
+async def handle(broker: Broker, ctx: RequestContext, req: EndTxnRequest) -> Deferred:
+    return Deferred(_handle(broker, ctx.header.api_version, req))
+
+
+async def _handle(broker: Broker, v: int, req: EndTxnRequest) -> EndTxnResponse:
+    if not broker.cluster.owns_group(req.transactional_id):
+        return EndTxnResponse(throttle_time_ms=0, error_code=ErrorCode.NOT_COORDINATOR)
+    try:
+        res = await broker.txn.end_txn(req.transactional_id, req.producer_id, req.producer_epoch, req.committed)
+    except MetastoreError:
+        return EndTxnResponse(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    return EndTxnResponse(throttle_time_ms=0, error_code=fenced_code(int(res.error), v, 2))

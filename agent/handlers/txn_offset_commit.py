@@ -1,0 +1,76 @@
+"""TxnOffsetCommit (key 28).
+
+Behavior: sent to the group's coordinator (ring owner of the group id, else
+NOT_COORDINATOR). The offsets are stored pending in the metastore, invisible to
+OffsetFetch until the transaction commits (they become the group's offsets in
+the same metastore transaction that completes it) and dropped if it aborts.
+The producer must have added the group with AddOffsetsToTxn in an ongoing
+transaction (INVALID_TXN_STATE otherwise) with its current id and epoch
+(INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED; INVALID_PRODUCER_EPOCH before
+v3). Unknown topics or partitions get UNKNOWN_TOPIC_OR_PARTITION per partition.
+The v3+ group generation and member id are not checked (Kafka checks them
+against the classic group; Floe's transactional fencing is by producer epoch).
+
+Versions: 0-5 (v3+ flexible).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agent.connection import Deferred
+from agent.handlers.add_partitions_to_txn import fenced_code
+from agent.handlers.registry import handler
+from kafka_protocol.errors import ErrorCode
+from kafka_protocol.messages import TxnOffsetCommitRequest, TxnOffsetCommitResponse
+from metastore.types import GroupOffset, MetastoreError
+
+if TYPE_CHECKING:
+    from agent.broker import Broker
+    from agent.connection import RequestContext
+
+RespTopic = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
+RespPartition = RespTopic.TxnOffsetCommitResponsePartition
+
+
+@handler(TxnOffsetCommitRequest)
+async def handle(broker: Broker, ctx: RequestContext, req: TxnOffsetCommitRequest) -> Deferred:
+    return Deferred(_handle(broker, ctx.header.api_version, req))
+
+
+async def _handle(broker: Broker, v: int, req: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
+    codes: dict[tuple[str, int], int] = {}
+    offsets: list[GroupOffset] = []
+    top: int = ErrorCode.NONE
+    if not broker.cluster.owns_group(req.group_id):
+        top = ErrorCode.NOT_COORDINATOR
+    for t in req.topics:
+        info = await broker.topic(t.name)
+        for p in t.partitions:
+            if info is None or not 0 <= p.partition_index < info.partitions:
+                codes[(t.name, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            offsets.append(
+                GroupOffset(info.id, p.partition_index, p.committed_offset, p.committed_leader_epoch, p.committed_metadata)
+            )
+    if top == ErrorCode.NONE and offsets:
+        try:
+            res = await broker.meta.txn_commit_offsets(
+                req.transactional_id, req.group_id, req.producer_id, req.producer_epoch, offsets
+            )
+            top = fenced_code(int(res.error), v, 3)
+        except MetastoreError:
+            top = ErrorCode.COORDINATOR_NOT_AVAILABLE
+    return TxnOffsetCommitResponse(
+        throttle_time_ms=0,
+        topics=[
+            RespTopic(
+                name=t.name,
+                partitions=[
+                    RespPartition(partition_index=p.partition_index, error_code=codes.get((t.name, p.partition_index), top))
+                    for p in t.partitions
+                ],
+            )
+            for t in req.topics
+        ],
+    )
