@@ -87,9 +87,10 @@ class PartitionFetch:
     batches: list[BatchLocation] = field(default_factory=list)
     records: bytes = b""
     # read_committed only: the last stable offset (-1: the high watermark) and the
-    # aborted transactions from the fetch offset on, as (producer id, first offset).
+    # aborted transactions from the fetch offset on, as (producer id, first offset,
+    # marker offset).
     last_stable_offset: int = -1
-    aborted: list[tuple[int, int]] = field(default_factory=list)
+    aborted: list[tuple[int, int, int]] = field(default_factory=list)
 
     @property
     def lso(self) -> int:

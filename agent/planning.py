@@ -125,18 +125,27 @@ class PlanningService:
                     else None
                 ),
             )
-            return {
-                "partitions": [
-                    {
-                        "topic": r.topic.name,
-                        "topic_id": str(r.topic.id),
-                        "partition": r.partition,
-                        "log_start": r.log_start,
-                        "high_watermark": r.high_watermark,
-                    }
-                    for r in found
-                ]
-            }
+            out = [
+                {
+                    "topic": r.topic.name,
+                    "topic_id": str(r.topic.id),
+                    "partition": r.partition,
+                    "log_start": r.log_start,
+                    "high_watermark": r.high_watermark,
+                }
+                for r in found
+            ]
+            if body.get("read_committed") and found:
+                # read_committed readers stop at the last stable offset and skip the
+                # aborted transactions (from the metastore, never by decoding).
+                views = await self.meta.stable_offsets(
+                    [(r.topic.id, r.partition, r.log_start) for r in found]
+                )
+                for entry, r, v in zip(out, found, views, strict=True):
+                    if not v.error:
+                        entry["last_stable"] = min(v.last_stable_offset, r.high_watermark)
+                        entry["aborted"] = [list(a) for a in v.aborted]
+            return {"partitions": out}
 
         return await self._call(request, go)
 

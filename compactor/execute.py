@@ -36,6 +36,9 @@ PARQUET_LEVEL = 2  # Parquet objects are final: never merged again
 # this level, which no merge or Parquet conversion picks up again.
 QUARANTINE_LEVEL = 3
 QUARANTINE_PREFIX = "quarantine/"
+# Transactional batches and markers of a partition converted to Parquet, carried
+# over byte-for-byte (at the quarantine level: never rewritten again).
+TRANSACTIONAL_PREFIX = "transactional/"
 
 
 def row_key(b: StoredBatch) -> RowKey:
@@ -154,7 +157,7 @@ def _poison(b: StoredBatch, why: str) -> PoisonedBatch:
 async def _quarantine(
     store: ObjectStore, prefix: str, bad: Sequence[tuple[StoredBatch, bytes]]
 ) -> tuple[NewObject, list[StoredBatch]]:
-    """Carry undecodable batches over, byte-for-byte, into one quarantine segment."""
+    """Carry batches over, byte-for-byte, into one segment at the quarantine level."""
     builder = SegmentBuilder()
     for b, data in bad:
         builder.add(b.topic_id, b.partition, data, BatchMeta.from_record_batch(data))
@@ -182,9 +185,16 @@ async def run_parquet(task: ParquetTask, store: ObjectStore) -> TaskResult:
     decoded: list[tuple[StoredBatch, pq.DecodedBatch]] = []
     bad: list[tuple[StoredBatch, bytes]] = []
     known = {row_key(b) for b, _ in reasons}
+    transactional: list[tuple[StoredBatch, bytes]] = []
     for b, data in kept:
         if row_key(b) in known:
             bad.append((b, data))
+            continue
+        if b.is_transactional:
+            # Transactional data and markers stay segment bytes: readers (read_committed
+            # or not) see exactly what they saw, markers included, and the Parquet
+            # rows hold no aborted record.
+            transactional.append((b, data))
             continue
         try:
             decoded.append((b, pq.decode_batch(data, b.base_offset)))
@@ -200,6 +210,10 @@ async def run_parquet(task: ParquetTask, store: ObjectStore) -> TaskResult:
     if bad:
         obj, carried = await _quarantine(store, QUARANTINE_PREFIX, bad)
         new_objects.append(obj)
+    if transactional:
+        obj, kept_txn = await _quarantine(store, TRANSACTIONAL_PREFIX, transactional)
+        new_objects.append(obj)
+        carried = carried + kept_txn
     poisoned = [_poison(b, why) for b, why in reasons]
     if not decoded:
         return TaskResult(

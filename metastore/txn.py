@@ -565,7 +565,7 @@ class TxnMixin(RegistryMixin, GroupsMixin):
                     continue
                 lso = lsos[key]
                 rows = await conn.execute(
-                    select(a.producer_id, a.first_offset)
+                    select(a.producer_id, a.first_offset, a.last_offset)
                     .where(
                         a.topic_id == topic_id,
                         a.partition == partition,
@@ -576,7 +576,10 @@ class TxnMixin(RegistryMixin, GroupsMixin):
                 )
                 out.append(
                     StableOffsets(
-                        ErrorCode.NONE, lso, hwms[key], [(r.producer_id, r.first_offset) for r in rows]
+                        ErrorCode.NONE,
+                        lso,
+                        hwms[key],
+                        [(r.producer_id, r.first_offset, r.last_offset) for r in rows],
                     )
                 )
         return out

@@ -431,12 +431,12 @@ class TxnResult:
 class StableOffsets:
     """What a read_committed reader of one partition may see: the last stable
     offset and, from a fetch offset on, the aborted transactions below it as
-    (producer id, first offset), by first offset."""
+    (producer id, first offset, offset of the ABORT marker), by first offset."""
 
     error: ErrorCode
     last_stable_offset: int = -1
     high_watermark: int = -1
-    aborted: list[tuple[int, int]] = field(default_factory=list)
+    aborted: list[tuple[int, int, int]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

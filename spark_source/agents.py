@@ -188,10 +188,15 @@ class AgentBackend:
             body["pattern"] = opts.subscribe_pattern
         else:
             body["assign"] = {t: list(ps) for t, ps in (opts.assign or {}).items()}
+        if opts.isolation_level == "read_committed":
+            body["read_committed"] = True
         got = await self._call("POST", "/partitions", body)
         return {
             (p["topic"], int(p["partition"])): PartitionState(
-                uuid.UUID(p["topic_id"]), int(p["log_start"]), int(p["high_watermark"])
+                uuid.UUID(p["topic_id"]),
+                int(p["log_start"]),
+                int(p.get("last_stable", p["high_watermark"])),
+                tuple((int(a[0]), int(a[1]), int(a[2])) for a in p.get("aborted") or ()),
             )
             for p in got["partitions"]
         }

@@ -63,10 +63,20 @@ class MetastoreBackend:
             pattern=opts.subscribe_pattern,
             assign=opts.assign,
         )
-        return {
+        state = {
             (r.topic.name, r.partition): PartitionState(r.topic.id, r.log_start, r.high_watermark)
             for r in found
         }
+        if opts.isolation_level != "read_committed" or not found:
+            return state
+        views = await self.ms.stable_offsets([(r.topic.id, r.partition, r.log_start) for r in found])
+        for r, v in zip(found, views, strict=True):
+            if not v.error:
+                state[(r.topic.name, r.partition)] = PartitionState(
+                    r.topic.id, r.log_start, min(v.last_stable_offset, r.high_watermark),
+                    tuple(tuple(a) for a in v.aborted),  # type: ignore[misc]
+                )
+        return state
 
     async def offsets_for_times(
         self, queries: Mapping[TopicPartition, tuple[uuid.UUID, int]]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import logging
 import time
 import uuid
@@ -44,9 +45,14 @@ class PlanningError(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class PartitionState:
+    """``high_watermark`` is the last stable offset under read_committed, and
+    ``aborted`` the aborted transactions there as (producer id, first offset,
+    marker offset): what executors must skip."""
+
     topic_id: uuid.UUID
     log_start: int
     high_watermark: int
+    aborted: tuple[tuple[int, int, int], ...] = ()
 
 
 State = dict[TopicPartition, PartitionState]
@@ -273,4 +279,11 @@ async def plan_tasks(
                 max_records=cap,
             )
         )
+    if any(state[tp].aborted for tp in wanted):
+        tasks = [_with_aborted(t, state[(t.topic, t.partition)].aborted) for t in tasks]
     return tasks, plan
+
+
+def _with_aborted(task: ReadTask, aborted: tuple[tuple[int, int, int], ...]) -> ReadTask:
+    mine = tuple(a for a in aborted if a[2] >= task.start and a[1] < task.end)
+    return dataclasses.replace(task, aborted=mine) if mine else task

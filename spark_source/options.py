@@ -252,12 +252,7 @@ def _kafka_settings(opts: Mapping[str, str]) -> dict[str, str]:
             f"version's planning API (supported: {', '.join(_SECURITY_PROTOCOLS)})"
         )
     level = kafka.get("isolation.level", "read_uncommitted").strip().lower()
-    if level == "read_committed":
-        raise OptionError(
-            "option 'kafka.isolation.level' = 'read_committed' is not supported yet: Floe has "
-            "no transactions, so every record is committed; use read_uncommitted (the default)"
-        )
-    if level != "read_uncommitted":
+    if level not in ("read_uncommitted", "read_committed"):
         raise OptionError(
             f"option 'kafka.isolation.level' must be read_uncommitted or read_committed, "
             f"got {level!r}"

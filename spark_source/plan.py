@@ -70,6 +70,9 @@ class ReadTask:
     start: int
     end: int
     spans: tuple[Span, ...]
+    # read_committed: aborted transactions overlapping the range, as (producer id,
+    # first offset, marker offset); their batches are skipped.
+    aborted: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def records(self) -> int:

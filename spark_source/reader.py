@@ -234,6 +234,8 @@ def _segment_batches(
         view = RecordBatchView(buf)
         if view.attributes & ATTR_CONTROL:
             continue
+        if task.aborted and view.is_transactional and _aborted(task.aborted, view.producer_id, base):
+            continue
         ttype = view.timestamp_type
         for r in view.records():
             off = r.offset
@@ -252,6 +254,11 @@ def _segment_batches(
                 b = _Builder()
     if b.offsets:
         yield _to_batch(b, task, schema)
+
+
+def _aborted(aborted: tuple[tuple[int, int, int], ...], producer_id: int, offset: int) -> bool:
+    """Is the batch of ``producer_id`` at ``offset`` in one of the aborted transactions?"""
+    return any(pid == producer_id and first <= offset < marker for pid, first, marker in aborted)
 
 
 def _parquet_batches(

@@ -281,7 +281,7 @@ def partition_data(partition: int, pf: PartitionFetch) -> PartitionData:
         partition_index=partition, error_code=0,
         high_watermark=pf.high_watermark, last_stable_offset=pf.lso,
         log_start_offset=pf.log_start_offset,
-        aborted_transactions=[Aborted(producer_id=pid, first_offset=first) for pid, first in pf.aborted],
+        aborted_transactions=[Aborted(producer_id=a[0], first_offset=a[1]) for a in pf.aborted],
         preferred_read_replica=-1, records=pf.records,
     )  # fmt: skip
 

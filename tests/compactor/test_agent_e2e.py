@@ -258,3 +258,63 @@ def test_fetch_read_leases_hold_objects_consumers_just_read(
         ]
     finally:
         comp.close()
+
+
+def test_parquet_conversion_keeps_transactions(agent_factory: Callable[..., Any]) -> None:
+    """Converting a partition with committed and aborted transactions to Parquet
+    changes nothing any reader sees: transactional batches and their markers stay
+    segment bytes, read_committed consumers and Spark still skip the aborted ones,
+    and the Parquet rows hold non-transactional records only."""
+    from confluent_kafka import Consumer, Producer
+
+    from spark_source.options import parse_options
+    from spark_source.source import FloeBatchReader
+    from tests.spark_source.test_unit import read_all
+
+    agent = agent_factory(flush_interval_ms=5)
+    bs = agent.bootstrap
+    create_topic(bs, "txpq", 1, **{"floe.parquet.enable": "true"})
+    plain = Producer({"bootstrap.servers": bs})
+    tx = Producer({"bootstrap.servers": bs, "transactional.id": "txpq", "linger.ms": 5})
+    tx.init_transactions(20)
+    expected = []
+    for round_ in range(4):
+        plain.produce("txpq", b"p%d" % round_, partition=0)
+        plain.flush(10)
+        expected.append(b"p%d" % round_)
+        tx.begin_transaction()
+        tx.produce("txpq", b"t%d" % round_, partition=0)
+        if round_ % 2:
+            tx.flush(10)
+            tx.abort_transaction(20)
+        else:
+            tx.commit_transaction(20)
+            expected.append(b"t%d" % round_)
+
+    def committed_view() -> list[bytes]:
+        c = Consumer({"bootstrap.servers": bs, "group.id": f"g{time.monotonic_ns()}", "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+        c.assign([TopicPartition("txpq", 0, 0)])
+        out: list[bytes] = []
+        deadline = time.monotonic() + 20
+        while len(out) < len(expected) and time.monotonic() < deadline:
+            out += [m.value() for m in c.consume(100, 0.3) if not m.error()]
+        c.close()
+        return out
+
+    before = committed_view()
+    assert before == expected
+    comp = SyncCompactor(
+        agent, CompactorConfig(l0_trigger=1, l1_trigger=1, delete_grace_ms=0, parquet_min_level=0)
+    )
+    try:
+        s = comp.run_pass(force=True)
+        assert s.phases["parquet"].committed >= 1, s.phases
+    finally:
+        comp.close()
+    assert committed_view() == expected
+    opts = parse_options(
+        {"kafka.bootstrap.servers": bs, "subscribe": "txpq", "kafka.isolation.level": "read_committed"},
+        streaming=False,
+    )
+    rows, _ = read_all(FloeBatchReader(opts))
+    assert sorted(r[4] for r in rows) == sorted(expected)

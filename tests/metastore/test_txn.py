@@ -132,7 +132,7 @@ async def test_abort_records_ranges_and_drops_offsets(ms: Metastore) -> None:
     done = await ms.txn_complete("tx", pid, ep, [(t, 0, m0), (t, 1, m1)])
     assert done.txn is not None and done.txn.state == TXN_COMPLETE_ABORT
     v0, v0_late, v1 = await ms.stable_offsets([(t, 0, 0), (t, 0, m0 + 1), (t, 1, 0)])
-    assert (v0.last_stable_offset, v0.aborted) == (5, [(pid, 2)])
+    assert (v0.last_stable_offset, v0.aborted) == (5, [(pid, 2, m0)])
     assert v0_late.aborted == []  # the range ends before the fetch offset
     assert v1.aborted == []  # nothing of the transaction landed on partition 1
     assert await ms.fetch_offsets("g") == []
@@ -221,7 +221,7 @@ async def test_two_agents_race_for_one_transactional_id(
         )
         assert c.error is E.NONE and d.error is E.NONE
         (view,) = await ms.stable_offsets([(t, 0, 0)])
-        assert view.aborted == [(pid, 0)]  # recorded once
+        assert view.aborted == [(pid, 0, m0)]  # recorded once
         inits = await asyncio.gather(*(m.txn_init("tx", 60_000) for m in (ms, other, ms, other)))
         got = sorted(x.txn.producer_epoch for x in inits if x.txn is not None)
         assert got == [2, 3, 4, 5]

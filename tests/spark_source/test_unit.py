@@ -138,19 +138,21 @@ def test_every_option_implemented_or_refused_by_name() -> None:
         "kafka.max.poll.records": "kafka.max.poll.records",
         "kafka.sasl.mechanism": "kafka.sasl.mechanism",
         "kafka.security.protocol": "kafka.security.protocol",
-        "kafka.isolation.level": "read_committed",
+        "kafka.isolation.level": "read_uncommitted or read_committed",
         "noSuchOption": "nosuchoption",
         "path": "not paths",
         "objectAccess": "objectAccess",
     }
     values = {
         "kafka.security.protocol": "SASL_SSL",
-        "kafka.isolation.level": "read_committed",
+        "kafka.isolation.level": "serializable",
         "objectAccess": "maybe",
     }
     for name, needle in refused.items():
         with pytest.raises(OptionError, match=re.escape(needle)):
             parse_options({**boot, name: values.get(name, "x")}, streaming=False)
+    committed = parse_options({**boot, "kafka.isolation.level": "READ_COMMITTED"}, streaming=False)
+    assert committed.isolation_level == "read_committed"
 
 
 def test_schema_matches_kafka_source() -> None:
