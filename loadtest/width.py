@@ -90,7 +90,9 @@ def cpu_seconds(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure(bootstrap: str, pid: int | None, partitions: int, *, fetches: int, metadata_reps: int) -> dict[str, Any]:
+def measure(
+    bootstrap: str, pid: int | None, partitions: int, *, fetches: int, nosession_fetches: int, metadata_reps: int
+) -> dict[str, Any]:
     name = f"width-{partitions}-{uuid.uuid4().hex[:6]}"
     w = Wire(bootstrap)
     out: dict[str, Any] = {"partitions": partitions}
@@ -136,7 +138,7 @@ def measure(bootstrap: str, pid: int | None, partitions: int, *, fetches: int, m
                                        session_id=session_id, session_epoch=epoch, topics=topics, forgotten_topics_data=[]), 12)
 
         # Without a session: every request names every partition.
-        n = {16: fetches}.get(partitions, 20)
+        n = fetches if partitions <= 100 else nosession_fetches
         c0, t0 = cpu_seconds(pid), time.perf_counter()
         for _ in range(n):
             fetch(full, 0, -1)
@@ -162,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backend", default="dev", help="dev | postgres-s3 | kafka (a real Kafka 4.1 broker)")
     ap.add_argument("--partitions", type=int, nargs="+", default=[16, 1000, 10_000])
     ap.add_argument("--fetches", type=int, default=1000, help="idle fetches per measurement")
+    ap.add_argument("--nosession-fetches", type=int, default=20, help="fetches without a session above 100 partitions")
     ap.add_argument("--metadata-reps", type=int, default=50)
     ap.add_argument("--out", help="write the results as JSON here")
     args = ap.parse_args(argv)
@@ -182,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     try:
         for n in args.partitions:
-            row = measure(bootstrap, pid, n, fetches=args.fetches, metadata_reps=args.metadata_reps)
+            row = measure(bootstrap, pid, n, fetches=args.fetches, nosession_fetches=args.nosession_fetches,
+                          metadata_reps=args.metadata_reps)
             row["backend"] = args.backend
             rows.append(row)
             print(json.dumps(row), flush=True)

@@ -53,6 +53,44 @@ def _chunks(items: Sequence[Any], size: int = _CHUNK) -> Iterable[Sequence[Any]]
         yield items[start : start + size]
 
 
+_SQLITE_STATE = "SELECT log_start_offset, high_watermark FROM partitions WHERE topic_id = ? AND partition = ?"
+# The SQLAlchemy query of _find_batches, as SQLite text.
+_SQLITE_FIND = """
+SELECT key, byte_pos, byte_len, base_offset, last_offset, record_count, max_timestamp, append_time
+  FROM (SELECT o.key, b.byte_pos, b.byte_len, b.base_offset, b.last_offset, b.record_count,
+               b.max_timestamp, b.append_time,
+               sum(b.byte_len) OVER (ORDER BY b.last_offset) AS cum,
+               row_number() OVER (ORDER BY b.last_offset) AS rn
+          FROM (SELECT * FROM batches WHERE topic_id = ? AND partition = ? AND last_offset >= ?
+                 ORDER BY last_offset LIMIT ?) b
+          JOIN objects o ON o.id = b.object_id)
+ WHERE rn = 1 OR cum <= ?
+ ORDER BY last_offset
+"""
+
+
+def _sqlite_find_many(
+    db: Any, wants: list[tuple[uuid.UUID, int, int, int]], max_batches: int
+) -> list[FindResult]:
+    """find_batches of each want on a sqlite3 connection (aiosqlite's thread)."""
+    out: list[FindResult] = []
+    for topic_id, partition, offset, max_bytes in wants:
+        tid = topic_id.hex
+        state = db.execute(_SQLITE_STATE, (tid, partition)).fetchone()
+        if state is None:
+            out.append(FindResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1))
+            continue
+        lso, hwm = state
+        if offset < lso or offset > hwm:
+            out.append(FindResult(ErrorCode.OFFSET_OUT_OF_RANGE, lso, hwm))
+        elif offset == hwm:
+            out.append(FindResult(ErrorCode.NONE, lso, hwm))
+        else:
+            rows = db.execute(_SQLITE_FIND, (tid, partition, offset, max_batches, max_bytes))
+            out.append(FindResult(ErrorCode.NONE, lso, hwm, [BatchLocation(*r) for r in rows]))
+    return out
+
+
 class LogMixin(SqlBase):
     async def commit_object(
         self, key: str, size: int, agent_id: str, batches: Sequence[BatchToCommit]
@@ -242,6 +280,16 @@ class LogMixin(SqlBase):
         """``find_batches`` of each ``(topic_id, partition, offset, max_bytes)``, in
         order, in one read (a Fetch naming many partitions)."""
         async with self._read() as conn:
+            if conn.dialect.name == "sqlite":
+                # All lookups in one hop to aiosqlite's thread, on sqlite3's
+                # statement cache: ~2 statements per partition, not ~2 SQLAlchemy
+                # compilations and thread hops (a Fetch of 1,000 partitions).
+                raw = await conn.get_raw_connection()
+                aio: Any = raw.driver_connection
+                result: list[FindResult] = await aio._execute(
+                    _sqlite_find_many, aio._conn, list(wants), max(1, max_batches)
+                )
+                return result
             return [
                 await self._find_batches(conn, t, p, o, m, max_batches) for t, p, o, m in wants
             ]
