@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.floe-installed
 
-.PHONY: install deps kafka dev test lint codegen codegen-check bench clean infra
+.PHONY: install deps kafka conformance dev test lint codegen codegen-check bench clean infra
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -57,6 +57,10 @@ bench-codec: $(STAMP)
 ## Fetch the Apache Kafka broker jars (Maven Central) used beside Floe in benchmarks and conformance tests.
 kafka: $(STAMP)
 	$(BIN)/python -m loadtest.kafka_broker fetch
+
+## The differential suite: every scenario against a real Apache Kafka 4.1 broker and Floe (also part of `make test`).
+conformance: deps $(STAMP)
+	$(BIN)/python -m pytest -q tests/conformance
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

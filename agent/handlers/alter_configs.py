@@ -65,6 +65,8 @@ async def _alter(
     for c in res.configs:
         if c.name in updates:
             return ErrorCode.INVALID_REQUEST, f"Duplicate config key: {c.name}"
+        if c.value is None:  # Kafka 4.1: INVALID_REQUEST (tests/conformance)
+            return ErrorCode.INVALID_REQUEST, f"Null value not supported for config key: {c.name}"
         updates[c.name] = c.value
     result = await broker.meta.alter_topic_config(
         res.resource_name, updates, incremental=False, validate_only=validate_only

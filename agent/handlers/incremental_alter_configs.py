@@ -3,8 +3,8 @@
 Behavior: for a topic resource each entry is applied to the topic's current
 overrides: SET (0) sets a key, DELETE (1) reverts it to its default, APPEND (2)
 and SUBTRACT (3) add or remove items of a list config (``cleanup.policy``;
-starting from the current value, override or default) and get INVALID_REQUEST
-for any other key, as Kafka does. A key given twice or an unknown operation
+starting from the current value, override or default) and get INVALID_CONFIG
+for any other key, as Kafka 4.1 answers (checked by tests/conformance). A key given twice or an unknown operation
 gets INVALID_REQUEST, unknown keys and bad values INVALID_CONFIG, a SET with a
 null value INVALID_REQUEST, an illegal name INVALID_TOPIC_EXCEPTION, an unknown
 topic UNKNOWN_TOPIC_OR_PARTITION. ``validate_only`` checks without changing
@@ -65,7 +65,7 @@ async def _alter(broker: Broker, res: Resource, validate_only: bool) -> tuple[in
             return ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {c.name}"
         if c.config_operation in (OP_APPEND, OP_SUBTRACT) and spec.kind != "list":
             op = "append" if c.config_operation == OP_APPEND else "subtract"
-            return ErrorCode.INVALID_REQUEST, f"Config value {op} is not allowed for config key: {c.name}"
+            return ErrorCode.INVALID_CONFIG, f"Config value {op} is not allowed for config key: {c.name}"
         if c.config_operation != OP_DELETE and c.value is None:
             return ErrorCode.INVALID_REQUEST, f"Null value not supported for config key: {c.name}"
 

@@ -70,7 +70,7 @@ async def _commit(broker: Broker, ctx: RequestContext, req: OffsetCommitRequest)
                         p.partition_index,
                         p.committed_offset,
                         p.committed_leader_epoch if v >= 6 else -1,
-                        p.committed_metadata,
+                        p.committed_metadata or "",  # null is stored as "", as Kafka does
                         p.commit_timestamp if v == 1 and p.commit_timestamp >= 0 else now,
                         expire,
                     )

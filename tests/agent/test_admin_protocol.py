@@ -261,7 +261,7 @@ def test_incremental_alter_configs_bad_input(floe_agent, wire):
         ErrorCode.INVALID_REQUEST,
         ErrorCode.INVALID_REQUEST,
         ErrorCode.INVALID_REQUEST,
-        ErrorCode.INVALID_REQUEST,
+        ErrorCode.INVALID_CONFIG,  # SUBTRACT on a non-list config, as Kafka 4.1
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
         ErrorCode.INVALID_REQUEST,
         0,
