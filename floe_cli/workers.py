@@ -12,7 +12,8 @@ pool, and two Kafka listeners:
   owner of its partitions and groups, as with separate agents.
 
 Worker ``i`` serves /metrics and /healthz on ``--admin-port + i`` (metrics are
-per worker; sum them for the host). Everything that must be shared between
+per worker; sum them for the host); choose the admin port outside the kernel's
+ephemeral range (like the default 9644), or a worker's own Kafka port may take one. Everything that must be shared between
 workers already goes through the metastore (offsets, producer ids and
 sequences, group generations) or the cluster layer (membership, wake-ups of
 long-polling fetches: Postgres NOTIFY or watermark polling).

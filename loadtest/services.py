@@ -146,10 +146,12 @@ def start_agent(
 
 def _free_port_run(n: int) -> int:
     """A port p with p .. p + n - 1 all free (the admin ports of n workers)."""
+    import random
     import socket
 
     for _ in range(100):
-        p = free_port()
+        # Below the ephemeral range, so no worker's own port (bound to 0) takes one of them.
+        p = free_port() if n == 1 else random.randrange(20000, 30000)
         socks = []
         try:
             for i in range(n):

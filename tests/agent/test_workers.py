@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -23,6 +25,19 @@ from tests.fixtures.agent_process import REPO_ROOT
 from tests.fixtures.s3 import free_port
 
 pytestmark = [pytest.mark.interop]
+
+
+def low_port_pair() -> int:
+    for _ in range(200):
+        p = random.randrange(20000, 30000)
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", p))
+                b.bind(("127.0.0.1", p + 1))
+            return p
+        except OSError:
+            continue
+    raise RuntimeError("no free port pair below the ephemeral range")
 
 
 def healthz(port: int) -> dict | None:
@@ -45,9 +60,9 @@ def wait(cond, timeout: float, what: str):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def workers(tmp_path: Path):  # type: ignore[no-untyped-def]
-    port, admin = free_port(), free_port()
-    while healthz(admin + 1) is not None or admin + 1 == port:
-        admin = free_port()
+    # Below the ephemeral range: a worker's own Kafka port (bound to port 0) must
+    # not be able to take admin + 1 before worker 1 binds it.
+    port, admin = free_port(), low_port_pair()
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLOE_")}
     env["PYTHONPATH"] = str(REPO_ROOT)
     log = open(tmp_path / "agent.log", "wb")
