@@ -9,6 +9,7 @@ get it as their first argument; nothing here speaks the wire protocol.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -58,7 +59,7 @@ class Broker:
         self.clock = clock or SystemClock()
         self.notifier = CommitNotifier()
         port = config.advertised_port or config.port
-        self.node_id = node_id_for(config.advertised_host, port)
+        self.node_id = node_id_for(config.agent_id)  # identity, not address
         self.advertised = NodeInfo(self.node_id, config.advertised_host, port, config.zone)
         self.pipeline = ProducePipeline(
             store,
@@ -93,7 +94,7 @@ class Broker:
         # this agent alone until the server starts it.
         self.cluster = Cluster(
             metastore,
-            Peer(config.agent_id, config.advertised_host, port, config.zone, None),
+            Peer(config.agent_id, config.advertised_host, port, config.zone, None, None),
             self.clock,
             self._store_range,
             self.notifier,
@@ -131,9 +132,8 @@ class Broker:
     def set_port(self, port: int) -> None:
         """Record the bound port (when configured with port 0) for Metadata answers."""
         if not self.config.advertised_port:
-            self.node_id = node_id_for(self.advertised.host, port)
             self.advertised = NodeInfo(self.node_id, self.advertised.host, port, self.advertised.rack)
-            self.cluster.set_me(Peer(self.config.agent_id, self.advertised.host, port, self.config.zone, None))
+            self.cluster.set_me(dataclasses.replace(self.cluster.me, port=port))
 
     async def close(self) -> None:
         await self.txn.close()

@@ -35,7 +35,24 @@ class AgentConfig(BaseSettings):
             " workers of this host (floe agent --workers); 0: none"
         ),
     )
-    agent_id: str = Field(default_factory=lambda: uuid.uuid4().hex, description="Unique id of this agent")
+    agent_id: str = Field(
+        default_factory=lambda: uuid.uuid4().hex,
+        min_length=1,
+        max_length=200,
+        pattern=r"^[A-Za-z0-9._:-]+$",
+        description=(
+            "Unique id of this agent (default: random per start); its Kafka node id derives"
+            " from it (a number in [1, 2^31) is used as is), never from the address"
+        ),
+    )
+    peer_address: str = Field(
+        "",
+        description=(
+            "Private address peers reach this agent's admin HTTP (block cache) on: host or"
+            " host:port (port default: admin_port); empty = the bind host when it is a"
+            " specific address, else discovered (the address of the default route)"
+        ),
+    )
     zone: str = Field("default", description="Availability zone of this agent")
     cluster_id: str = Field("floe-dev-cluster", description="Cluster id reported in Metadata")
 

@@ -50,6 +50,16 @@ class Reply:
         self.version = version
 
 
+class RawFrame:
+    """A complete response frame (size prefix included), written as is: the
+    answer of the agent a group request was relayed to (agent.cluster.forward)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
 class Deferred:
     """A response that will be ready later; the writer awaits it in order."""
 
@@ -290,6 +300,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     return
                 if isinstance(result, Reply):
                     parts = encode_response(header.correlation_id, result.response, result.version)
+                elif isinstance(result, RawFrame):  # relayed: the owner's response frame
+                    parts = [result.data]
                 else:
                     parts = encode_response(header.correlation_id, result, header.api_version)
                 self._transport.writelines(parts)

@@ -18,6 +18,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from agent.broker import Broker
+from agent.cluster.peer_cache import resolve_peer_address
 from agent.config import AgentConfig
 from agent.connection import KafkaConnection
 from agent.handlers import make_dispatcher
@@ -64,17 +65,43 @@ class AgentServer:
             )
         self.broker.set_port(self.port)
         self.broker.start()
-        await self._start_admin(cfg)
+        await self._start_admin(cfg, dispatch)
+        # Build the object-store client now: botocore loads its models synchronously
+        # (seconds of CPU on a busy host); done on the first produce it would stall
+        # the loop, and with it the heartbeat, long enough to drop out of the ring.
+        make_client = getattr(self.broker.store, "client", None)
+        if callable(make_client):
+            with suppress(Exception):
+                await make_client()
         cluster = self.broker.cluster
-        cluster.set_me(dataclasses.replace(cluster.me, admin_port=self.admin_port))
-        await cluster.start()
-        log.info("floe agent %s listening on %s:%d (admin :%d)", cfg.agent_id, cfg.host, self.port, self.admin_port)
+        peer_host, peer_port = resolve_peer_address(cfg.peer_address, cfg.host, self.admin_port)
+        cluster.set_me(dataclasses.replace(cluster.me, admin_port=peer_port, peer_host=peer_host))
+        try:
+            await cluster.start()
+        except BaseException:
+            await self._abort()
+            raise
+        log.info(
+            "floe agent %s (node %d) listening on %s:%d, advertised %s:%d, peer address %s:%d",
+            cfg.agent_id, self.broker.node_id, cfg.host, self.port,
+            self.broker.advertised.host, self.broker.advertised.port, peer_host, peer_port,
+        )  # fmt: skip
+
+    async def _abort(self) -> None:
+        """Undo a half-done start (the cluster refused us): close listeners and parts."""
+        for srv in (self._server, self._shared):
+            if srv is not None:
+                srv.close()
+        if self._admin is not None:
+            await self._admin.cleanup()
+        with suppress(Exception):
+            await self.broker.close()
 
     def _closed(self, conn: KafkaConnection) -> None:
         self._conns.discard(conn)
         METRICS.connections.set(len(self._conns))
 
-    async def _start_admin(self, cfg: AgentConfig) -> None:
+    async def _start_admin(self, cfg: AgentConfig, dispatch: object = None) -> None:
         app = web.Application()
 
         async def metrics(_: web.Request) -> web.Response:
@@ -83,14 +110,22 @@ class AgentServer:
             return web.Response(body=generate_latest(METRICS.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
         async def healthz(_: web.Request) -> web.Response:
-            return web.json_response({
-                "status": "ok", "agent_id": cfg.agent_id, "kafka_port": self.port,
-                "shared_port": cfg.shared_port or None, "pid": os.getpid(),
-            })
+            return web.json_response(
+                {
+                    "status": "ok",
+                    "agent_id": cfg.agent_id,
+                    "node_id": self.broker.node_id,
+                    "kafka_port": self.port,
+                    "shared_port": cfg.shared_port or None,
+                    "pid": os.getpid(),
+                    "ring": [p.agent_id for p in self.broker.cluster.brokers()],
+                    "evictions": self.broker.cluster.membership.evictions,
+                }
+            )
 
         app.router.add_get("/metrics", metrics)
         app.router.add_get("/healthz", healthz)
-        self.broker.cluster.add_routes(app, self.broker.cache)
+        self.broker.cluster.add_routes(app, self.broker.cache, dispatch)
         add_planning_routes(app, self.broker)
         self._admin = web.AppRunner(app, access_log=None)
         await self._admin.setup()

@@ -35,6 +35,14 @@ def _agent_flags(p: argparse.ArgumentParser, workers_default: str = "1") -> None
     p.add_argument("--metastore", help="metastore URL: sqlite:///path or postgresql://... (env FLOE_METASTORE)")
     p.add_argument("--objects", help="object store URL: file:///dir, s3://bucket/prefix, memory:// (env FLOE_OBJECTS)")
     p.add_argument("--zone", help="availability zone (env FLOE_ZONE)")
+    p.add_argument(
+        "--agent-id", help="unique, stable id of this agent; its Kafka node id derives from it (env FLOE_AGENT_ID)"
+    )
+    p.add_argument(
+        "--peer-address",
+        help="private host[:port] peers reach this agent's admin HTTP on (env FLOE_PEER_ADDRESS; default: discovered)",
+    )
+    p.add_argument("--cluster-id", help="cluster id reported to clients (env FLOE_CLUSTER_ID)")
     p.add_argument("--admin-port", type=int, help="HTTP port for /metrics and /healthz (env FLOE_ADMIN_PORT)")
     p.add_argument("--flush-interval-ms", type=int, help="segment flush interval (env FLOE_FLUSH_INTERVAL_MS)")
     p.add_argument(
@@ -86,6 +94,9 @@ def _config_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "metastore": args.metastore,
         "objects": args.objects,
         "zone": args.zone,
+        "agent_id": args.agent_id,
+        "peer_address": args.peer_address,
+        "cluster_id": args.cluster_id,
         "admin_port": args.admin_port,
         "flush_interval_ms": args.flush_interval_ms,
         "flush_min_interval_ms": args.flush_min_interval_ms,
@@ -116,10 +127,15 @@ def _run(kw: dict[str, Any], log_level: str) -> int:
         runner: Any = uvloop.run
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
         runner = asyncio.run
+    from agent.cluster.membership import DuplicateAgentError
+
     try:
         runner(run_agent(config))
     except KeyboardInterrupt:
         pass
+    except DuplicateAgentError as e:
+        print(f"floe: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

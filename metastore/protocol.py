@@ -175,10 +175,19 @@ class Metastore(Protocol):
 
     # agents
     async def register_agent(
-        self, agent_id: str, host: str, port: int, zone: str | None = None
-    ) -> None: ...
-    async def heartbeat(self, agent_id: str) -> bool: ...
-    async def deregister_agent(self, agent_id: str) -> None: ...
+        self,
+        agent_id: str,
+        host: str,
+        port: int,
+        zone: str | None = None,
+        *,
+        peer_host: str | None = None,
+        peer_port: int | None = None,
+        instance: str | None = None,
+        live_since_ms: int | None = None,
+    ) -> AgentInfo | None: ...
+    async def heartbeat(self, agent_id: str, instance: str | None = None) -> bool: ...
+    async def deregister_agent(self, agent_id: str, instance: str | None = None) -> None: ...
     async def live_agents(self, since_ms: int) -> list[AgentInfo]: ...
 
     # consumer groups

@@ -176,52 +176,91 @@ class RegistryMixin(SqlBase):
     # -- agents ---------------------------------------------------------------------
 
     async def register_agent(
-        self, agent_id: str, host: str, port: int, zone: str | None = None
-    ) -> None:
+        self,
+        agent_id: str,
+        host: str,
+        port: int,
+        zone: str | None = None,
+        *,
+        peer_host: str | None = None,
+        peer_port: int | None = None,
+        instance: str | None = None,
+        live_since_ms: int | None = None,
+    ) -> AgentInfo | None:
+        """Claim ``agent_id`` for process ``instance``, atomically.
+
+        The row is written when it is absent, already ours (same instance, or no
+        instance given), or stale (last heartbeat before ``live_since_ms``).
+        Otherwise another live process holds the id: nothing is written and its
+        row is returned, so the caller can refuse to start. None means claimed."""
         now = self.now_ms()
         values = {
-            "id": agent_id,
             "host": host,
             "port": port,
             "zone": zone,
             "registered_at": now,
             "heartbeat_at": now,
+            "peer_host": peer_host,
+            "peer_port": peer_port,
+            "instance": instance,
         }
+        a = s.agents.c
+        where: Any = None
+        if instance is not None and live_since_ms is not None:
+            where = (a.instance.is_(None)) | (a.instance == instance) | (a.heartbeat_at < live_since_ms)
         stmt: Any = (pg_insert if self.dialect == "postgresql" else sqlite_insert)(s.agents).values(
-            **values
+            id=agent_id, **values
         )
         stmt = stmt.on_conflict_do_update(
-            index_elements=[s.agents.c.id],
-            set_={
-                "host": host,
-                "port": port,
-                "zone": zone,
-                "registered_at": now,
-                "heartbeat_at": now,
-            },
-        )
+            index_elements=[s.agents.c.id], set_=values, where=where
+        ).returning(a.id)
         async with self._write() as conn:
-            await conn.execute(stmt)
+            if (await conn.execute(stmt)).first() is not None:
+                return None
+            row = (await conn.execute(select(*_AGENT_COLUMNS).where(a.id == agent_id))).first()
+        return _agent_info(row) if row is not None else None
 
-    async def heartbeat(self, agent_id: str) -> bool:
-        """Record a heartbeat; False when the agent is not registered."""
+    async def heartbeat(self, agent_id: str, instance: str | None = None) -> bool:
+        """Record a heartbeat; False when the agent is not registered (by ``instance``)."""
+        a = s.agents.c
+        where = [a.id == agent_id] + ([a.instance == instance] if instance is not None else [])
         async with self._write() as conn:
             result = await conn.execute(
-                update(s.agents).where(s.agents.c.id == agent_id).values(heartbeat_at=self.now_ms())
+                update(s.agents).where(*where).values(heartbeat_at=self.now_ms())
             )
             return bool(result.rowcount)
 
-    async def deregister_agent(self, agent_id: str) -> None:
+    async def deregister_agent(self, agent_id: str, instance: str | None = None) -> None:
+        """Remove the agent's row (only ``instance``'s, when given: a stopping old
+        process never removes the row of the new one)."""
+        a = s.agents.c
+        where = [a.id == agent_id] + ([a.instance == instance] if instance is not None else [])
         async with self._write() as conn:
-            await conn.execute(delete(s.agents).where(s.agents.c.id == agent_id))
+            await conn.execute(delete(s.agents).where(*where))
 
     async def live_agents(self, since_ms: int) -> list[AgentInfo]:
         """Agents whose last heartbeat is at or after ``since_ms``, by id."""
         a = s.agents.c
         async with self._read() as conn:
             rows = await conn.execute(
-                select(a.id, a.host, a.port, a.zone, a.heartbeat_at)
-                .where(a.heartbeat_at >= since_ms)
-                .order_by(a.id)
+                select(*_AGENT_COLUMNS).where(a.heartbeat_at >= since_ms).order_by(a.id)
             )
-            return [AgentInfo(r.id, r.host, r.port, r.zone, r.heartbeat_at) for r in rows]
+            return [_agent_info(r) for r in rows]
+
+
+_AGENT_COLUMNS = (
+    s.agents.c.id,
+    s.agents.c.host,
+    s.agents.c.port,
+    s.agents.c.zone,
+    s.agents.c.heartbeat_at,
+    s.agents.c.peer_host,
+    s.agents.c.peer_port,
+    s.agents.c.instance,
+)
+
+
+def _agent_info(r: Any) -> AgentInfo:
+    return AgentInfo(
+        r.id, r.host, r.port, r.zone, r.heartbeat_at, r.peer_host, r.peer_port, r.instance
+    )

@@ -212,6 +212,14 @@ agents = Table(
     Column("zone", String(255), nullable=True),
     Column("registered_at", BigInteger, nullable=False),
     Column("heartbeat_at", BigInteger, nullable=False),
+    # 0006: identity apart from address. ``host``/``port`` are what clients are
+    # told (possibly a load balancer shared by many agents); ``peer_host``/
+    # ``peer_port`` the private address peers reach this agent's HTTP on;
+    # ``instance`` is random per process, so a second live process claiming the
+    # same id is told apart from a restart of the same agent.
+    Column("peer_host", String(255), nullable=True),
+    Column("peer_port", Integer, nullable=True),
+    Column("instance", String(64), nullable=True),
 )
 Index("ix_agents_heartbeat_at", agents.c.heartbeat_at)
 

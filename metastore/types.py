@@ -192,6 +192,9 @@ class AgentInfo:
     port: int
     zone: str | None
     heartbeat_at_ms: int
+    peer_host: str | None = None
+    peer_port: int | None = None
+    instance: str | None = None
 
 
 # -- consumer groups ------------------------------------------------------------------

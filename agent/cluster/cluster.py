@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from agent.clock import Clock
+from agent.cluster.forward import GroupForwarder, add_forward_route
 from agent.cluster.groups import ClusteredGroupCoordinator
 from agent.cluster.membership import Membership
 from agent.cluster.peer_cache import PeerBlockLoader, StoreGet, add_block_route
@@ -69,6 +70,7 @@ class Cluster:
             on_change=self._changed,
         )
         self.peers = PeerBlockLoader(store_get, self.membership, me.zone)
+        self.forwarder = GroupForwarder(lambda: self.me, self.coordinator)
         self.store_get = store_get
         self.wakeups: Wakeups = Wakeups()
         self.groups: ClusteredGroupCoordinator | None = None
@@ -91,8 +93,10 @@ class Cluster:
         self.groups = groups
         groups.owns = self.owns_group
 
-    def add_routes(self, app: web.Application, cache: object) -> None:
+    def add_routes(self, app: web.Application, cache: object, dispatch: object = None) -> None:
         add_block_route(app, cache)  # type: ignore[arg-type]
+        if dispatch is not None:
+            add_forward_route(app, dispatch)  # type: ignore[arg-type]
 
     async def start(self) -> None:
         from metastore.engine import asyncpg_dsn, is_postgres
@@ -113,6 +117,7 @@ class Cluster:
         await self.wakeups.stop()
         await self.membership.stop()
         await self.peers.close()
+        await self.forwarder.close()
 
     def _changed(self, rings: Rings) -> None:
         if self.groups is not None:

@@ -1,19 +1,25 @@
 """Agent membership: register, heartbeat, and the live set every agent agrees on.
 
-Each agent upserts its row in the metastore's agent registry (host, Kafka port,
-zone) and heartbeats every ``heartbeat_s`` (default 1 s) from a background task;
-``refresh`` reads the agents whose heartbeat is younger than ``dead_after_s``
-(default 5 s), so a killed agent drops out of everyone's rings within about
-``dead_after_s + heartbeat_s``. A graceful stop deregisters at once.
+Identity is not address. Each agent has a stable id (``--agent-id`` /
+``FLOE_AGENT_ID``, or a random one per start) from which its Kafka node id is
+derived (:func:`~agent.cluster.ring.node_id_for`); it registers the address it
+advertises to clients (which several agents may share: a zone's load
+balancer) *and* its private peer address (``--peer-address`` /
+``FLOE_PEER_ADDRESS``, or discovered), which peers use for the block cache.
+Nothing here compares addresses, so agents behind one address never evict each
+other.
 
-The registry row has no column for the admin (HTTP) port the peer read cache
-needs, and this change adds no migration: the registry id is
-``<agent_id>@<admin_port>`` (:func:`registry_id` / :func:`parse_registry_id`).
-A row without ``@`` is an agent without a peer cache (readers fall back to the
-object store).
+Registration claims the id for this process (a random ``instance`` token): a
+second live process with the same id is refused at start with
+:class:`DuplicateAgentError` (and so is a node-id collision), while a restart
+of the same agent after a kill -9 takes the stale row over once it is older
+than ``dead_after_s``. The agent then heartbeats every ``heartbeat_s`` (default
+1 s) from a background task; :meth:`Membership.refresh` reads the agents whose
+heartbeat is younger than ``dead_after_s`` (default 5 s), so a killed agent
+drops out of everyone's rings within about ``dead_after_s + heartbeat_s``. A
+graceful stop deregisters at once. Metadata, FindCoordinator and the peer
+cache all read :attr:`Membership.rings`: one view per agent.
 
-An agent started on the address of a dead one (a restart after kill -9) removes
-the stale row on registration, so clients never see two brokers on one address.
 The clock is injectable: tests drive :meth:`Membership.tick` with a ManualClock.
 """
 
@@ -21,25 +27,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Callable
 from contextlib import suppress
 
 from agent.clock import Clock
 from agent.cluster.ring import Peer, Rings
 from metastore import Metastore
+from metastore.types import AgentInfo
 
 log = logging.getLogger(__name__)
 
 
-def registry_id(peer: Peer) -> str:
-    return f"{peer.agent_id}@{peer.admin_port}" if peer.admin_port else peer.agent_id
+class DuplicateAgentError(RuntimeError):
+    """Another live agent holds this agent's id (or its node id): refuse to start."""
 
 
-def parse_registry_id(rid: str) -> tuple[str, int | None]:
-    agent_id, sep, admin = rid.rpartition("@")
-    if sep and admin.isdigit():
-        return agent_id, int(admin)
-    return rid, None
+def peer_of(a: AgentInfo) -> Peer:
+    return Peer(a.id, a.host, a.port, a.zone, a.peer_port, a.peer_host)
 
 
 class Membership:
@@ -62,10 +67,12 @@ class Membership:
         self.rings = Rings([me])
         self._task: asyncio.Task[None] | None = None
         self.started = False
+        self.instance = uuid.uuid4().hex
+        self.evictions = 0  # times this agent found itself dropped from the registry
 
     @property
     def rid(self) -> str:
-        return registry_id(self.me)
+        return self.me.agent_id
 
     def set_me(self, me: Peer) -> None:
         """The bound ports became known (before :meth:`start`)."""
@@ -73,7 +80,7 @@ class Membership:
         self.rings = Rings([me])
 
     async def start(self) -> None:
-        await self._register()
+        await self._register(starting=True)
         await self.refresh()
         self.started = True
         self._task = asyncio.get_running_loop().create_task(self._run(), name="membership")
@@ -87,19 +94,46 @@ class Membership:
         if self.started:
             self.started = False
             with suppress(Exception):
-                await self.meta.deregister_agent(self.rid)
+                await self.meta.deregister_agent(self.rid, self.instance)
 
-    async def _register(self) -> None:
+    async def _register(self, *, starting: bool = False) -> None:
         me = self.me
-        await self.meta.register_agent(self.rid, me.host, me.port, me.zone)
-        for a in await self.meta.live_agents(0):
-            if a.id != self.rid and (a.host, a.port) == (me.host, me.port):
-                log.info("removing stale registration %s at %s:%d", a.id, a.host, a.port)
-                await self.meta.deregister_agent(a.id)
+        live_since = self.clock.now_ms() - self.dead_after_ms
+        holder = await self.meta.register_agent(
+            self.rid,
+            me.host,
+            me.port,
+            me.zone,
+            peer_host=me.peer_host,
+            peer_port=me.admin_port,
+            instance=self.instance,
+            live_since_ms=live_since,
+        )
+        if holder is not None:
+            ago = max(0, self.clock.now_ms() - holder.heartbeat_at_ms) / 1000
+            msg = (
+                f"agent id {self.rid!r} is already used by a live agent (peer address "
+                f"{holder.peer_host or holder.host}:{holder.peer_port}, heartbeat {ago:.1f} s ago); "
+                f"give each agent its own --agent-id (FLOE_AGENT_ID), or wait "
+                f"{self.dead_after_ms / 1000:.0f} s if that agent was just killed"
+            )
+            if starting:
+                raise DuplicateAgentError(msg)
+            log.error("%s; not registering again", msg)
+            return
+        if starting:
+            for a in await self.meta.live_agents(live_since):
+                if a.id != self.rid and peer_of(a).node_id == me.node_id:
+                    await self.meta.deregister_agent(self.rid, self.instance)
+                    raise DuplicateAgentError(
+                        f"agent ids {self.rid!r} and {a.id!r} map to the same Kafka node id "
+                        f"{me.node_id}; give one of them another --agent-id"
+                    )
 
     async def tick(self) -> None:
         """One heartbeat and refresh (the background task calls this every interval)."""
-        if not await self.meta.heartbeat(self.rid):
+        if not await self.meta.heartbeat(self.rid, self.instance):
+            self.evictions += 1
             log.warning("agent %s was dropped from the registry; registering again", self.rid)
             await self._register()
         await self.refresh()
@@ -108,8 +142,7 @@ class Membership:
         rows = await self.meta.live_agents(self.clock.now_ms() - self.dead_after_ms)
         peers = {self.me.agent_id: self.me}  # we serve, whatever the registry says
         for a in rows:
-            agent_id, admin = parse_registry_id(a.id)
-            peers.setdefault(agent_id, Peer(agent_id, a.host, a.port, a.zone, admin))
+            peers.setdefault(a.id, peer_of(a))
         if set(peers.values()) != set(self.rings.peers):
             old = {p.agent_id for p in self.rings.peers}
             log.info(

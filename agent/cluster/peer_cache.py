@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import ipaddress
 import logging
+import socket
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 
@@ -56,6 +58,34 @@ PEER_SERVES = Counter("floe_peer_serves", "Cache blocks served to peers", regist
 _serving_peer: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "floe_serving_peer", default=False
 )
+
+
+def resolve_peer_address(configured: str, bind_host: str, admin_port: int) -> tuple[str, int]:
+    """The (host, port) peers should use for this agent's admin HTTP.
+
+    ``configured`` (``FLOE_PEER_ADDRESS``) wins: ``host`` or ``host:port``. Else the
+    bind host when it is a specific address, else the address of the default
+    route (in an ECS task: the task's own private IP), else loopback."""
+    if configured and configured != "auto":
+        host, sep, port = configured.rpartition(":")
+        if sep and port.isdigit() and not host.endswith(":"):
+            return host.strip("[]"), int(port)
+        return configured.strip("[]"), admin_port
+    if bind_host not in ("", "0.0.0.0", "::"):
+        return bind_host, admin_port
+    return discover_host(), admin_port
+
+
+def discover_host() -> str:
+    """This host's outbound private address (a UDP connect sends no packet)."""
+    with suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("10.254.254.254", 1))
+        addr = str(s.getsockname()[0])
+        if not ipaddress.ip_address(addr).is_unspecified:
+            return addr
+    with suppress(OSError):
+        return socket.gethostbyname(socket.gethostname())
+    return "127.0.0.1"
 
 
 class PeerBlockLoader:

@@ -28,25 +28,32 @@ class Peer:
     """One live agent as the registry knows it."""
 
     agent_id: str
-    host: str
-    port: int  # Kafka port
+    host: str  # advertised to clients (may be shared: a load balancer)
+    port: int  # advertised Kafka port
     zone: str | None
-    admin_port: int | None  # HTTP (peer cache), None when unknown
+    admin_port: int | None  # peer HTTP port (peer cache), None when unknown
+    peer_host: str | None = None  # private address for peer traffic; None = ``host``
 
     @property
     def node_id(self) -> int:
-        return node_id_for(self.host, self.port)
+        return node_id_for(self.agent_id)
 
     @property
     def admin_url(self) -> str | None:
-        return f"http://{self.host}:{self.admin_port}" if self.admin_port else None
+        host = self.peer_host or self.host
+        if not self.admin_port:
+            return None
+        return f"http://[{host}]:{self.admin_port}" if ":" in host else f"http://{host}:{self.admin_port}"
 
 
-def node_id_for(host: str, port: int) -> int:
-    """The Kafka node id of the agent advertised at ``host:port``: a CRC32 into
-    int31. Bound to the address (like a Kafka broker id to its listener), so an
-    agent restarted in place keeps its id and clients' connections stay valid."""
-    return (zlib.crc32(f"{host}:{port}".encode()) & 0x7FFFFFFF) or 1
+def node_id_for(agent_id: str) -> int:
+    """The Kafka node id of agent ``agent_id``, never of its address: several agents
+    may advertise one load-balancer address and still be distinct brokers. A
+    numeric id in [1, 2^31) is the node id itself (``--agent-id 3`` is broker 3);
+    any other id maps to a CRC32 into int31, stable for a configured id."""
+    if agent_id.isdigit() and 0 < int(agent_id) < 2**31:
+        return int(agent_id)
+    return (zlib.crc32(agent_id.encode()) & 0x7FFFFFFF) or 1
 
 
 def client_zone(client_id: str | None) -> str | None:

@@ -11,7 +11,8 @@ import importlib
 import pkgutil
 from typing import TYPE_CHECKING, Any
 
-from agent.connection import Reply, RequestContext
+from agent.cluster.forward import GROUP_APIS
+from agent.connection import Deferred, Reply, RequestContext
 from agent.handlers.registry import REGISTRY, HandlerSpec
 from agent.metrics import METRICS
 from kafka_protocol.exceptions import UnsupportedVersion
@@ -49,6 +50,18 @@ def make_dispatcher(broker: Broker) -> Any:
             raise UnsupportedVersion(f"api key {h.api_key} version {h.api_version} is not supported")
         request = spec.request_cls.decode(frame[body_at:], h.api_version)
         _request_counter(spec.name).inc()
+        if h.api_key in GROUP_APIS and not ctx.attrs.get("relayed"):
+            # Several agents behind one address: the client cannot reach the group's
+            # coordinator itself, so relay the request to it (agent.cluster.forward).
+            fw = broker.cluster.forwarder
+            owner = fw.target(h.api_key, request)
+            if owner is not None:
+
+                async def local() -> Any:
+                    result = await spec.func(broker, ctx, request)
+                    return await result.awaitable if isinstance(result, Deferred) else result
+
+                return Deferred(fw.relay(owner, bytes(frame), ctx.client_host, local))
         return await spec.func(broker, ctx, request)
 
     return dispatch

@@ -56,9 +56,12 @@ def leaders(agent: AgentProcess, topic: str, client_id: str) -> dict[int, int]:
 
 
 def node_of(agent: AgentProcess) -> int:
-    from agent.cluster import node_id_for
+    """The agent's Kafka node id (from its /healthz: ids derive from agent ids)."""
+    import json
+    import urllib.request
 
-    return node_id_for("127.0.0.1", agent.port)
+    with urllib.request.urlopen(f"http://127.0.0.1:{agent.admin_port}/healthz", timeout=5) as r:
+        return int(json.load(r)["node_id"])
 
 
 def create_topic(agent: AgentProcess, name: str, partitions: int) -> None:

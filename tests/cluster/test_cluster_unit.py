@@ -9,7 +9,8 @@ from pathlib import Path
 
 from agent.clock import ManualClock
 from agent.cluster import ClusteredGroupCoordinator, Peer, Rings, client_zone, node_id_for
-from agent.cluster.membership import Membership, parse_registry_id, registry_id
+from agent.cluster.membership import DuplicateAgentError, Membership
+from agent.cluster.peer_cache import resolve_peer_address
 from agent.cluster.wakeups import PollWakeups, decode_keys, encode_keys
 from agent.groups import JoinRequest
 from agent.notify import CommitNotifier
@@ -47,9 +48,14 @@ def test_rings_agree_and_zones_fall_back() -> None:
         and client_zone("app") is None
         and client_zone(None) is None
     )
-    assert node_id_for("10.0.0.1", 9092) == PEERS[0].node_id > 0
-    assert parse_registry_id(registry_id(PEERS[0])) == ("a1", 9644)
-    assert parse_registry_id("plain") == ("plain", None)
+    assert node_id_for("a1") == PEERS[0].node_id > 0 and node_id_for("7") == 7
+    assert len({node_id_for(f"agent-{i}") for i in range(1000)}) == 1000
+    assert Peer("x", "lb", 9092, None, 9644, "10.1.2.3").admin_url == "http://10.1.2.3:9644"
+    assert PEERS[0].admin_url == "http://10.0.0.1:9644"
+    assert resolve_peer_address("10.9.9.9", "0.0.0.0", 9644) == ("10.9.9.9", 9644)
+    assert resolve_peer_address("10.9.9.9:7000", "0.0.0.0", 9644) == ("10.9.9.9", 7000)
+    assert resolve_peer_address("", "127.0.0.1", 9644) == ("127.0.0.1", 9644)
+    assert resolve_peer_address("auto", "0.0.0.0", 9644)[0] not in ("", "0.0.0.0")
 
 
 async def test_membership_heartbeats_and_timeouts(tmp_path: Path) -> None:
@@ -73,13 +79,22 @@ async def test_membership_heartbeats_and_timeouts(tmp_path: Path) -> None:
         await m2.tick()  # m2 comes back
         await m1.refresh()
         assert changes == [2, 1, 2]
-        # A restart on the same address replaces the stale registration.
-        m2b = Membership(ms, Peer("a2-new", "10.0.0.2", 9092, "a", 9645), clock)
-        await m2b._register()
-        assert sorted(p.agent_id for p in (await m1.refresh()).peers) == ["a1", "a2-new"]
-        m2b.started = True
-        await m2b.stop()
-        assert [p.agent_id for p in (await m1.refresh()).peers] == ["a1"]
+        # Another agent on the same advertised address is a third member, not a
+        # replacement: nobody is evicted (identity is not address).
+        m3 = Membership(ms, Peer("a3", "10.0.0.2", 9092, "a", 9645, "10.1.0.3"), clock)
+        await m3.start()
+        assert sorted(p.agent_id for p in (await m1.refresh()).peers) == ["a1", "a2", "a3"]
+        assert (await m1.refresh()).all.peers["a3"].admin_url == "http://10.1.0.3:9645"
+        # A second live process with the id a3 is refused at start, with the reason.
+        dup = Membership(ms, Peer("a3", "10.0.0.9", 9092, "a", 9645), clock)
+        try:
+            await dup.start()
+            raise AssertionError("duplicate id accepted")
+        except DuplicateAgentError as e:
+            assert "'a3' is already used by a live agent" in str(e) and "10.1.0.3" in str(e)
+        await m3.stop()
+        assert sorted(p.agent_id for p in (await m1.refresh()).peers) == ["a1", "a2"]
+        assert m1.evictions == m2.evictions == 0
     finally:
         await ms.close()
 

@@ -639,6 +639,43 @@ async def test_agent_registry(ms: Metastore, clock: FakeClock) -> None:
     assert [a.id for a in await ms.live_agents(since_ms=0)] == ["a2"]
 
 
+async def test_agent_identity_claims(ms: Metastore, clock: FakeClock) -> None:
+    """Ids, not addresses: agents sharing one advertised address coexist; a second
+    live process claiming an id is refused; a restart after the old row went
+    stale takes it over; a stale process never removes the new one's row."""
+    lb = ("lb.internal", 9092)
+    for i, inst in enumerate(["i-a", "i-b", "i-c"]):
+        held = await ms.register_agent(
+            f"agent-{i}", *lb, "z", peer_host=f"10.0.0.{i}", peer_port=9644, instance=inst,
+            live_since_ms=clock.now - 5_000,
+        )  # fmt: skip
+        assert held is None
+    live = await ms.live_agents(since_ms=clock.now)
+    assert [(a.id, a.host, a.port, a.peer_host, a.peer_port, a.instance) for a in live] == [
+        (f"agent-{i}", *lb, f"10.0.0.{i}", 9644, inst)
+        for i, inst in enumerate(["i-a", "i-b", "i-c"])
+    ]
+    clock.advance(1_000)
+    dup = await ms.register_agent(
+        "agent-0", *lb, "z", peer_host="10.0.0.9", peer_port=9644, instance="i-x",
+        live_since_ms=clock.now - 5_000,
+    )  # fmt: skip
+    assert dup is not None and (dup.instance, dup.peer_host) == ("i-a", "10.0.0.0")
+    assert await ms.heartbeat("agent-0", "i-a") and not await ms.heartbeat("agent-0", "i-x")
+    # Same process registering again (after its row was dropped): fine.
+    assert await ms.register_agent("agent-0", *lb, "z", instance="i-a", live_since_ms=0) is None
+    clock.advance(10_000)  # agent-0 (i-a) went silent: a restart takes the id over
+    took = await ms.register_agent(
+        "agent-0", *lb, "z", peer_host="10.0.0.9", instance="i-x", live_since_ms=clock.now - 5_000
+    )
+    assert took is None
+    assert not await ms.heartbeat("agent-0", "i-a")  # the old process learns it lost the id
+    await ms.deregister_agent("agent-0", "i-a")  # ... and cannot remove the new row
+    assert [a.instance for a in await ms.live_agents(since_ms=clock.now) if a.id == "agent-0"] == [
+        "i-x"
+    ]
+
+
 def test_batch_to_commit_is_a_tuple() -> None:
     b = BatchToCommit(uuid.uuid4(), 0, 0, 1, 1, 0, 0, 0)
     assert (b.producer_id, b.producer_epoch, b.base_sequence, b.is_transactional) == (

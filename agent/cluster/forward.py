@@ -1,0 +1,130 @@
+"""Group requests behind a shared address: forward them to the group's ring owner.
+
+Where it sits: in the dispatcher (:func:`agent.handlers.make_dispatcher`),
+before a group request (JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+OffsetCommit, OffsetDelete) reaches its handler, and as the ``POST /kafka``
+route on the admin (peer) HTTP port.
+
+Why: when several agents advertise one address (a zone's load balancer), a
+client cannot pick the coordinator FindCoordinator names: its connection to
+"node N" lands on whichever agent the balancer chose. Answering
+NOT_COORDINATOR there would make the client look the coordinator up again and
+reconnect to the same address forever (librdkafka keeps the connection). So an
+agent that receives a group request for a group owned by another agent *that
+advertises the same address* relays the request frame over the peer address to
+the owner, which runs it through its own dispatcher and sends back the
+response frame; the agent writes it to the client as is. When the owner
+advertises its own address the client can reach it, and the usual
+NOT_COORDINATOR answer stands (also during ring changes, when two agents may
+briefly disagree on the owner; a relayed request is never relayed again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import Counter
+
+from agent.connection import Deferred, RawFrame, Reply, RequestContext
+from agent.metrics import METRICS
+from kafka_protocol.framing import encode_response, parse_request_header
+
+if TYPE_CHECKING:
+    from agent.cluster.ring import Peer
+
+log = logging.getLogger(__name__)
+
+# api key -> the request field naming the group
+GROUP_APIS = {8: "group_id", 11: "group_id", 12: "group_id", 13: "group_id", 14: "group_id", 47: "group_id"}
+
+FORWARDS = Counter(
+    "floe_group_forwards", "Group requests relayed to the owner behind a shared address", registry=METRICS.registry
+)
+FORWARD_FAILURES = Counter(
+    "floe_group_forward_failures", "Relayed group requests that failed (client told NOT_COORDINATOR)",
+    registry=METRICS.registry,
+)  # fmt: skip
+
+
+class GroupForwarder:
+    def __init__(self, me: Callable[[], Peer], owner: Callable[[str], Peer], *, timeout_s: float = 330.0) -> None:
+        self._me = me
+        self._owner = owner
+        # JoinGroup may wait up to the rebalance timeout (clients default to 300 s).
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=2.0)
+        self._session: aiohttp.ClientSession | None = None
+
+    def target(self, api_key: int, request: Any) -> Peer | None:
+        """The agent to relay this request to, or None to handle it here."""
+        field = GROUP_APIS.get(api_key)
+        group_id = getattr(request, field, None) if field else None
+        if not group_id:
+            return None
+        me, owner = self._me(), self._owner(group_id)
+        if owner.agent_id == me.agent_id or (owner.host, owner.port) != (me.host, me.port):
+            return None
+        return owner if owner.admin_url else None
+
+    async def relay(self, owner: Peer, frame: bytes, client_host: str, fallback: Callable[[], Awaitable[Any]]) -> Any:
+        """Send ``frame`` to ``owner``; on failure run ``fallback`` (the local handler,
+        which answers NOT_COORDINATOR, so the client retries)."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=self._timeout)
+        try:
+            async with self._session.post(
+                f"{owner.admin_url}/kafka", data=frame, headers={"X-Floe-Client-Host": client_host}
+            ) as r:
+                if r.status != 200:
+                    raise OSError(f"HTTP {r.status}: {(await r.text())[:200]}")
+                data = await r.read()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            FORWARD_FAILURES.inc()
+            log.info("could not relay a group request to %s: %s", owner.agent_id, e)
+            return await fallback()
+        FORWARDS.inc()
+        return RawFrame(data)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            with suppress(Exception):
+                await self._session.close()
+            self._session = None
+
+
+Dispatch = Callable[..., Awaitable[Any]]
+
+
+def add_forward_route(app: web.Application, dispatch: Dispatch) -> None:
+    """``POST /kafka``: run a relayed group request frame here, answer its response frame."""
+    async def kafka(request: web.Request) -> web.Response:
+        frame = await request.read()
+        try:
+            header, body_at = parse_request_header(frame)
+        except Exception as e:
+            return web.Response(status=400, text=f"bad request header: {e}")
+        if header.api_key not in GROUP_APIS:
+            return web.Response(status=400, text=f"api key {header.api_key} is not relayed")
+        ctx = RequestContext(
+            header=header,
+            conn=None,  # type: ignore[arg-type]  # group handlers never touch the connection
+            client_host=request.headers.get("X-Floe-Client-Host", request.remote or ""),
+            attrs={"relayed": True},
+        )
+        result = await dispatch(ctx, memoryview(frame), body_at)
+        if isinstance(result, Deferred):
+            result = await result.awaitable
+        if isinstance(result, Reply):
+            parts = encode_response(header.correlation_id, result.response, result.version)
+        else:
+            parts = encode_response(header.correlation_id, result, header.api_version)
+        return web.Response(body=b"".join(parts), content_type="application/octet-stream")
+
+    app.router.add_post("/kafka", kafka)
