@@ -122,6 +122,13 @@ class AgentConfig(BaseSettings):
     cluster_heartbeat_ms: int = Field(1000, gt=0, description="Agent registry heartbeat interval")
     cluster_dead_after_ms: int = Field(5000, gt=0, description="An agent without a heartbeat this long leaves the ring")
     peer_cache: bool = Field(True, description="Read blocks through the ring owner's cache (per zone)")
+    ready_interval_ms: int = Field(1000, gt=0, description="How often /readyz probes the metastore and object store")
+    ready_deadline_ms: int = Field(
+        3000, gt=0, description="A readiness probe not answered within this long fails (agent not ready)"
+    )
+    ready_stall_ms: int = Field(
+        30_000, gt=0, description="Not ready when a sealed segment waits longer than this for upload + commit"
+    )
 
     @field_validator("objects")
     @classmethod

@@ -182,6 +182,7 @@ class ProducePipeline:
         self._seq = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._inflight = 0
+        self._pending: dict[int, float] = {}  # sealed, not yet answered: id(seg) -> sealed at
         self._idle = asyncio.Event()
         self._idle.set()
         self._timer = False  # a precise seal timer per segment (with the real ticker)
@@ -204,6 +205,12 @@ class ProducePipeline:
             if t.get_name() == "floe-flush-ticker":
                 t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def oldest_pending_s(self) -> float:
+        """How long the oldest sealed segment has waited for upload + commit (0 if none):
+        readiness calls the pipeline stalled past a deadline."""
+        first = next(iter(self._pending.values()), None)
+        return 0.0 if first is None else max(0.0, self._clock.monotonic() - first)
 
     async def drain(self) -> None:
         """Wait until every sealed segment has been committed (or failed)."""
@@ -305,6 +312,7 @@ class ProducePipeline:
         seg.key = self._object_key()
         seg.upload = asyncio.get_running_loop().create_task(self._upload(seg))
         self._inflight += 1
+        self._pending[id(seg)] = self._clock.monotonic()
         self._idle.clear()
         self._sealed.put_nowait(seg)
 
@@ -376,6 +384,7 @@ class ProducePipeline:
                 if self._on_commit is not None:
                     self._on_commit(seg.partitions)
                 self._inflight -= 1
+                self._pending.pop(id(seg), None)
             if self._inflight == 0:
                 self._idle.set()
 

@@ -1,4 +1,4 @@
-"""The agent process: Kafka listener + admin HTTP (``/metrics``, ``/healthz``).
+"""The agent process: Kafka listener + admin HTTP (``/metrics``, ``/healthz``, ``/readyz``).
 
 ``AgentServer`` binds the Kafka port with a ``BufferedProtocol`` per
 connection (see :mod:`agent.connection`) and dispatches frames to the handler
@@ -22,6 +22,7 @@ from agent.cluster.peer_cache import resolve_peer_address
 from agent.config import AgentConfig
 from agent.connection import KafkaConnection
 from agent.handlers import make_dispatcher
+from agent.health import Readiness
 from agent.metrics import METRICS
 from agent.planning import add_planning_routes
 
@@ -37,6 +38,17 @@ class AgentServer:
         self._conns: set[KafkaConnection] = set()
         self.port = 0
         self.admin_port = 0
+        cfg = broker.config
+        self.readiness = Readiness(
+            broker.meta,
+            broker.store,
+            broker.pipeline.oldest_pending_s,
+            agent_id=cfg.agent_id,
+            clock=broker.clock,
+            interval_s=cfg.ready_interval_ms / 1000,
+            deadline_s=cfg.ready_deadline_ms / 1000,
+            stall_s=cfg.ready_stall_ms / 1000,
+        )
 
     async def start(self) -> None:
         cfg = self.broker.config
@@ -81,6 +93,7 @@ class AgentServer:
         except BaseException:
             await self._abort()
             raise
+        self.readiness.start()
         log.info(
             "floe agent %s (node %d) listening on %s:%d, advertised %s:%d, peer address %s:%d",
             cfg.agent_id, self.broker.node_id, cfg.host, self.port,
@@ -124,7 +137,12 @@ class AgentServer:
             )
 
         app.router.add_get("/metrics", metrics)
+        async def readyz(_: web.Request) -> web.Response:
+            state = self.readiness.state
+            return web.json_response(state.as_json(), status=200 if state.ready else 503)
+
         app.router.add_get("/healthz", healthz)
+        app.router.add_get("/readyz", readyz)
         self.broker.cluster.add_routes(app, self.broker.cache, dispatch)
         add_planning_routes(app, self.broker)
         self._admin = web.AppRunner(app, access_log=None)
@@ -141,6 +159,7 @@ class AgentServer:
         for srv in (self._server, self._shared):
             if srv is not None:
                 srv.close()
+        await self.readiness.stop()
         await self.broker.cluster.stop()  # leave the ring at once
         for c in list(self._conns):
             c.stop_reading()

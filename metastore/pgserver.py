@@ -51,6 +51,7 @@ class PostgresServer:
         self.port = port or free_port()
         self.tmp: Path | None = None
         self.run_as: str | None = "postgres" if os.geteuid() == 0 else None
+        self._options = ""
 
     @property
     def data_dir(self) -> Path:
@@ -92,11 +93,20 @@ class PostgresServer:
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 "
             "-c shared_buffers=128MB"
         )
-        log = str(self.tmp / "server.log")
-        self._run(
-            "pg_ctl", "-w", "-t", "60", "-D", str(self.data_dir), "-l", log, "-o", options, "start"
-        )
+        self._options = options
+        self.resume()
         return self
+
+    def resume(self) -> None:
+        """Start the server (again) on its data directory and port."""
+        log = str(self.data_dir.parent / "server.log")
+        self._run(
+            "pg_ctl", "-w", "-t", "60", "-D", str(self.data_dir), "-l", log, "-o", self._options, "start"
+        )
+
+    def pause(self) -> None:
+        """Stop the server but keep its data (outage tests); :meth:`resume` restarts it."""
+        self._run("pg_ctl", "-w", "-D", str(self.data_dir), "-m", "immediate", "stop")
 
     def stop(self) -> None:
         if self.tmp is None:
