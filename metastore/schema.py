@@ -212,7 +212,7 @@ agents = Table(
     Column("zone", String(255), nullable=True),
     Column("registered_at", BigInteger, nullable=False),
     Column("heartbeat_at", BigInteger, nullable=False),
-    # 0006: identity apart from address. ``host``/``port`` are what clients are
+    # 0007: identity apart from address. ``host``/``port`` are what clients are
     # told (possibly a load balancer shared by many agents); ``peer_host``/
     # ``peer_port`` the private address peers reach this agent's HTTP on;
     # ``instance`` is random per process, so a second live process claiming the

@@ -6,8 +6,8 @@ peers reach an agent's HTTP (block cache) on; ``instance`` is random per
 process so that a second live process claiming an agent id is refused while a
 restart of the same agent (after its old row went stale) is not.
 
-Revision ID: 0006
-Revises: 0005
+Revision ID: 0007
+Revises: 0006
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0006"
-down_revision = "0005"
+revision = "0007"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 
