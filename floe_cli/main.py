@@ -62,6 +62,9 @@ def _agent_flags(p: argparse.ArgumentParser, workers_default: str = "1") -> None
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="floe", description="Floe: a diskless Kafka on object storage")
     parser.add_argument("--version", action="version", version=f"floe {floe_version()}")
+    parser.add_argument(
+        "--debug", action="store_true", help="show tracebacks of failures (env FLOE_DEBUG=1); default: one line"
+    )
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("version", help="print the version")
     dev = sub.add_parser(
@@ -82,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     from floe_cli.metastore_cmd import add_metastore_parser
 
     add_metastore_parser(sub)
+    from floe_cli.doctor import add_doctor_parser
+
+    add_doctor_parser(sub, _agent_flags)
     return parser
 
 
@@ -173,8 +179,35 @@ def _run_or_supervise(args: argparse.Namespace, kw: dict[str, Any]) -> int:
     return _run(kw, args.log_level)
 
 
+def describe_error(e: BaseException) -> str:
+    """One line for an operator: the innermost cause's type and first line."""
+    root = e
+    while root.__cause__ is not None or (root.__context__ is not None and not root.__suppress_context__):
+        root = root.__cause__ or root.__context__  # type: ignore[assignment]
+    lines = [str(x).strip().splitlines() for x in (e, root)]
+    text = lines[0][0] if lines[0] else ""
+    if root is not e and lines[1] and lines[1][0] not in text:
+        text = f"{text}: {lines[1][0]}" if text else lines[1][0]
+    return f"{type(root).__name__}: {text[:400]}" if text else type(root).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv  # accepted anywhere on the line
+    args = build_parser().parse_args([a for a in argv if a != "--debug"])
+    args.debug = debug
+    try:
+        return _dispatch(args)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # connection and configuration failures: one line, no traceback
+        if args.debug or os.environ.get("FLOE_DEBUG"):
+            raise
+        print(f"floe {args.command}: {describe_error(e)} (--debug shows the traceback)", file=sys.stderr)
+        return 1
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     if args.command in (None, "version"):
         print(f"floe {floe_version()}")
         return 0
@@ -197,6 +230,10 @@ def main(argv: list[str] | None = None) -> int:
         from floe_cli.compactor_cmd import run_compactor
 
         return run_compactor(args)
+    if args.command == "doctor":
+        from floe_cli.doctor import run_doctor
+
+        return run_doctor(args, _config_kwargs(args))
     if args.command == "metastore":
         from floe_cli.metastore_cmd import run_metastore
 

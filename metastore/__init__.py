@@ -41,6 +41,16 @@ from metastore.types import (
 )
 
 
+def safe_url(url: str) -> str:
+    """``url`` without its password, for messages."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return url.split("@")[-1]
+
+
 async def open_metastore(
     url: str, *, now_ms: Clock | None = None, auto_migrate: bool = True, pool_size: int = 10
 ) -> Metastore:
@@ -53,9 +63,12 @@ async def open_metastore(
     if is_postgres(url):
         from metastore.postgres import PostgresMetastore
 
-        if auto_migrate:
-            await migrate(url)
-        return await PostgresMetastore(url, now_ms, pool_size).start()
+        try:
+            if auto_migrate:
+                await migrate(url)
+            return await PostgresMetastore(url, now_ms, pool_size).start()
+        except (OSError, TimeoutError) as e:  # refused, unknown host, unreachable
+            raise MetastoreError(f"cannot connect to the metastore at {safe_url(url)}: {e}") from e
     engine = create_engine(normalize_url(url))
     if auto_migrate:
         await migrate_engine(engine)
