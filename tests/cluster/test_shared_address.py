@@ -277,7 +277,7 @@ def test_three_agents_behind_one_address(tmp_path: Path, pg_s3: Backend) -> None
         before = sum(a.metric("floe_group_forwards_total") for a in agents)
         codes = [_heartbeat_v0(a.port, "py-group") for a in agents]
         assert 16 not in codes and len(set(codes)) == 1, codes
-        assert sum(a.metric("floe_group_forwards_total") for a in agents) - before == 2
+        assert sum(a.metric("floe_group_forwards_total") for a in agents) - before >= 2  # + the clients
 
         # kill -9 of one agent: a ring of two within the dead-agent timeout.
         victim, survivors = agents[2], agents[:2]
