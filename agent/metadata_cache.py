@@ -12,10 +12,10 @@ cached topic entries spliced into its topic array. Nothing loops over the
 partitions of an unchanged topic.
 
 Invalidation: the whole cache is dropped when the rings object changes (a
-membership change builds new rings). The list of all topics is cached for the
-broker's topic TTL and dropped when this agent creates, deletes or grows a
-topic (:meth:`MetadataCache.invalidate`, called by
-``Broker.invalidate_topics``); entries need no invalidation on such changes,
+membership change builds new rings). The list of all topics is read from the
+metastore on every all-topics request (one query, so a topic created through
+another agent shows at once; :meth:`MetadataCache.all_topics` is there for a
+caller that accepts the topic TTL); entries need no invalidation on such changes,
 being keyed by topic id (never reused) and partition count (a grown topic gets
 a new entry), so changes made through another agent show as soon as the
 broker's topic cache (same TTL) sees them.

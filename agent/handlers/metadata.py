@@ -65,7 +65,7 @@ async def handle(broker: Broker, ctx: RequestContext, req: MetadataRequest) -> E
     topics: list[bytes] = []
     wanted = req.topics
     if wanted is None or (v == 0 and not wanted):
-        for info in await broker.metadata.all_topics(broker.clock.monotonic(), broker.meta.list_topics):
+        for info in await broker.meta.list_topics():
             topics.append(topic_bytes(broker, info, zone, v))
     else:
         allow_create = broker.config.auto_create_topics and (v < 4 or req.allow_auto_topic_creation)
