@@ -31,6 +31,7 @@ locals {
     FLOE_HOST               = "0.0.0.0"
     FLOE_PORT               = tostring(var.kafka_port)
     FLOE_ADMIN_PORT         = tostring(var.admin_port)
+    FLOE_PEER_ADDRESS       = "auto" # the task's own private IP (awsvpc), for peer traffic
     FLOE_CLUSTER_ID         = tostring(local.cluster_id)
     FLOE_OBJECTS            = "s3://${local.bucket_name}/${local.object_prefix}?region=${local.region}"
     FLOE_FLUSH_BYTES        = tostring(var.flush_bytes)

@@ -82,6 +82,26 @@ resource "aws_vpc_security_group_ingress_rule" "agent_from_lb" {
   to_port                      = local.agent_ports[each.key]
 }
 
+# Agent <-> agent on the admin port: the peer block cache and group-request relay
+# (FLOE_PEER_ADDRESS = the task's own IP). Only agent tasks, never clients.
+resource "aws_vpc_security_group_ingress_rule" "agent_from_agent" {
+  security_group_id            = aws_security_group.agent.id
+  description                  = "Peer traffic from other agents (admin port)"
+  referenced_security_group_id = aws_security_group.agent.id
+  ip_protocol                  = "tcp"
+  from_port                    = var.admin_port
+  to_port                      = var.admin_port
+}
+
+resource "aws_vpc_security_group_egress_rule" "agent_to_agent" {
+  security_group_id            = aws_security_group.agent.id
+  description                  = "Peer traffic to other agents (admin port)"
+  referenced_security_group_id = aws_security_group.agent.id
+  ip_protocol                  = "tcp"
+  from_port                    = var.admin_port
+  to_port                      = var.admin_port
+}
+
 # Agents -> S3, Secrets Manager, ECR, CloudWatch (HTTPS through a NAT gateway or
 # VPC endpoints) and -> the metastore.
 resource "aws_vpc_security_group_egress_rule" "agent_https" {
@@ -141,7 +161,7 @@ resource "aws_lb_target_group" "bootstrap" {
   health_check {
     protocol            = "HTTP"
     port                = tostring(var.admin_port)
-    path                = "/healthz"
+    path                = "/readyz" # readiness: metastore, object store, produce pipeline
     interval            = 10
     healthy_threshold   = 2
     unhealthy_threshold = 2
@@ -165,7 +185,7 @@ resource "aws_lb_target_group" "zone" {
   health_check {
     protocol            = "HTTP"
     port                = tostring(var.admin_port)
-    path                = "/healthz"
+    path                = "/readyz" # readiness: metastore, object store, produce pipeline
     interval            = 10
     healthy_threshold   = 2
     unhealthy_threshold = 2

@@ -118,6 +118,28 @@ run "defaults" {
   }
 
   assert {
+    condition = alltrue([
+      for zone in ["us-east-1a", "us-east-1b", "us-east-1c"] :
+      contains(jsondecode(aws_ecs_task_definition.agent[zone].container_definitions)[0].environment, { name = "FLOE_PEER_ADDRESS", value = "auto" })
+    ])
+    error_message = "agents must register their own task IP as peer address (FLOE_PEER_ADDRESS)"
+  }
+
+  assert {
+    condition = (
+      aws_vpc_security_group_ingress_rule.agent_from_agent.from_port == 9644
+      && aws_vpc_security_group_ingress_rule.agent_from_agent.referenced_security_group_id == aws_security_group.agent.id
+      && aws_vpc_security_group_egress_rule.agent_to_agent.referenced_security_group_id == aws_security_group.agent.id
+    )
+    error_message = "the peer (admin) port must be open between agent tasks only"
+  }
+
+  assert {
+    condition     = aws_lb_target_group.zone["us-east-1a"].health_check[0].path == "/readyz" && aws_lb_target_group.bootstrap.health_check[0].path == "/readyz"
+    error_message = "target groups must check readiness (/readyz), not liveness"
+  }
+
+  assert {
     condition     = aws_lb_listener.zone["us-east-1b"].port == 9094 && aws_lb_listener.bootstrap.port == 9092
     error_message = "bootstrap listener on kafka_port, zone z on kafka_port + 1 + z"
   }
