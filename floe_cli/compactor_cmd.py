@@ -33,6 +33,15 @@ def add_compactor_parser(sub: Any) -> None:
     csub = comp.add_subparsers(dest="compactor_command", required=True)
     run = csub.add_parser("run", help="run compaction passes (a loop unless --once)")
     run.add_argument("--once", action="store_true", help="one pass, then exit")
+    run.add_argument(
+        "--deadline-s", type=float, default=float(os.environ.get("FLOE_COMPACTOR_DEADLINE_S", "900")),
+        help="--once: give up (exit 1) when the pass has not finished after this long; the object"
+        " store is probed first and must answer within --probe-timeout-s (env FLOE_COMPACTOR_DEADLINE_S, default 900)",
+    )
+    run.add_argument(
+        "--probe-timeout-s", type=float, default=10.0,
+        help="--once: the object store must answer a listing within this long before the pass starts (default 10)",
+    )
     run.add_argument("--force", action="store_true", help="merge levels below their trigger too")
     run.add_argument("--spark", action="store_true", help="run the tasks as a PySpark job")
     run.add_argument("--spark-master", default="local[*]")
@@ -127,13 +136,29 @@ async def _main(args: argparse.Namespace) -> int:
                 bars.clear()
 
             if args.once:
-                report(await comp.run_pass(force=args.force))
+                where = objects_url.split("?")[0]
+                try:
+                    await asyncio.wait_for(_probe(store), args.probe_timeout_s)
+                except Exception as e:  # TimeoutError, or the store's last error after its retries
+                    reason = str(e) or f"no answer within {args.probe_timeout_s:g} s"
+                    print(f"floe compactor: object store {where} unreachable: {reason}", file=sys.stderr)
+                    return 1
+                try:
+                    report(await asyncio.wait_for(comp.run_pass(force=args.force), args.deadline_s))
+                except TimeoutError:
+                    print(f"floe compactor: the pass did not finish within {args.deadline_s:g} s", file=sys.stderr)
+                    return 1
                 return 0
             await comp.run_forever(on_pass=report)
         return 0
     finally:
         await store.close()
         await meta.close()
+
+
+async def _probe(store: Any) -> None:
+    async for _obj in store.list("_health/"):
+        break
 
 
 def run_compactor(args: argparse.Namespace) -> int:

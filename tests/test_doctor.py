@@ -116,3 +116,41 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     assert "secret" not in line
     res = subprocess.run([*argv, "--debug"], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert res.returncode != 0 and "Traceback" in res.stderr
+
+
+def test_compactor_once_with_s3_down_fails_fast(tmp_path: Path) -> None:
+    """S3 unreachable: `floe compactor run --once` says so in one line within the
+    probe deadline (it used to retry for 137 s)."""
+    import os
+    import time
+
+    closed = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLOE_")} | ENV_AWS
+    env["FLOE_METASTORE"] = f"sqlite:///{tmp_path / 'm.db'}"
+    env["FLOE_OBJECTS"] = f"s3://b/p?endpoint=http://127.0.0.1:{closed}&region={REGION}"
+    t0 = time.monotonic()
+    res = subprocess.run(
+        [sys.executable, "-m", "floe_cli.main", "compactor", "run", "--once", "--probe-timeout-s", "10"],
+        capture_output=True, text=True, timeout=120, cwd=REPO, env=env,
+    )  # fmt: skip
+    took = time.monotonic() - t0
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert "object store s3://b/p unreachable" in res.stderr.strip().splitlines()[-1]
+    assert took < 60, took
+
+
+def test_docs_commands_exist() -> None:
+    """Every `floe <command> [<subcommand>]` that docs/operations.md names exists."""
+    import re
+
+    from floe_cli.main import build_parser
+
+    doc = (REPO / "docs" / "operations.md").read_text()
+    commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    named = set(re.findall(r"`floe ([a-z][a-z-]*)(?: ([a-z][a-z-]*))?", doc))
+    assert ("doctor", "") in named and ("metastore", "migrate") in named, named
+    for cmd, sub in named:
+        assert cmd in commands, f"docs name `floe {cmd}`, which does not exist"
+        subs = [a for a in commands[cmd]._actions if a.__class__.__name__ == "_SubParsersAction"]
+        if sub and subs:
+            assert sub in subs[0].choices, f"docs name `floe {cmd} {sub}`, which does not exist"
