@@ -539,3 +539,35 @@ variable "container_insights" {
   type        = bool
   default     = true
 }
+
+# -- alarms and endpoints ------------------------------------------------------------
+
+variable "enable_alarms" {
+  description = "Create an SNS topic and CloudWatch alarms (agents failing /readyz per zone, metastore CPU and free storage)."
+  type        = bool
+  default     = true
+}
+
+variable "alarm_emails" {
+  description = "E-mail addresses subscribed to the alarm topic (each must confirm the subscription)."
+  type        = list(string)
+  default     = []
+}
+
+variable "alarm_db_cpu_percent" {
+  description = "Metastore CPU (%) above which the alarm fires."
+  type        = number
+  default     = 80
+}
+
+variable "alarm_db_free_storage_bytes" {
+  description = "Metastore free storage (bytes) below which the alarm fires."
+  type        = number
+  default     = 5368709120
+}
+
+variable "s3_endpoint_route_table_ids" {
+  description = "Route tables of the agent subnets: when set, an S3 gateway VPC endpoint is created on them (free; keeps segment traffic off the NAT gateway). Empty: none (bring your own)."
+  type        = list(string)
+  default     = []
+}

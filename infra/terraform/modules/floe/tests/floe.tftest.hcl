@@ -27,6 +27,11 @@ mock_provider "aws" {
     }
   }
   # The provider still validates ARN-typed arguments: give referenced ARNs a real shape.
+  mock_resource "aws_sns_topic" {
+    defaults = {
+      arn = "arn:aws:sns:us-east-1:123456789012:floe-alarms"
+    }
+  }
   mock_resource "aws_lb_target_group" {
     defaults = {
       arn = "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/floe/0123456789"
@@ -292,4 +297,64 @@ run "aurora_needs_full_version" {
   }
 
   expect_failures = [aws_rds_cluster.metastore]
+}
+
+run "alarms" {
+  command = apply
+
+  variables {
+    alarm_emails = ["oncall@example.com"]
+  }
+
+  assert {
+    condition     = length(aws_sns_topic.alarms) == 1 && length(aws_sns_topic_subscription.alarm_email) == 1
+    error_message = "alarms on by default: one SNS topic, one subscription per e-mail"
+  }
+
+  assert {
+    condition = (
+      length(aws_cloudwatch_metric_alarm.agents_unhealthy) == 3
+      && aws_cloudwatch_metric_alarm.agents_unhealthy["us-east-1b"].metric_name == "UnHealthyHostCount"
+      && aws_cloudwatch_metric_alarm.agents_unhealthy["us-east-1b"].alarm_actions == toset([aws_sns_topic.alarms[0].arn])
+    )
+    error_message = "one readiness alarm per zone, notifying the SNS topic"
+  }
+
+  assert {
+    condition = (
+      aws_cloudwatch_metric_alarm.database["cpu"].threshold == 80
+      && aws_cloudwatch_metric_alarm.database["storage"].metric_name == "FreeStorageSpace"
+      && aws_cloudwatch_metric_alarm.database["storage"].dimensions["DBInstanceIdentifier"] == aws_db_instance.metastore[0].identifier
+    )
+    error_message = "metastore CPU and free-storage alarms on the RDS instance"
+  }
+
+  assert {
+    condition     = length(aws_vpc_endpoint.s3) == 0
+    error_message = "no S3 endpoint unless route tables are given"
+  }
+}
+
+run "s3_gateway_endpoint_and_no_alarms" {
+  command = apply
+
+  variables {
+    enable_alarms               = false
+    s3_endpoint_route_table_ids = ["rtb-0123456789abcdef0", "rtb-0123456789abcdef1"]
+  }
+
+  assert {
+    condition = (
+      length(aws_vpc_endpoint.s3) == 1
+      && aws_vpc_endpoint.s3[0].vpc_endpoint_type == "Gateway"
+      && aws_vpc_endpoint.s3[0].service_name == "com.amazonaws.us-east-1.s3"
+      && length(aws_vpc_endpoint.s3[0].route_table_ids) == 2
+    )
+    error_message = "an S3 gateway endpoint on the given route tables"
+  }
+
+  assert {
+    condition     = length(aws_sns_topic.alarms) == 0 && length(aws_cloudwatch_metric_alarm.database) == 0
+    error_message = "enable_alarms = false creates no topic and no alarms"
+  }
 }
