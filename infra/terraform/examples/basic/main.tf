@@ -30,6 +30,12 @@ module "floe" {
   enable_sasl      = var.enable_sasl
   sasl_users_json  = var.sasl_users_json
 
+  enable_alarms               = var.enable_alarms
+  alarm_emails                = var.alarm_emails
+  alarm_db_cpu_percent        = var.alarm_db_cpu_percent
+  alarm_db_free_storage_bytes = var.alarm_db_free_storage_bytes
+  s3_endpoint_route_table_ids = var.s3_endpoint_route_table_ids
+
   db_deletion_protection            = var.production
   db_skip_final_snapshot            = !var.production
   load_balancer_deletion_protection = var.production

@@ -85,3 +85,33 @@ variable "production" {
   type        = bool
   default     = true
 }
+
+variable "enable_alarms" {
+  description = "SNS topic and CloudWatch alarms (agents failing /readyz, metastore CPU and storage)."
+  type        = bool
+  default     = true
+}
+
+variable "alarm_emails" {
+  description = "E-mail addresses subscribed to the alarm topic."
+  type        = list(string)
+  default     = []
+}
+
+variable "alarm_db_cpu_percent" {
+  description = "Metastore CPU (%) above which the alarm fires."
+  type        = number
+  default     = 80
+}
+
+variable "alarm_db_free_storage_bytes" {
+  description = "Metastore free storage (bytes) below which the alarm fires."
+  type        = number
+  default     = 5368709120
+}
+
+variable "s3_endpoint_route_table_ids" {
+  description = "Route tables of the agent subnets for an S3 gateway VPC endpoint (empty: none)."
+  type        = list(string)
+  default     = []
+}
