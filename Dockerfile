@@ -5,8 +5,13 @@
 # Configuration is the FLOE_* environment (docs/operations.md); the same image
 # runs the compactor (`floe compactor run`) and the CLI (`floe topics ...`).
 
+# `--build-arg WITH_SPARK=true` adds PySpark and a Java runtime, so the same image
+# runs `floe compactor run --spark` (the default image stays slim without them).
+ARG WITH_SPARK=false
+
 # -- build: the project and its dependencies in a virtualenv ----------------------
 FROM python:3.11-slim AS build
+ARG WITH_SPARK
 
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -22,10 +27,17 @@ COPY floe_cli ./floe_cli
 RUN python -m venv /opt/floe \
     && /opt/floe/bin/pip install --upgrade pip \
     && /opt/floe/bin/pip install . \
+    && if [ "$WITH_SPARK" = "true" ]; then /opt/floe/bin/pip install "pyspark>=4.2"; fi \
     && /opt/floe/bin/floe version
 
 # -- runtime: slim, non-root --------------------------------------------------------
 FROM python:3.11-slim
+ARG WITH_SPARK
+
+RUN if [ "$WITH_SPARK" = "true" ]; then \
+        apt-get update && apt-get install -y --no-install-recommends default-jre-headless \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi
 
 RUN groupadd --system --gid 10001 floe \
     && useradd --system --uid 10001 --gid floe --home-dir /var/lib/floe --create-home \
