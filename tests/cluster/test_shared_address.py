@@ -46,7 +46,11 @@ from tests.fixtures.agent_process import AgentGroup, AgentProcess, Backend
 from tests.fixtures.java import SLF4J_SIMPLE, compile_java, java_binary, maven_classpath
 from tests.fixtures.tcp_lb import TcpBalancer
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.s3, pytest.mark.interop]
+SOAK_S_ = float(os.environ.get("FLOE_SOAK_S", "8"))
+pytestmark = [
+    pytest.mark.slow, pytest.mark.postgres, pytest.mark.s3, pytest.mark.interop,
+    pytest.mark.timeout(int(SOAK_S_) + 240),  # the soak itself may run for minutes
+]  # fmt: skip
 
 LEFT = re.compile(r"membership changed: .* left \[[^\]]")  # someone left the ring
 SOAK_S = float(os.environ.get("FLOE_SOAK_S", "8"))
