@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -72,6 +72,23 @@ class TopicsMixin(SqlBase):
             query = query.with_for_update()
         row = (await conn.execute(query)).first()
         return _topic_info(row) if row is not None else None
+
+    async def _colliding_topic(self, conn: AsyncConnection, name: str) -> str | None:
+        """A live topic whose name differs from ``name`` only by '.' versus '_' (Kafka
+        refuses such a pair: their metric names collide), or None."""
+        if "." not in name and "_" not in name:
+            return None
+        t = s.topics.c
+        row = (
+            await conn.execute(
+                select(t.name).where(
+                    (func.replace(t.name, ".", "_") == name.replace(".", "_"))
+                    & (t.name != name)
+                    & t.deleted_at.is_(None)
+                )
+            )
+        ).first()
+        return str(row[0]) if row is not None else None
 
     async def get_topic(self, name_or_id: str | uuid.UUID) -> TopicInfo | None:
         async with self._read() as conn:
@@ -135,6 +152,12 @@ class TopicsMixin(SqlBase):
             async with self._write() as conn:
                 if await self._get_topic(conn, name) is not None:
                     return exists
+                clash = await self._colliding_topic(conn, name)
+                if clash is not None:
+                    return TopicResult(
+                        ErrorCode.INVALID_TOPIC_EXCEPTION,
+                        f"Topic '{name}' collides with existing topic: {clash}",
+                    )
                 if validate_only:
                     return TopicResult(ErrorCode.NONE, topic=topic)
                 await conn.execute(

@@ -13,7 +13,7 @@ each with an ``error_message`` (v1+).
 
 v5+ results carry the partition count, the replication factor (the requested
 one, or 1 for -1) and every effective config with its source; v7+ the topic id
-(zero for ``validate_only``). Successful creates invalidate the broker's topic
+(for ``validate_only`` a fresh id that is not kept, as Kafka). Successful creates invalidate the broker's topic
 cache.
 
 Versions: 0-7 (v5+ flexible).
@@ -21,7 +21,6 @@ Versions: 0-7 (v5+ flexible).
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeVar
@@ -37,7 +36,6 @@ if TYPE_CHECKING:
     from agent.connection import RequestContext
     from metastore import TopicInfo
 
-ZERO_UUID = uuid.UUID(int=0)
 
 Result = CreateTopicsResponse.CreatableTopicResult
 ResultConfig = Result.CreatableTopicConfigs
@@ -102,7 +100,7 @@ def _error(name: str, code: int, message: str | None) -> Result:
 def _success(info: TopicInfo, replication_factor: int, validate_only: bool) -> Result:
     return Result(
         name=info.name,
-        topic_id=ZERO_UUID if validate_only else info.id,
+        topic_id=info.id,
         error_code=0,
         error_message=None,
         num_partitions=info.partitions,

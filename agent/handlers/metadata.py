@@ -26,6 +26,7 @@ from agent.handlers.registry import handler
 from agent.metadata_cache import EncodedResponse, assemble, encode_topic
 from kafka_protocol.messages import MetadataRequest, MetadataResponse
 from kafka_protocol.messages._runtime import ZERO_UUID
+from metastore.topic_config import validate_topic_name
 
 if TYPE_CHECKING:
     from agent.broker import Broker
@@ -84,7 +85,10 @@ async def handle(broker: Broker, ctx: RequestContext, req: MetadataRequest) -> E
                         topics.append(encode_topic(Topic(error_code=INVALID_TOPIC_EXCEPTION, name=t.name), v))
                         continue
             if info is None:
-                topics.append(encode_topic(Topic(error_code=UNKNOWN_TOPIC_OR_PARTITION, name=t.name), v))
+                # Kafka answers an illegal name INVALID_TOPIC_EXCEPTION, a legal unknown one UNKNOWN_TOPIC_OR_PARTITION.
+                bad = t.name is not None and validate_topic_name(t.name) is not None
+                code = INVALID_TOPIC_EXCEPTION if bad else UNKNOWN_TOPIC_OR_PARTITION
+                topics.append(encode_topic(Topic(error_code=code, name=t.name), v))
                 continue
             topics.append(topic_bytes(broker, info, zone, v))
     node = broker.advertised

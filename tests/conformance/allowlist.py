@@ -49,17 +49,7 @@ ALLOW: tuple[Allow, ...] = (
 
 # Divergences that are NOT by design and not fixed yet: listed so the suite stays
 # green while they wait, counted apart in the closing note. Fix, then delete.
-KNOWN: tuple[Allow, ...] = (
-    Allow("create_topic_validate_only", "ok.has_id", "validate_only answers a zero topic id; Kafka a fresh one"),
-    Allow(
-        "metadata_invalid_name", "no_auto.0",
-        "Metadata for an illegal topic name: Floe UNKNOWN_TOPIC_OR_PARTITION, Kafka INVALID_TOPIC_EXCEPTION",
-    ),
-    Allow(
-        "topic_name_collision_dot_underscore", "underscore",
-        "CreateTopics of a_x beside a.x: Kafka INVALID_TOPIC_EXCEPTION (metric names collide), Floe creates it",
-    ),
-)
+KNOWN: tuple[Allow, ...] = ()
 
 
 def allowed(scenario: str, path: str) -> Allow | None:

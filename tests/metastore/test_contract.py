@@ -123,6 +123,17 @@ async def test_create_topic_defaults_and_validate_only(ms: Metastore) -> None:
     assert default.error is E.NONE and default.topic is not None and default.topic.partitions == 1
 
 
+async def test_create_topic_dot_underscore_collision(ms: Metastore) -> None:
+    await make_topic(ms, "a.x", 1)
+    clash = await ms.create_topic("a_x", 1)
+    assert clash.error is E.INVALID_TOPIC_EXCEPTION and clash.message and "a.x" in clash.message
+    assert (await ms.create_topic("a_x", 1, validate_only=True)).error is E.INVALID_TOPIC_EXCEPTION
+    assert (await ms.create_topic("a-x", 1)).error is E.NONE  # '-' is not part of the rule
+    assert (await ms.create_topic("a.x", 1)).error is E.TOPIC_ALREADY_EXISTS
+    assert (await ms.delete_topic("a.x")).error is E.NONE
+    assert (await ms.create_topic("a_x", 1)).error is E.NONE  # a deleted topic does not collide
+
+
 async def test_add_partitions(ms: Metastore) -> None:
     topic = await make_topic(ms, "t", 2)
     assert (await ms.add_partitions("t", 2)).error is E.INVALID_PARTITIONS
