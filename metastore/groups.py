@@ -165,7 +165,14 @@ class GroupsMixin(SqlBase):
         }
         # Sorted: concurrent commits of overlapping partitions lock rows in one order.
         ordered = [rows[k] for k in sorted(rows, key=lambda k: (str(k[0]), k[1]))]
-        stmt = self._insert(s.group_offsets).values(ordered)
+        async with self._write() as conn:
+            await self._ensure_group_row(conn, group_id, now)
+            await self._upsert_group_offsets(conn, ordered)
+
+    async def _upsert_group_offsets(self, conn: AsyncConnection, rows: list[dict[str, Any]]) -> None:
+        """Insert or overwrite committed offsets (``group_offsets`` rows), in the order given:
+        callers pass rows sorted by (topic, partition) so concurrent commits lock in one order."""
+        stmt = self._insert(s.group_offsets).values(rows)
         stmt = stmt.on_conflict_do_update(
             index_elements=[
                 s.group_offsets.c.group_id,
@@ -177,9 +184,7 @@ class GroupsMixin(SqlBase):
                 for c in ("committed_offset", "leader_epoch", "metadata", "commit_time", "expire_time")
             },
         )
-        async with self._write() as conn:
-            await self._ensure_group_row(conn, group_id, now)
-            await conn.execute(stmt)
+        await conn.execute(stmt)
 
     async def fetch_offsets(
         self, group_id: str, topic_ids: Sequence[uuid.UUID] | None = None

@@ -478,20 +478,8 @@ class TxnMixin(RegistryMixin, GroupsMixin):
                 for r in rows
                 if r.group_id == group_id
             ]
-            stmt = self._insert(s.group_offsets).values(values)
-            stmt = stmt.on_conflict_do_update(
-                index_elements=[
-                    s.group_offsets.c.group_id,
-                    s.group_offsets.c.topic_id,
-                    s.group_offsets.c.partition,
-                ],
-                set_={
-                    c: stmt.excluded[c]
-                    for c in ("committed_offset", "leader_epoch", "metadata", "commit_time", "expire_time")
-                },
-            )
             await self._ensure_group_row(conn, group_id, now)
-            await conn.execute(stmt)
+            await self._upsert_group_offsets(conn, values)  # rows come ordered by (topic, partition)
 
     async def _first_batch(
         self, conn: AsyncConnection, topic_id: uuid.UUID, partition: int, pid: int, start: int
