@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.autobatch import ProduceFlow
+from agent.security.principal import ANONYMOUS, KafkaPrincipal
 from kafka_protocol.exceptions import DecodeError, ProtocolError
 from kafka_protocol.framing import RequestHeader, encode_response, parse_request_header
 
@@ -82,6 +83,11 @@ class RequestContext:
     def client_id(self) -> str:
         return self.header.client_id or ""
 
+    @property
+    def principal(self) -> KafkaPrincipal:
+        """Who sent this request: set on the connection by authentication."""
+        return self.conn.principal
+
 
 Dispatcher = Callable[[RequestContext, memoryview, int], Awaitable[Any]]
 
@@ -120,6 +126,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._tasks: list[asyncio.Task[None]] = []
         self.peer = ""
         self.attrs: dict[str, Any] = {}
+        # Authenticated identity (TLS client certificate or SASL); ANONYMOUS until then.
+        self.principal: KafkaPrincipal = ANONYMOUS
         # What the batcher learns about this connection's produce requests
         # (in flight, learned in-flight limit) for adaptive sealing.
         self.produce_flow = ProduceFlow()
