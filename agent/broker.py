@@ -43,6 +43,28 @@ class NodeInfo:
     rack: str | None
 
 
+class ClusterIdError(RuntimeError):
+    """The cluster id is missing (first start on this metastore) or differs from the
+    one the metastore holds: refuse to start, with one line saying which."""
+
+
+async def resolve_cluster_id(config: AgentConfig, meta: Metastore) -> AgentConfig:
+    """The config with the cluster's id: the configured one, stored in the metastore
+    by the first agent; or, when none is configured, the stored one."""
+    stored = await meta.claim_cluster_id(config.cluster_id or None)
+    if stored is None:
+        raise ClusterIdError(
+            "no cluster id: set FLOE_CLUSTER_ID (or --cluster-id) for the first agent of a"
+            " deployment; later agents may omit it and use the one stored in the metastore"
+        )
+    if config.cluster_id and stored != config.cluster_id:
+        raise ClusterIdError(
+            f"cluster id {config.cluster_id!r} does not match {stored!r}, the cluster id stored"
+            " in this metastore: is this agent pointed at another deployment's metastore?"
+        )
+    return config if config.cluster_id == stored else config.model_copy(update={"cluster_id": stored})
+
+
 class Broker:
     def __init__(
         self,
@@ -121,6 +143,11 @@ class Broker:
     @classmethod
     async def open(cls, config: AgentConfig, *, clock: Clock | None = None) -> Broker:
         meta = await open_metastore(config.metastore)
+        try:
+            config = await resolve_cluster_id(config, meta)
+        except BaseException:
+            await meta.close()
+            raise
         store = open_object_store(config.objects)
         return cls(config, meta, store, clock=clock)
 

@@ -54,7 +54,14 @@ class AgentConfig(BaseSettings):
         ),
     )
     zone: str = Field("default", description="Availability zone of this agent")
-    cluster_id: str = Field("floe-dev-cluster", description="Cluster id reported in Metadata")
+    cluster_id: str = Field(
+        "",
+        description=(
+            "Cluster id reported in Metadata, stored in the metastore by the first agent;"
+            " required on a metastore that has none yet, must match the stored one"
+            " (empty = the stored one); floe dev uses floe-dev-cluster"
+        ),
+    )
 
     metastore: str = Field("sqlite:///data/meta.db", description="Metastore URL")
     objects: str = Field("file://./data/objects", description="Object store URL")

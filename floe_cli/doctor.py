@@ -51,13 +51,14 @@ async def _checks(kw: dict[str, Any], timeout: float) -> list[tuple[str, bool, s
         cfg = AgentConfig(**kw)
     except Exception as e:
         return [("config", False, _one_line(e))]
-    out.append(("config", True, f"agent id {cfg.agent_id}, cluster id {cfg.cluster_id}"))
+    out.append(("config", True, f"agent id {cfg.agent_id}, cluster id {cfg.cluster_id or '(from the metastore)'}"))
 
     meta = None
     try:
         meta = await _deadline(open_metastore(cfg.metastore, auto_migrate=False), timeout)
         await _deadline(meta.live_agents(0), timeout)
         out.append(("metastore", True, "reachable"))
+        out.append(await _cluster_id_check(meta, cfg.cluster_id, timeout))
     except Exception as e:
         out.append(("metastore", False, f"cannot use the metastore: {_one_line(e)}"))
     finally:
@@ -105,6 +106,21 @@ async def _checks(kw: dict[str, Any], timeout: float) -> list[tuple[str, bool, s
         except OSError as e:
             out.append((name, False, f"cannot bind {cfg.host}:{port}: {e.strerror or e} (another process uses it?)"))
     return out
+
+
+async def _cluster_id_check(meta: Any, configured: str, timeout: float) -> tuple[str, bool, str]:  # noqa: ASYNC109
+    """The configured cluster id against the one the metastore holds (read only)."""
+    try:
+        stored = await _deadline(meta.claim_cluster_id(None), timeout)
+    except Exception as e:  # e.g. a schema before migration 0008: the migrations line says so
+        return ("cluster id", False, f"cannot read the stored cluster id: {_one_line(e)}")
+    if stored is None and not configured:
+        return ("cluster id", False, "none configured and none stored: set FLOE_CLUSTER_ID (or --cluster-id)")
+    if stored is not None and configured and stored != configured:
+        return ("cluster id", False, f"configured {configured!r} but the metastore holds {stored!r}")
+    if stored is None:
+        return ("cluster id", True, f"{configured} (stored by the first agent to start)")
+    return ("cluster id", True, f"{stored} (stored in the metastore)")
 
 
 async def _first(store: Any) -> Any:

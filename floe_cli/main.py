@@ -59,6 +59,10 @@ def _agent_flags(p: argparse.ArgumentParser, workers_default: str = "1") -> None
     p.add_argument("--log-level", default="INFO")
 
 
+# `floe dev`'s cluster id; `floe agent` must be given one (stored in the metastore).
+DEV_CLUSTER_ID = "floe-dev-cluster"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="floe", description="Floe: a diskless Kafka on object storage")
     parser.add_argument("--version", action="version", version=f"floe {floe_version()}")
@@ -133,13 +137,14 @@ def _run(kw: dict[str, Any], log_level: str) -> int:
         runner: Any = uvloop.run
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
         runner = asyncio.run
+    from agent.broker import ClusterIdError
     from agent.cluster.membership import DuplicateAgentError
 
     try:
         runner(run_agent(config))
     except KeyboardInterrupt:
         pass
-    except DuplicateAgentError as e:
+    except (DuplicateAgentError, ClusterIdError) as e:
         print(f"floe: {e}", file=sys.stderr)
         return 1
     return 0
@@ -219,6 +224,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         kw.setdefault("objects", f"file://{data / 'objects'}")
         kw.setdefault("host", "127.0.0.1")
         kw.setdefault("admin_port", 9644)
+        if not os.environ.get("FLOE_CLUSTER_ID"):
+            kw.setdefault("cluster_id", DEV_CLUSTER_ID)
         return _run_or_supervise(args, kw)
     if args.command == "agent":
         return _run_or_supervise(args, kw)

@@ -127,6 +127,7 @@ def start_agent(
         sys.executable, "-m", "floe_cli.main", "agent", "--host", "127.0.0.1",
         "--port", str(kport), "--admin-port", str(aport),
         "--metastore", metastore, "--objects", objects, "--log-level", log_level,
+        "--cluster-id", "floe-loadtest",
     ]
     if flush_interval_ms is not None:
         cmd += ["--flush-interval-ms", str(flush_interval_ms)]

@@ -247,6 +247,25 @@ class RegistryMixin(SqlBase):
             )
             return [_agent_info(r) for r in rows]
 
+    # -- the cluster's identity ---------------------------------------------------
+
+    async def claim_cluster_id(self, cluster_id: str | None) -> str | None:
+        """The cluster id stored in this metastore. The first caller that passes one
+        stores it (concurrent first callers: one wins, all read the winner's);
+        ``None`` asks without storing. Returns ``None`` when none is stored yet."""
+        c = s.cluster.c
+        async with self._write() as conn:
+            stored = (await conn.execute(select(c.cluster_id).where(c.id == 1))).scalar_one_or_none()
+            if stored is not None or cluster_id is None:
+                return stored
+            ins: Any = pg_insert if self.dialect == "postgresql" else sqlite_insert
+            await conn.execute(
+                ins(s.cluster)
+                .values(id=1, cluster_id=cluster_id, created_at=self.now_ms())
+                .on_conflict_do_nothing(index_elements=[c.id])
+            )
+            return (await conn.execute(select(c.cluster_id).where(c.id == 1))).scalar_one()
+
 
 _AGENT_COLUMNS = (
     s.agents.c.id,

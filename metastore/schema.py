@@ -223,6 +223,17 @@ agents = Table(
 )
 Index("ix_agents_heartbeat_at", agents.c.heartbeat_at)
 
+# 0008: the cluster's identity, one row. Set by the first agent started with a
+# cluster id; every later agent must agree (or take it from here), so agents of
+# two deployments cannot be pointed at one metastore by mistake.
+cluster = Table(
+    "cluster",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("cluster_id", String(255), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+)
+
 # Consumer groups: schema only for now; the coordinator logic comes later.
 groups = Table(
     "groups",

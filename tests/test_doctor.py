@@ -78,7 +78,8 @@ def _fails(res: subprocess.CompletedProcess[str], check: str, words: str) -> Non
 
 def test_doctor(postgres_url: str, s3_url: str, moto_server: str, readonly_s3: str) -> None:
     kafka_port = free_port()
-    good = ["--metastore", postgres_url, "--objects", s3_url, "--port", str(kafka_port), "--admin-port", "0"]
+    good = ["--metastore", postgres_url, "--objects", s3_url, "--port", str(kafka_port), "--admin-port", "0",
+            "--cluster-id", "floe-test"]  # fmt: skip
     res = doctor(*good)
     assert res.returncode == 0, res.stdout + res.stderr
     assert not [line for line in res.stdout.splitlines() if not line.startswith("ok")], res.stdout
@@ -101,6 +102,44 @@ def test_doctor(postgres_url: str, s3_url: str, moto_server: str, readonly_s3: s
     _fails(doctor(*with_("--objects", ro)), "write", "Access Denied")
     with socket.create_server(("127.0.0.1", kafka_port)):
         _fails(doctor(*good), "kafka listener", f"127.0.0.1:{kafka_port}")
+
+
+def test_cluster_id_required_and_checked(tmp_path: Path) -> None:
+    """`floe agent` on a metastore without a cluster id needs one; with another
+    deployment's id it refuses to start; `floe doctor` says the same in one line."""
+    import asyncio
+    import os
+
+    from metastore import open_metastore
+
+    db = f"sqlite:///{tmp_path / 'meta.db'}"
+    base = [sys.executable, "-m", "floe_cli.main", "agent", "--port", "0", "--admin-port", "0",
+            "--objects", "memory://", "--metastore", db]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLOE_")}
+    res = subprocess.run(base, capture_output=True, text=True, timeout=60, cwd=REPO, env=env)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.strip().splitlines()[-1] == (
+        "floe: no cluster id: set FLOE_CLUSTER_ID (or --cluster-id) for the first agent of a"
+        " deployment; later agents may omit it and use the one stored in the metastore"
+    )
+
+    async def store() -> None:
+        ms = await open_metastore(db)
+        try:
+            assert await ms.claim_cluster_id("prod-eu") == "prod-eu"
+        finally:
+            await ms.close()
+
+    asyncio.run(store())
+    res = subprocess.run([*base, "--cluster-id", "prod-us"], capture_output=True, text=True, timeout=60,
+                         cwd=REPO, env=env)  # fmt: skip
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert "cluster id 'prod-us' does not match 'prod-eu'" in res.stderr.strip().splitlines()[-1]
+    doc = doctor("--metastore", db, "--objects", f"file://{tmp_path / 'objects'}", "--port", "0",
+                 "--admin-port", "0", "--cluster-id", "prod-us")  # fmt: skip
+    _fails(doc, "cluster id", "configured 'prod-us' but the metastore holds 'prod-eu'")
+    doc = doctor("--metastore", db, "--objects", f"file://{tmp_path / 'objects'}", "--port", "0", "--admin-port", "0")
+    assert "ok   cluster id: prod-eu (stored in the metastore)" in doc.stdout, doc.stdout
 
 
 def test_cli_errors_are_one_line(tmp_path: Path) -> None:

@@ -46,7 +46,7 @@ async def outage_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Async
     cfg = AgentConfig(
         host="127.0.0.1", port=0, admin_port=0,
         metastore=pg.url(), objects=f"s3://ready/p?endpoint={endpoint}&region={REGION}",
-        ready_deadline_ms=3000,
+        ready_deadline_ms=3000, cluster_id="floe-test",
     )  # fmt: skip
     server = AgentServer(await Broker.open(cfg))
     await server.start()

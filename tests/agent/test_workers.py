@@ -68,7 +68,7 @@ def workers(tmp_path: Path):  # type: ignore[no-untyped-def]
     log = open(tmp_path / "agent.log", "wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "floe_cli.main", "agent", "--workers", "2", "--host", "127.0.0.1",
-         "--port", str(port), "--admin-port", str(admin), "--flush-interval-ms", "50",
+         "--port", str(port), "--admin-port", str(admin), "--flush-interval-ms", "50", "--cluster-id", "floe-test",
          "--metastore", f"sqlite:///{tmp_path / 'meta.db'}", "--objects", f"file://{tmp_path / 'objects'}"],
         stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path,
     )  # fmt: skip

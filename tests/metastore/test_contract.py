@@ -650,6 +650,18 @@ async def test_agent_registry(ms: Metastore, clock: FakeClock) -> None:
     assert [a.id for a in await ms.live_agents(since_ms=0)] == ["a2"]
 
 
+async def test_cluster_id_is_claimed_once(ms: Metastore) -> None:
+    """The first agent with a cluster id stores it; asking without one reads it;
+    a racing second claim with another id gets the first one back (the agent then
+    refuses to start)."""
+    assert await ms.claim_cluster_id(None) is None  # nothing stored, nothing stored by asking
+    assert await ms.claim_cluster_id(None) is None
+    got = await asyncio.gather(ms.claim_cluster_id("prod-eu"), ms.claim_cluster_id("prod-us"))
+    assert got[0] == got[1] and got[0] in ("prod-eu", "prod-us")
+    assert await ms.claim_cluster_id(None) == got[0]
+    assert await ms.claim_cluster_id("other") == got[0]
+
+
 async def test_agent_identity_claims(ms: Metastore, clock: FakeClock) -> None:
     """Ids, not addresses: agents sharing one advertised address coexist; a second
     live process claiming an id is refused; a restart after the old row went
