@@ -37,6 +37,7 @@ from urllib.parse import urlsplit
 import pytest
 from sqlalchemy.engine import make_url
 
+from tests.fixtures.agent_process import scrape_metric
 from tests.fixtures.s3 import REGION, free_port
 from tests.infra.tf import MODULE_DIR, REPO_ROOT, TfDir, render, variable_defaults
 
@@ -121,6 +122,56 @@ def healthz(admin_port: int) -> dict[str, Any] | None:
         return None
 
 
+def start_agent(
+    agent_env: dict[str, str], tmp_path: Path, name: str = "agent"
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """``python -m floe_cli.main agent`` with no flags: its configuration is the environment."""
+    proc_env = {k: v for k, v in os.environ.items() if not k.startswith("FLOE_")}
+    proc_env.update(agent_env)
+    proc_env["PYTHONUNBUFFERED"] = "1"
+    proc_env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(REPO_ROOT), proc_env.get("PYTHONPATH")])
+    )
+    log_path = tmp_path / f"{name}.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "floe_cli.main", "agent"],
+            stdout=log, stderr=subprocess.STDOUT, env=proc_env, cwd=tmp_path,
+        )  # fmt: skip
+    return proc, log_path
+
+
+def wait_healthy(
+    proc: subprocess.Popen[bytes], log_path: Path, admin_port: int, port: int, ring: int = 1
+) -> dict[str, Any]:
+    """Bounded poll until /healthz answers for ``port`` with ``ring`` agents in the ring."""
+    deadline = time.monotonic() + 60
+    delay = 0.05
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"agent exited (rc={proc.returncode}):\n{log_path.read_text()[-6000:]}")
+        h = healthz(admin_port)
+        if h is not None and h.get("kafka_port") == port and len(h.get("ring", [])) >= ring:
+            return h
+        if time.monotonic() > deadline:
+            pytest.fail(f"agent not healthy after 60 s (ring {ring}):\n{log_path.read_text()[-6000:]}")
+        time.sleep(delay)  # bounded poll on readiness
+        delay = min(delay * 2, 0.5)
+
+
+def stop_agent(proc: subprocess.Popen[bytes], log_path: Path) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, log_path.read_text()[-4000:]
+    text = log_path.read_text()
+    assert "Traceback" not in text, text[-4000:]
+
+
 def test_module_environment_boots_a_real_agent(
     postgres_url: str, s3_url: str, moto_server: str, tmp_path: Path
 ) -> None:
@@ -150,31 +201,9 @@ def test_module_environment_boots_a_real_agent(
     agent_env = {**env, **secrets, **test_env}
     agent_env["FLOE_OBJECTS"] += f"&endpoint={moto_server}"
 
-    proc_env = {k: v for k, v in os.environ.items() if not k.startswith("FLOE_")}
-    proc_env.update(agent_env)
-    proc_env["PYTHONUNBUFFERED"] = "1"
-    proc_env["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(REPO_ROOT), proc_env.get("PYTHONPATH")])
-    )
-    log_path = tmp_path / "agent.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "floe_cli.main", "agent"],  # no flags: configuration is the environment
-            stdout=log, stderr=subprocess.STDOUT, env=proc_env, cwd=tmp_path,
-        )  # fmt: skip
+    proc, log_path = start_agent(agent_env, tmp_path)
     try:
-        deadline = time.monotonic() + 60
-        delay = 0.05
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"agent exited (rc={proc.returncode}):\n{log_path.read_text()[-6000:]}")
-            h = healthz(admin_port)
-            if h is not None and h.get("kafka_port") == port:
-                break
-            if time.monotonic() > deadline:
-                pytest.fail(f"agent not healthy after 60 s:\n{log_path.read_text()[-6000:]}")
-            time.sleep(delay)  # bounded poll on readiness
-            delay = min(delay * 2, 0.5)
+        wait_healthy(proc, log_path, admin_port, port)
 
         bootstrap = f"127.0.0.1:{port}"
         # The module sets auto_create_topics = false: create the topic like an operator would.
@@ -216,13 +245,71 @@ def test_module_environment_boots_a_real_agent(
         configs = admin.describe_configs([resource])[resource].result(30)
         assert configs["broker.rack"].value == ZONE
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-    assert proc.returncode == 0, log_path.read_text()[-4000:]
-    text = log_path.read_text()
-    assert "Traceback" not in text, text[-4000:]
+        stop_agent(proc, log_path)
+
+
+def test_module_environment_peer_cache_hit(
+    postgres_url: str, s3_url: str, moto_server: str, tmp_path: Path
+) -> None:
+    """Two agents of one zone booted with the module's environment (FLOE_HOST
+    0.0.0.0, FLOE_PEER_ADDRESS=auto: the task's private address) find each other
+    and share blocks: reads through one agent of objects the other owns on the
+    ring are peer GETs (served by the owner), with no peer failure to fall back on.
+    (Consumers follow the partition leader, so whichever agent leads reads all 16
+    objects; the chance that it owns all of them on the ring is 2**-16.)"""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    module = TfDir.load(MODULE_DIR)
+    bucket = urlsplit(s3_url).netloc
+    env, secrets = rendered_environment(
+        module, bucket=bucket, region=REGION, db=postgres_parts(postgres_url)
+    )
+    assert env["FLOE_HOST"] == "0.0.0.0" and env["FLOE_PEER_ADDRESS"] == "auto"
+    agents: list[tuple[subprocess.Popen[bytes], Path, int, int]] = []
+    try:
+        for name in ("a", "b"):
+            port, admin_port = free_port(), free_port()
+            agent_env = {
+                **env, **secrets,
+                "FLOE_PORT": str(port), "FLOE_ADMIN_PORT": str(admin_port),
+                "FLOE_ADVERTISED_HOST": "127.0.0.1", "FLOE_ADVERTISED_PORT": str(port),
+            }  # fmt: skip
+            agent_env["FLOE_OBJECTS"] += f"&endpoint={moto_server}"
+            proc, log_path = start_agent(agent_env, tmp_path, name)
+            agents.append((proc, log_path, port, admin_port))
+        for proc, log_path, port, admin_port in agents:
+            wait_healthy(proc, log_path, admin_port, port, ring=2)
+
+        (_, _, port_a, admin_a), (_, _, port_b, admin_b) = agents
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port_a}"})
+        admin.create_topics([NewTopic("peer-check", num_partitions=1, replication_factor=1)])[
+            "peer-check"
+        ].result(30)
+        # 16 objects: one flush per produce call (flush() waits for the ack).
+        producer = Producer({"bootstrap.servers": f"127.0.0.1:{port_a}", "linger.ms": 0})
+        for i in range(16):
+            producer.produce("peer-check", value=f"object-{i}".encode() * 100)
+            assert producer.flush(30) == 0
+        def total(name: str) -> float:
+            return sum(scrape_metric(admin, name) for admin in (admin_a, admin_b))
+
+        before = {n: total(n) for n in ("floe_peer_gets_total", "floe_peer_serves_total")}
+        consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{port_b}", "group.id": "peer-check"})
+        got = 0
+        try:
+            consumer.assign([TopicPartition("peer-check", 0, 0)])
+            deadline = time.monotonic() + 30
+            while got < 16 and time.monotonic() < deadline:
+                got += sum(1 for m in consumer.consume(16, 0.5) if m.error() is None)
+        finally:
+            consumer.close()
+        assert got == 16
+        # The partition's leader (on the ring) reads every object: those the other
+        # agent owns come from it, which loads each from S3 once and serves it.
+        assert total("floe_peer_gets_total") > before["floe_peer_gets_total"]
+        assert total("floe_peer_serves_total") > before["floe_peer_serves_total"]
+        assert total("floe_peer_get_failures_total") == 0
+    finally:
+        for proc, log_path, _, _ in agents:
+            stop_agent(proc, log_path)
