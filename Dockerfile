@@ -1,7 +1,7 @@
 # Floe agent image: `docker build -t floe:0.1.0 .` then
-#   docker run -p 9092:9092 -p 9644:9644 floe:0.1.0                 # embedded SQLite + ./data (a demo)
+#   docker run -e FLOE_CLUSTER_ID=demo -p 9092:9092 -p 9644:9644 floe:0.1.0   # embedded SQLite + ./data (a demo)
 #   docker run -e FLOE_METASTORE=postgresql://... -e FLOE_OBJECTS=s3://bucket/prefix?region=... \
-#              -e FLOE_ADVERTISED_HOST=<address clients use> floe:0.1.0
+#              -e FLOE_CLUSTER_ID=<cluster id> -e FLOE_ADVERTISED_HOST=<address clients use> floe:0.1.0
 # Configuration is the FLOE_* environment (docs/operations.md); the same image
 # runs the compactor (`floe compactor run`) and the CLI (`floe topics ...`).
 
@@ -44,6 +44,11 @@ RUN groupadd --system --gid 10001 floe \
        --shell /usr/sbin/nologin floe
 
 COPY --from=build /opt/floe /opt/floe
+
+# The Amazon RDS CA bundle: the Terraform module's metastore DSN connects with
+# sslmode=verify-full&sslrootcert=/etc/floe/rds-global-bundle.pem.
+ARG RDS_CA_BUNDLE_URL=https://truststore.pki.rds.amazonaws.com/global/global-bundle.pem
+ADD --chmod=644 ${RDS_CA_BUNDLE_URL} /etc/floe/rds-global-bundle.pem
 
 ENV PATH=/opt/floe/bin:$PATH \
     PYTHONUNBUFFERED=1 \

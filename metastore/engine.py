@@ -42,10 +42,25 @@ def asyncpg_dsn(url: str | URL) -> str:
     return plain.render_as_string(hide_password=False)
 
 
+def has_libpq_ssl_params(url: str | URL) -> bool:
+    """Whether the URL carries libpq TLS parameters (``sslmode=verify-full``,
+    ``sslrootcert=...``, ``sslcert``, ``sslkey``, ...)."""
+    return any(k.startswith("ssl") for k in make_url(url).query)
+
+
 def create_engine(url: str | URL, **kwargs: Any) -> AsyncEngine:
     """An async engine; SQLite connections are configured for a concurrent writer."""
     parsed = normalize_url(url)
     if parsed.get_backend_name() != "sqlite":
+        if has_libpq_ssl_params(parsed):
+            # SQLAlchemy hands URL query parameters to asyncpg.connect() as keyword
+            # arguments, which has none named sslmode/sslrootcert: let asyncpg parse
+            # the DSN itself (libpq's semantics, e.g. sslmode=verify-full checks the
+            # server's certificate against sslrootcert and its name against the host).
+            import asyncpg
+
+            dsn = asyncpg_dsn(parsed)
+            kwargs.setdefault("async_creator", lambda: asyncpg.connect(dsn))
         return create_async_engine(parsed, **kwargs)
     if parsed.database in (None, "", ":memory:"):
         # One shared connection, or every checkout would see its own empty database.

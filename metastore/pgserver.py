@@ -71,7 +71,8 @@ class PostgresServer:
                 f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}"
             )
 
-    def start(self) -> PostgresServer:
+    def start(self, extra_options: str = "") -> PostgresServer:
+        """initdb + start; ``extra_options`` are more ``-c name=value`` server settings."""
         self.tmp = Path(tempfile.mkdtemp(prefix="floe-pg-"))
         if self.run_as is not None:
             user = pwd.getpwnam(self.run_as)
@@ -93,6 +94,8 @@ class PostgresServer:
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 "
             "-c shared_buffers=128MB"
         )
+        if extra_options:
+            options = f"{options} {extra_options}"
         self._options = options
         self.resume()
         return self

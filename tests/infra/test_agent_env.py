@@ -6,7 +6,9 @@ python-hcl2), rendered with the variable defaults, and the placeholders only
 AWS knows are replaced by the test's services:
 
 * the DSN secret (FLOE_METASTORE) is rendered from the module's own
-  ``secret_string_wo`` template with the test Postgres host/port/db/user;
+  ``secret_string_wo`` template with the host/port/db/user of a test Postgres
+  that speaks TLS with a certificate for ``localhost`` (``sslmode=verify-full``
+  against the test CA, standing in for the image's RDS CA bundle);
 * FLOE_OBJECTS keeps the module's ``s3://bucket/prefix?region=REGION`` form with
   the test's moto bucket, plus ``&endpoint=`` (the one thing ECS does not need);
 * FLOE_ZONE is the zone's key, as the module sets it;
@@ -35,9 +37,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from sqlalchemy.engine import make_url
 
 from tests.fixtures.agent_process import scrape_metric
+from tests.fixtures.postgres import TlsPostgres
 from tests.fixtures.s3 import REGION, free_port
 from tests.infra.tf import MODULE_DIR, REPO_ROOT, TfDir, render, variable_defaults
 
@@ -68,6 +70,8 @@ def rendered_environment(
         "db_username": db["user"],
         "db_password": db["password"],
         "db_name": db["database"],
+        # The image's RDS CA bundle, here the CA of the test's TLS Postgres.
+        "db_ca_bundle_path": db["ca_bundle"],
     })  # fmt: skip
     locals_src = module.locals()
     assert locals_src["object_prefix"] == '${trim(var.object_prefix, "/")}'
@@ -103,14 +107,16 @@ def rendered_environment(
     return env, secrets
 
 
-def postgres_parts(url: str) -> dict[str, Any]:
-    u = make_url(url)
+def postgres_parts(pg: TlsPostgres) -> dict[str, Any]:
+    """A fresh database on the TLS Postgres, as the module's DSN template needs it
+    (the certificate names localhost, like RDS's names its endpoint)."""
     return {
-        "user": u.username or "postgres",
-        "password": u.password or "",
-        "host": u.host,
-        "port": u.port or 5432,
-        "database": u.database,
+        "user": "postgres",
+        "password": "",
+        "host": "localhost",
+        "port": pg.port,
+        "database": pg.create_database(),
+        "ca_bundle": str(pg.ca.cert),
     }
 
 
@@ -173,7 +179,7 @@ def stop_agent(proc: subprocess.Popen[bytes], log_path: Path) -> None:
 
 
 def test_module_environment_boots_a_real_agent(
-    postgres_url: str, s3_url: str, moto_server: str, tmp_path: Path
+    tls_postgres: TlsPostgres, s3_url: str, moto_server: str, tmp_path: Path
 ) -> None:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
@@ -181,12 +187,16 @@ def test_module_environment_boots_a_real_agent(
     module = TfDir.load(MODULE_DIR)
     bucket = urlsplit(s3_url).netloc
     env, secrets = rendered_environment(
-        module, bucket=bucket, region=REGION, db=postgres_parts(postgres_url)
+        module, bucket=bucket, region=REGION, db=postgres_parts(tls_postgres)
     )
 
     # What the module produces, checked before anything is overridden.
     assert env["FLOE_OBJECTS"] == f"s3://{bucket}/floe?region={REGION}"
     assert secrets["FLOE_METASTORE"].startswith("postgresql://")
+    # The agent reaches the metastore over TLS, checking the certificate and its name.
+    assert secrets["FLOE_METASTORE"].endswith(
+        f"?sslmode=verify-full&sslrootcert={tls_postgres.ca.cert}"
+    )
     assert env["FLOE_ZONE"] == ZONE
 
     port, admin_port = free_port(), free_port()
@@ -249,7 +259,7 @@ def test_module_environment_boots_a_real_agent(
 
 
 def test_module_environment_peer_cache_hit(
-    postgres_url: str, s3_url: str, moto_server: str, tmp_path: Path
+    tls_postgres: TlsPostgres, s3_url: str, moto_server: str, tmp_path: Path
 ) -> None:
     """Two agents of one zone booted with the module's environment (FLOE_HOST
     0.0.0.0, FLOE_PEER_ADDRESS=auto: the task's private address) find each other
@@ -263,7 +273,7 @@ def test_module_environment_peer_cache_hit(
     module = TfDir.load(MODULE_DIR)
     bucket = urlsplit(s3_url).netloc
     env, secrets = rendered_environment(
-        module, bucket=bucket, region=REGION, db=postgres_parts(postgres_url)
+        module, bucket=bucket, region=REGION, db=postgres_parts(tls_postgres)
     )
     assert env["FLOE_HOST"] == "0.0.0.0" and env["FLOE_PEER_ADDRESS"] == "auto"
     agents: list[tuple[subprocess.Popen[bytes], Path, int, int]] = []

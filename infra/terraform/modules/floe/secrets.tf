@@ -13,7 +13,7 @@ resource "aws_secretsmanager_secret" "metastore_dsn" {
 
 resource "aws_secretsmanager_secret_version" "metastore_dsn" {
   secret_id                = aws_secretsmanager_secret.metastore_dsn.id
-  secret_string_wo         = "postgresql://${var.db_username}:${urlencode(var.db_password)}@${local.db_address}:${local.db_port}/${var.db_name}"
+  secret_string_wo         = "postgresql://${var.db_username}:${urlencode(var.db_password)}@${local.db_address}:${local.db_port}/${var.db_name}?sslmode=${var.db_sslmode}&sslrootcert=${var.db_ca_bundle_path}"
   secret_string_wo_version = var.db_password_version
 }
 

@@ -398,6 +398,28 @@ variable "db_name" {
   }
 }
 
+variable "db_sslmode" {
+  description = "libpq sslmode of the metastore DSN. verify-full (default) checks the server certificate against db_ca_bundle_path and its name against the endpoint; the parameter group also sets rds.force_ssl."
+  type        = string
+  default     = "verify-full"
+
+  validation {
+    condition     = contains(["verify-full", "verify-ca", "require"], var.db_sslmode)
+    error_message = "db_sslmode must be verify-full, verify-ca or require (the database refuses unencrypted connections)."
+  }
+}
+
+variable "db_ca_bundle_path" {
+  description = "Path, inside the image, of the CA bundle that signs the database's certificate (the image carries the Amazon RDS global bundle here)."
+  type        = string
+  default     = "/etc/floe/rds-global-bundle.pem"
+
+  validation {
+    condition     = can(regex("^/[A-Za-z0-9._/-]+$", var.db_ca_bundle_path))
+    error_message = "db_ca_bundle_path must be an absolute path of letters, digits, '.', '_', '-' and '/'."
+  }
+}
+
 variable "db_username" {
   description = "Master user of the metastore database (the agents connect as this user)."
   type        = string
