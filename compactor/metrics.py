@@ -32,3 +32,12 @@ LEASED = Gauge(
     registry=REGISTRY,
 )
 PASSES = Counter("floe_compactor_passes", "Completed compactor passes", registry=REGISTRY)
+PASS_FAILURES = Counter(
+    "floe_compactor_pass_failures", "Compactor passes that raised (the loop goes on)", registry=REGISTRY
+)
+# Liveness: `floe compactor health` (the ECS health check) fails when this stops moving.
+LAST_PROGRESS = Gauge(
+    "floe_compactor_last_progress_seconds",
+    "Unix time the compactor started, finished a task or finished a pass",
+    registry=REGISTRY,
+)

@@ -132,6 +132,7 @@ class Compactor:
         self.config = config or CompactorConfig()
         self.executor = executor or InProcessExecutor(store, self.config.concurrency)
         self.now_ms: Clock = now_ms or system_clock_ms
+        metrics.LAST_PROGRESS.set(self.now_ms() / 1000.0)  # starting counts as progress
         self.fail_point = fail_point or (lambda _name: None)
         self.progress = progress
         self._topic_names: dict[uuid.UUID, str] = {}
@@ -194,6 +195,7 @@ class Compactor:
                         task.task_id,
                         swap.message,
                     )
+                metrics.LAST_PROGRESS.set(self.now_ms() / 1000.0)
                 if self.progress:
                     self.progress(name, i, len(tasks))
             ps.conflicts += conflicts
@@ -246,6 +248,7 @@ class Compactor:
                     summary.below_trigger[level] = (waiting, trigger)
         summary.seconds = time.monotonic() - started
         metrics.PASSES.inc()
+        metrics.LAST_PROGRESS.set(self.now_ms() / 1000.0)
         return summary
 
     async def run_forever(
@@ -261,6 +264,7 @@ class Compactor:
                 if on_pass:
                     on_pass(s)
             except Exception:  # keep running: the next pass re-plans from the metastore
+                metrics.PASS_FAILURES.inc()
                 log.exception("compactor pass failed")
             try:
                 await asyncio.wait_for(stop.wait(), self.config.interval_ms / 1000.0)

@@ -53,6 +53,16 @@ def add_compactor_parser(sub: Any) -> None:
     run.add_argument(
         "--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port"
     )
+    health = csub.add_parser(
+        "health",
+        help="exit 0 when the compactor serving --metrics-port made progress recently (a container health check)",
+    )
+    health.add_argument("--metrics-port", type=int, required=True, help="the running compactor's --metrics-port")
+    health.add_argument(
+        "--max-stall-s", type=float, default=1800.0,
+        help="unhealthy when no task or pass finished for this long (default 1800)",
+    )
+    health.add_argument("--timeout-s", type=float, default=3.0)
     orph = csub.add_parser("orphans", help="objects no metastore row references (crashed uploads)")
     orph.add_argument(
         "--delete", action="store_true", help="delete them (default: dry run, list only)"
@@ -161,7 +171,31 @@ async def _probe(store: Any) -> None:
         break
 
 
+def compactor_health(port: int, max_stall_s: float, timeout_s: float, now_s: float) -> tuple[bool, str]:
+    """(healthy, one line) from the running compactor's /metrics on 127.0.0.1:``port``."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout_s) as r:
+            text = r.read().decode()
+    except OSError as e:
+        return False, f"no compactor metrics on 127.0.0.1:{port}: {e}"
+    for line in text.splitlines():
+        if line.startswith("floe_compactor_last_progress_seconds "):
+            stalled = now_s - float(line.split()[1])
+            if stalled > max_stall_s:
+                return False, f"no compactor progress for {stalled:.0f} s (limit {max_stall_s:g} s)"
+            return True, f"last progress {stalled:.0f} s ago"
+    return False, "the compactor's metrics have no floe_compactor_last_progress_seconds"
+
+
 def run_compactor(args: argparse.Namespace) -> int:
+    if args.compactor_command == "health":
+        import time
+
+        ok, line = compactor_health(args.metrics_port, args.max_stall_s, args.timeout_s, time.time())
+        print(f"floe compactor: {line}", file=sys.stdout if ok else sys.stderr)
+        return 0 if ok else 1
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

@@ -341,9 +341,22 @@ def test_task_definitions_use_the_environment_locals(module: TfDir) -> None:
     svc = res["aws_ecs_service.agent"]
     assert svc["network_configuration"][0]["subnets"] == ["${var.agent_subnets[each.key]}"]
     compactor = res["aws_ecs_task_definition.compactor"]["container_definitions"]
-    assert 'command = ["compactor", "run"]' in compactor
+    assert 'command = ["compactor", "run", "--metrics-port", tostring(local.compactor_metrics_port)]' in compactor
+    assert "environment = [for k, v in local.compactor_environment" in compactor
     for name in re.findall(r"\bname = \"(FLOE_[A-Z_]+)\"", compactor):
         assert name in agent_config_env_names(), name
+
+
+def test_compactor_env_names_are_compactor_config_fields(module: TfDir) -> None:
+    """FLOE_COMPACTOR_* the module sets are CompactorConfig fields (pydantic-settings
+    ignores unknown ones silently); FLOE_OBJECTS/FLOE_METASTORE are the CLI's."""
+    from compactor.config import CompactorConfig
+
+    fields = {f"FLOE_COMPACTOR_{name.upper()}" for name in CompactorConfig.model_fields}
+    names = set(module.locals()["compactor_environment"])
+    assert "FLOE_COMPACTOR_MAX_INPUT_BYTES" in names and "FLOE_OBJECTS" in names
+    unknown = sorted(names - fields - {"FLOE_OBJECTS", "FLOE_METASTORE"})
+    assert not unknown, f"the module sets {unknown}, which compactor/config.py CompactorConfig does not read"
 
 
 def test_docs_cover_every_agent_setting() -> None:

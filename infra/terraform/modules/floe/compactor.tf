@@ -3,6 +3,21 @@
 # (its metastore swaps are compare-and-swap, so a brief overlap during a
 # deployment is safe).
 
+locals {
+  # Memory sized from the settings: one merge task holds about 2.4x its input
+  # bytes at its peak (measured: loadtest/compactor_memory.py, 256 MiB merged in
+  # one task -> +612 MiB RSS), so with 3x for headroom and 256 MiB for the
+  # process itself, each of the compactor_concurrency tasks may read this much.
+  compactor_max_input_mib = floor((var.compactor_memory - 256) / (3 * var.compactor_concurrency))
+  compactor_metrics_port  = 9645
+  compactor_environment = {
+    FLOE_OBJECTS                   = local.objects_url
+    FLOE_COMPACTOR_CONCURRENCY     = tostring(var.compactor_concurrency)
+    FLOE_COMPACTOR_MAX_INPUT_BYTES = tostring(local.compactor_max_input_mib * 1048576)
+    FLOE_COMPACTOR_INTERVAL_MS     = tostring(var.compactor_interval_ms)
+  }
+}
+
 resource "aws_security_group" "compactor" {
   count = var.enable_compactor ? 1 : 0
 
@@ -52,6 +67,13 @@ resource "aws_vpc_security_group_ingress_rule" "database_from_compactor" {
 resource "aws_ecs_task_definition" "compactor" {
   count = var.enable_compactor ? 1 : 0
 
+  lifecycle {
+    precondition {
+      condition     = local.compactor_max_input_mib >= 32
+      error_message = "compactor_memory is too small for compactor_concurrency: each merge task needs about 3x its input (at least 32 MiB) plus 256 MiB; raise compactor_memory or lower compactor_concurrency."
+    }
+  }
+
   family                   = "${var.name}-compactor"
   requires_compatibilities = ["FARGATE"]
   network_mode             = "awsvpc"
@@ -70,11 +92,23 @@ resource "aws_ecs_task_definition" "compactor" {
       name      = "compactor"
       image     = var.agent_image
       essential = true
-      command   = ["compactor", "run"]
+      command   = ["compactor", "run", "--metrics-port", tostring(local.compactor_metrics_port)]
 
-      environment = [
-        { name = "FLOE_OBJECTS", value = local.objects_url },
-      ]
+      environment = [for k, v in local.compactor_environment : { name = k, value = v }]
+
+      # Liveness: the compactor finished a task or a pass within the last
+      # compactor_max_stall_s (it also fails when the process stops answering).
+      healthCheck = {
+        command = [
+          "CMD", "floe", "compactor", "health",
+          "--metrics-port", tostring(local.compactor_metrics_port),
+          "--max-stall-s", tostring(var.compactor_max_stall_s),
+        ]
+        interval    = 30
+        timeout     = 10
+        retries     = 3
+        startPeriod = 120
+      }
       secrets = [
         { name = "FLOE_METASTORE", valueFrom = aws_secretsmanager_secret.metastore_dsn.arn },
       ]

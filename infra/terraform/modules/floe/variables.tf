@@ -496,6 +496,39 @@ variable "compactor_cpu" {
   }
 }
 
+variable "compactor_concurrency" {
+  description = "Merge tasks the compactor runs at once. Its per-task input (FLOE_COMPACTOR_MAX_INPUT_BYTES) is derived from compactor_memory / compactor_concurrency."
+  type        = number
+  default     = 2
+
+  validation {
+    condition     = var.compactor_concurrency >= 1 && var.compactor_concurrency <= 16
+    error_message = "compactor_concurrency must be between 1 and 16."
+  }
+}
+
+variable "compactor_interval_ms" {
+  description = "Pause between compactor passes (ms)."
+  type        = number
+  default     = 10000
+
+  validation {
+    condition     = var.compactor_interval_ms >= 1000
+    error_message = "compactor_interval_ms must be at least 1000."
+  }
+}
+
+variable "compactor_max_stall_s" {
+  description = "The compactor's container health check fails when no task or pass finished for this long (seconds); ECS then replaces the task."
+  type        = number
+  default     = 1800
+
+  validation {
+    condition     = var.compactor_max_stall_s >= 120
+    error_message = "compactor_max_stall_s must be at least 120."
+  }
+}
+
 variable "compactor_memory" {
   description = "Fargate memory (MiB) of the compactor task (it holds the objects it merges)."
   type        = number

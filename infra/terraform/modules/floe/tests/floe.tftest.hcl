@@ -241,8 +241,25 @@ run "aurora_kms_compactor_sasl" {
   }
 
   assert {
-    condition     = jsondecode(aws_ecs_task_definition.compactor[0].container_definitions)[0].command == ["compactor", "run"]
-    error_message = "the compactor runs `floe compactor run`"
+    condition     = jsondecode(aws_ecs_task_definition.compactor[0].container_definitions)[0].command == ["compactor", "run", "--metrics-port", "9645"]
+    error_message = "the compactor runs `floe compactor run` with its metrics (and progress) on 9645"
+  }
+
+  assert {
+    condition = (
+      jsondecode(aws_ecs_task_definition.compactor[0].container_definitions)[0].healthCheck.command
+      == ["CMD", "floe", "compactor", "health", "--metrics-port", "9645", "--max-stall-s", "1800"]
+    )
+    error_message = "the compactor's container health check is `floe compactor health`"
+  }
+
+  assert {
+    # 4096 MiB, 2 tasks: (4096 - 256) / (3 * 2) = 640 MiB of input per merge task.
+    condition = contains(
+      jsondecode(aws_ecs_task_definition.compactor[0].container_definitions)[0].environment,
+      { name = "FLOE_COMPACTOR_MAX_INPUT_BYTES", value = tostring(640 * 1048576) }
+    )
+    error_message = "the compactor's per-task input is sized from compactor_memory / compactor_concurrency"
   }
 
   assert {
@@ -252,6 +269,18 @@ run "aurora_kms_compactor_sasl" {
     )
     error_message = "SASL users are injected from Secrets Manager"
   }
+}
+
+run "compactor_memory_too_small_for_its_concurrency" {
+  command = plan
+
+  variables {
+    enable_compactor      = true
+    compactor_memory      = 512
+    compactor_concurrency = 4
+  }
+
+  expect_failures = [aws_ecs_task_definition.compactor]
 }
 
 run "rejects_non_az_zone_keys" {
