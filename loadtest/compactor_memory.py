@@ -54,7 +54,7 @@ async def run(objects: int, object_mib: int) -> dict[str, Any]:
     now_ms = int(time.time() * 1000)  # inside retention
     per_batch = 64  # records of 1 KiB
     batches_per_object = object_mib * MiB // (per_batch * 1024)
-    for n in range(objects):
+    for _n in range(objects):
         sb = SegmentBuilder()
         for i in range(batches_per_object):
             b = RecordBatchBuilder()
