@@ -367,11 +367,13 @@ class LogMixin(SqlBase):
         return (row.log_start_offset, row.high_watermark) if row is not None else None
 
     async def list_offsets(
-        self, topic_id: uuid.UUID, partition: int, timestamp: int
+        self, topic_id: uuid.UUID, partition: int, timestamp: int, *, from_offset: int = 0
     ) -> ListOffsetsResult:
         """-2 earliest, -1 latest, -3 the batch with the largest timestamp (its last
         offset), else the first batch whose max timestamp is >= ``timestamp`` (its
-        base offset). Batch granularity: the index has one entry per batch."""
+        base offset). Batch granularity: the index has one entry per batch.
+        ``from_offset`` (-3 and timestamps) leaves out batches starting below it:
+        the agent looks past a batch straddling the log start offset with it."""
         async with self._read() as conn:
             state = await self._partition(conn, topic_id, partition)
             if state is None:
@@ -391,6 +393,8 @@ class LogMixin(SqlBase):
                 else b.max_timestamp
             )
             live = (b.topic_id == topic_id) & (b.partition == partition) & (b.last_offset >= lso)
+            if from_offset > 0:
+                live = live & (b.base_offset >= from_offset)
             if timestamp == MAX_TIMESTAMP:
                 row = (
                     await conn.execute(

@@ -94,7 +94,7 @@ class Metastore(Protocol):
         self, wants: Sequence[tuple[uuid.UUID, int, int, int]], max_batches: int = 1000
     ) -> list[FindResult]: ...
     async def list_offsets(
-        self, topic_id: uuid.UUID, partition: int, timestamp: int
+        self, topic_id: uuid.UUID, partition: int, timestamp: int, *, from_offset: int = 0
     ) -> ListOffsetsResult: ...
     async def delete_records(
         self, topic_id: uuid.UUID, partition: int, before_offset: int

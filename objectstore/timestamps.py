@@ -64,9 +64,10 @@ def first_record_at(
     for ListOffsets' max-timestamp), at or after ``min_offset`` (the log start).
 
     Compressed batches are decompressed; LogAppendTime batches stamp every record
-    with the batch's max timestamp; control batches hold no data records."""
+    with the batch's max timestamp. Control records (transaction markers) count,
+    as in Kafka's log: a lookup past the last data record may name a marker."""
     for view in iter_batches(data, allow_partial_tail=True):
-        if view.is_control or view.last_offset < min_offset or view.max_timestamp < timestamp:
+        if view.last_offset < min_offset or view.max_timestamp < timestamp:
             continue
         for r in view.records():
             if r.offset < min_offset:
@@ -74,3 +75,20 @@ def first_record_at(
             if r.timestamp == timestamp if exact else r.timestamp >= timestamp:
                 return int(r.offset), int(r.timestamp)
     return None
+
+
+def max_record(data: bytes | memoryview, *, min_offset: int = 0) -> tuple[int, int] | None:
+    """``(offset, timestamp)`` of the first record carrying the largest timestamp
+    among the records (markers included, as in Kafka) of fetch-ready batches at or
+    after ``min_offset`` (ListOffsets' max-timestamp over what is still
+    readable), or None."""
+    best: tuple[int, int] | None = None
+    for view in iter_batches(data, allow_partial_tail=True):
+        if view.last_offset < min_offset:
+            continue
+        if best is not None and view.max_timestamp <= best[1]:
+            continue
+        for r in view.records():
+            if r.offset >= min_offset and (best is None or r.timestamp > best[1]):
+                best = (int(r.offset), int(r.timestamp))
+    return best

@@ -5,9 +5,13 @@ Behavior: per partition, the timestamp picks the offset:
 - ``-2`` earliest: the log start offset; ``-4`` (earliest local, KIP-1005) is the
   same here, all data being equally "local";
 - ``-1`` latest: the high watermark; under read_committed (``isolation_level``
-  1, v2+) the last stable offset (metastore ``stable_offsets``);
+  1, v2+) the last stable offset (metastore ``stable_offsets``); a timestamp or
+  max-timestamp answer at or past the last stable offset is no answer (offset
+  -1) under read_committed, as in Kafka;
 - ``-3`` max timestamp (v7+): the first record carrying the largest timestamp
-  of the partition, and that timestamp (Kafka's ``offsetOfMaxTimestamp``);
+  of the partition's readable records, and that timestamp (Kafka's
+  ``offsetOfMaxTimestamp``; after DeleteRecords Kafka may still name a deleted
+  record of a segment not yet removed, Floe never does: allow-listed);
 - ``-5`` earliest pending upload (KIP-1023): nothing is ever pending upload
   here, so offset -1;
 - any other value: the first record (at or after the log start) whose
@@ -21,7 +25,10 @@ Behavior: per partition, the timestamp picks the offset:
   Topics with ``message.timestamp.type=LogAppendTime`` stamp a whole batch with
   its append time: the batch's first readable offset is the answer.
 
-Unknown topics or partitions get UNKNOWN_TOPIC_OR_PARTITION per partition; a
+A partition named twice in one request (v1+, in one topic entry or two) gets
+one answer, INVALID_REQUEST, as Kafka answers; entries naming one topic are
+answered under one topic entry (Kafka keys its answer by partition). Unknown topics or partitions get
+UNKNOWN_TOPIC_OR_PARTITION per partition; a
 metastore failure KAFKA_STORAGE_ERROR. ``leader_epoch`` is 0 when an offset is
 returned (there are no elections), -1 otherwise. v0 answers in
 ``old_style_offsets`` (a list with the one offset, or empty).
@@ -37,6 +44,7 @@ range; Kafka clients send v1+ in practice.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from agent.fetch import BatchReadError, reader_for
@@ -46,7 +54,7 @@ from kafka_protocol.exceptions import DecodeError
 from kafka_protocol.messages import ListOffsetsRequest, ListOffsetsResponse
 from metastore.types import ErrorCode as MetaError
 from metastore.types import ListOffsetsResult, MetastoreError, PartitionOffsets, TopicInfo
-from objectstore.timestamps import first_record_at
+from objectstore.timestamps import first_record_at, max_record
 
 if TYPE_CHECKING:
     from agent.broker import Broker
@@ -87,15 +95,23 @@ async def _last_stable(broker: Broker, topic_id: Any, partition: int, res: ListO
 @handler(ListOffsetsRequest)
 async def handle(broker: Broker, ctx: RequestContext, req: ListOffsetsRequest) -> ListOffsetsResponse:
     v = ctx.header.api_version
-    topics: list[TopicResponse] = []
+    topics: dict[str, TopicResponse] = {}
+    seen = Counter((t.name, p.partition_index) for t in req.topics for p in t.partitions)
+    answered: set[tuple[str, int]] = set()
     for t in req.topics:
         info = await broker.topic(t.name)
         bulk = await _bulk(broker, info, t)
-        tr = TopicResponse(name=t.name, partitions=[])
-        topics.append(tr)
+        tr = topics.setdefault(t.name, TopicResponse(name=t.name, partitions=[]))
         for p in t.partitions:
+            key = (t.name, p.partition_index)
+            if v >= 1 and key in answered:
+                continue  # one answer per partition, as Kafka's (keyed by partition)
+            answered.add(key)
             pr = PartitionResponse(partition_index=p.partition_index, timestamp=-1, offset=-1, leader_epoch=-1)
             tr.partitions.append(pr)
+            if v >= 1 and seen[key] > 1:
+                pr.error_code = ErrorCode.INVALID_REQUEST
+                continue
             if info is None or not 0 <= p.partition_index < info.partitions:
                 pr.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
@@ -114,6 +130,10 @@ async def handle(broker: Broker, ctx: RequestContext, req: ListOffsetsRequest) -
                     res = await _last_stable(broker, info.id, p.partition_index, res)
                 if res.error == MetaError.NONE and res.offset >= 0 and (ts >= 0 or ts == MAX_TIMESTAMP):
                     offset, found_ts = await _record_level(broker, info, p.partition_index, ts, res.offset, res.timestamp)
+                    if offset >= 0 and v >= 2 and req.isolation_level == 1:
+                        (view,) = await broker.meta.stable_offsets([(info.id, p.partition_index, offset)])
+                        if view.error == MetaError.NONE and offset >= view.last_stable_offset:
+                            offset, found_ts = -1, -1  # not readable yet under read_committed (Kafka)
                 else:
                     offset, found_ts = res.offset, res.timestamp
             except (MetastoreError, BatchReadError, DecodeError) as e:
@@ -128,7 +148,7 @@ async def handle(broker: Broker, ctx: RequestContext, req: ListOffsetsRequest) -
             pr.leader_epoch = 0 if offset >= 0 else -1
             if v == 0:
                 pr.old_style_offsets = [offset] if offset >= 0 else []
-    return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
+    return ListOffsetsResponse(throttle_time_ms=0, topics=list(topics.values()))
 
 
 # Batches read per lookup before giving up on the record scan (a batch found by its
@@ -145,6 +165,8 @@ async def _record_level(
     reader = reader_for(broker)
     log_append = info.config.get("message.timestamp.type") == "LogAppendTime"
     exact = ts == MAX_TIMESTAMP
+    if exact and not log_append:
+        return await _max_record(broker, info, partition, offset, batch_ts)
     target = batch_ts if exact else ts
     at = offset
     for _ in range(_SCAN_BATCHES):
@@ -160,3 +182,24 @@ async def _record_level(
             return hit
         at = b.last_offset + 1
     return offset, batch_ts  # records unreadable as expected: the batch-level answer
+
+
+async def _max_record(broker: Broker, info: TopicInfo, partition: int, offset: int, batch_ts: int) -> tuple[int, int]:
+    """MAX_TIMESTAMP: the first record carrying ``batch_ts`` in the batch holding
+    ``offset`` (the metastore's answer); when DeleteRecords removed that record
+    (the batch straddles the log start offset), the largest timestamp among the
+    batch's readable records and the batches after it."""
+    reader = reader_for(broker)
+    found = await broker.meta.find_batches(info.id, partition, offset, 1, max_batches=1)
+    if found.error != MetaError.NONE or not found.batches:
+        return offset, batch_ts
+    b, lso = found.batches[0], found.log_start_offset
+    data = await reader.read([b])
+    hit = first_record_at(data, batch_ts, min_offset=lso, exact=True)
+    if hit is not None:
+        return hit
+    best = max_record(data, min_offset=lso)
+    rest = await broker.meta.list_offsets(info.id, partition, MAX_TIMESTAMP, from_offset=b.last_offset + 1)
+    if rest.error == MetaError.NONE and rest.offset >= 0 and (best is None or rest.timestamp > best[1]):
+        return await _max_record(broker, info, partition, rest.offset, rest.timestamp)
+    return best if best is not None else (-1, -1)

@@ -70,11 +70,15 @@ def test_kafka_python_offsets(floe_agent):
 
 
 def _list(agent, topic: str, partitions: list[tuple[int, int]], version: int):
-    req = ListOffsetsRequest(
-        replica_id=-1, isolation_level=0,
-        topics=[LT(name=topic, partitions=[LP(partition_index=p, timestamp=ts, current_leader_epoch=-1) for p, ts in partitions])],
-    )
-    return raw_call(agent, req, version).topics[0].partitions
+    """One request per entry: a partition named twice in a request is INVALID_REQUEST (v1+)."""
+    out = []
+    for p, ts in partitions:
+        req = ListOffsetsRequest(
+            replica_id=-1, isolation_level=0,
+            topics=[LT(name=topic, partitions=[LP(partition_index=p, timestamp=ts, current_leader_epoch=-1)])],
+        )
+        out += raw_call(agent, req, version).topics[0].partitions
+    return out
 
 
 @pytest.mark.parametrize("version", [1, 4, 7, 9, 11])

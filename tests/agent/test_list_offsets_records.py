@@ -43,11 +43,15 @@ def produce_one_batch(agent: Any, topic: str, stamps: list[int], codec: Compress
 
 
 def lookup(agent: Any, topic: str, stamps: list[int], version: int = 8) -> list[tuple[int, int, int]]:
-    req = ListOffsetsRequest(
-        replica_id=-1, isolation_level=0,
-        topics=[LT(name=topic, partitions=[LP(partition_index=0, timestamp=ts) for ts in stamps])],
-    )  # fmt: skip
-    return [(p.error_code, p.offset, p.timestamp) for p in raw_call(agent, req, version).topics[0].partitions]
+    """One request per timestamp: a partition named twice in one request is INVALID_REQUEST."""
+    out = []
+    for ts in stamps:
+        req = ListOffsetsRequest(
+            replica_id=-1, isolation_level=0,
+            topics=[LT(name=topic, partitions=[LP(partition_index=0, timestamp=ts)])],
+        )  # fmt: skip
+        out += [(p.error_code, p.offset, p.timestamp) for p in raw_call(agent, req, version).topics[0].partitions]
+    return out
 
 
 @pytest.mark.interop
@@ -99,6 +103,41 @@ def test_after_delete_records_mid_batch(floe_agent):
     assert lookup(floe_agent, "del", [-2, T, T + 5, T + 8, -3]) == [
         (0, 7, -1), (0, 7, T + 7), (0, 7, T + 7), (0, 8, T + 8), (0, 9, T + 9),
     ]  # fmt: skip
+
+
+def test_max_timestamp_after_delete_records_is_over_readable_records(floe_agent):
+    """DeleteRecords removed the record carrying the largest timestamp (offset 2):
+    the max over what is still readable, here in the straddling batch (offset 8) and
+    then in a later batch once that one carries more."""
+    make_topic(floe_agent, "maxdel")
+    produce_one_batch(floe_agent, "maxdel", [T + i for i in (1, 2, 9, 3, 4, 5, 6, 7, 8, 8)])
+    tid = floe_agent.call(floe_agent.broker.meta.get_topic("maxdel")).id
+    assert floe_agent.call(floe_agent.broker.meta.delete_records(tid, 0, 5)).error == 0
+    assert lookup(floe_agent, "maxdel", [-3]) == [(0, 8, T + 8)]
+    produce_one_batch(floe_agent, "maxdel", [T + 3, T + 8, T + 7])  # a tie: the earlier record wins
+    assert lookup(floe_agent, "maxdel", [-3]) == [(0, 8, T + 8)]
+    produce_one_batch(floe_agent, "maxdel", [T + 2, T + 8, T + 8, T + 9], Compression.LZ4)
+    assert lookup(floe_agent, "maxdel", [-3]) == [(0, 16, T + 9)]
+    assert floe_agent.call(floe_agent.broker.meta.delete_records(tid, 0, 10)).error == 0
+    assert lookup(floe_agent, "maxdel", [-3]) == [(0, 16, T + 9)]
+    assert floe_agent.call(floe_agent.broker.meta.delete_records(tid, 0, 17)).error == 0
+    assert lookup(floe_agent, "maxdel", [-3]) == [(0, -1, -1)]
+
+
+def test_partition_named_twice_is_invalid_request(floe_agent):
+    make_topic(floe_agent, "twice")
+    produce_one_batch(floe_agent, "twice", [T, T + 1])
+    req = ListOffsetsRequest(
+        replica_id=-1, isolation_level=0,
+        topics=[LT(name="twice", partitions=[LP(partition_index=0, timestamp=-1), LP(partition_index=0, timestamp=-2)]),
+                LT(name="nosuch", partitions=[LP(partition_index=1, timestamp=-1)] * 2)],
+    )  # fmt: skip
+    for v in (1, 7, 9):
+        got = [(t.name, p.error_code, p.offset) for t in raw_call(floe_agent, req, v).topics for p in t.partitions]
+        assert got == [("twice", 42, -1), ("nosuch", 42, -1)], (v, got)
+    req.topics[1] = LT(name="twice", partitions=[LP(partition_index=0, timestamp=-1), LP(partition_index=3, timestamp=-1)])
+    got = [(t.name, p.partition_index, p.error_code) for t in raw_call(floe_agent, req, 7).topics for p in t.partitions]
+    assert got == [("twice", 0, 42), ("twice", 3, 3)]  # one topic entry, one answer per partition
 
 
 def test_log_append_time_topic(floe_agent):

@@ -198,3 +198,55 @@ def sc_lo_versions(t: Target) -> Any:
     """Old and new request versions answer alike (v1 has no timestamp field in the answer)."""
     topic = ten(t, "lo-ver")
     return {str(v): raw_list(t, topic, [-2, -1, T0 + 4], version=v) for v in (1, 4, 6, 9)}
+
+
+@scenario
+def sc_lo_partition_named_twice(t: Target) -> Any:
+    """A partition named twice in one request (in one topic entry or two), known
+    and unknown topics: every mention of it is INVALID_REQUEST, the rest answered."""
+    topic = ten(t, "lo-twice")
+    other = t.topic("lo-twice-nosuch")
+    req = ListOffsetsRequest(
+        replica_id=-1,
+        isolation_level=0,
+        topics=[
+            LT(name=topic, partitions=[LP(partition_index=0, timestamp=-1), LP(partition_index=0, timestamp=-2)]),
+            LT(name=other, partitions=[LP(partition_index=1, timestamp=-1), LP(partition_index=1, timestamp=-1)]),
+        ],
+    )
+    split = ListOffsetsRequest(
+        replica_id=-1,
+        isolation_level=0,
+        topics=[
+            LT(name=topic, partitions=[LP(partition_index=0, timestamp=-1)]),
+            LT(name=topic, partitions=[LP(partition_index=0, timestamp=-2), LP(partition_index=3, timestamp=-1)]),
+        ],
+    )
+    out: dict[str, Any] = {}
+    for label, r in (("same_topic", req), ("two_entries", split)):
+        for v in (1, 7, 9):
+            resp = t.raw(r, v)
+            out[f"{label}_v{v}"] = {
+                "topics": sorted("mine" if tr.name == topic else "other" for tr in resp.topics),
+                "partitions": sorted(
+                    ("mine" if tr.name == topic else "other", p.partition_index, error_name(p.error_code), p.offset)
+                    for tr in resp.topics for p in tr.partitions
+                ),  # the order of Kafka's answer is its hash map's
+            }  # fmt: skip
+    return out
+
+
+@scenario
+def sc_lo_read_committed_timestamps(t: Target) -> Any:
+    """read_committed ListOffsets of a topic without transactions: latest is the
+    high watermark, timestamps and max-timestamp as under read_uncommitted."""
+    topic = ten(t, "lo-rc")
+    out = []
+    for ts in (-1, -2, -3, T0 + 4, T0 + 20):
+        req = ListOffsetsRequest(
+            replica_id=-1, isolation_level=1,
+            topics=[LT(name=topic, partitions=[LP(partition_index=0, timestamp=ts)])],
+        )  # fmt: skip
+        p = t.raw(req, 8).topics[0].partitions[0]
+        out.append({"error": error_name(p.error_code), "offset": p.offset, "timestamp": p.timestamp})
+    return out

@@ -395,6 +395,14 @@ async def test_list_offsets(ms: Metastore, clock: FakeClock) -> None:
     assert (await ms.list_offsets(t.id, 0, 0)).offset == 0
     assert (await ms.list_offsets(t.id, 0, 301)).offset == -1
     assert (await ms.list_offsets(t.id, 7, -1)).error is E.UNKNOWN_TOPIC_OR_PARTITION
+    # from_offset leaves out the batches starting below it (the agent's look past a
+    # batch straddling the log start offset)
+    past = await ms.list_offsets(t.id, 0, -3, from_offset=1)
+    assert (past.offset, past.timestamp) == (19, 300)
+    past = await ms.list_offsets(t.id, 0, -3, from_offset=11)
+    assert (past.offset, past.timestamp) == (29, 200)
+    assert (await ms.list_offsets(t.id, 0, 50, from_offset=10)).offset == 10
+    assert (await ms.list_offsets(t.id, 0, -3, from_offset=30)).offset == -1
     await ms.delete_records(t.id, 0, 5)
     assert (await ms.list_offsets(t.id, 0, -2)).offset == 5
     assert (await ms.list_offsets(t.id, 0, 0)).offset == 5
