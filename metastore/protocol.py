@@ -136,6 +136,7 @@ class Metastore(Protocol):
         producer_epoch: int,
         offsets: Sequence[GroupOffset],
     ) -> TxnResult: ...
+    async def txn_pending_offsets(self, group_id: str) -> list[tuple[uuid.UUID, int]]: ...
     async def txn_prepare_end(
         self,
         transactional_id: str,

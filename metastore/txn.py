@@ -341,6 +341,18 @@ class TxnMixin(RegistryMixin, GroupsMixin):
                 )
             return TxnResult(ErrorCode.NONE)
 
+    async def txn_pending_offsets(self, group_id: str) -> list[PartitionRef]:
+        """Partitions of ``group_id`` with a transactional offset commit waiting
+        for its transaction to end (OffsetFetch ``require_stable`` answers
+        UNSTABLE_OFFSET_COMMIT for them), by topic id and partition."""
+        to = s.txn_offsets.c
+        async with self._read() as conn:
+            rows = await conn.execute(
+                select(to.topic_id, to.partition).where(to.group_id == group_id).distinct()
+            )
+            found = {(r.topic_id, r.partition) for r in rows}
+        return sorted(found, key=lambda k: (str(k[0]), k[1]))
+
     # -- ending -----------------------------------------------------------------------
 
     async def txn_prepare_end(

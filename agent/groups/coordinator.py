@@ -579,6 +579,34 @@ class GroupCoordinator:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         return ErrorCode.NONE
 
+    async def validate_txn_commit(
+        self, group_id: str, generation: int, member_id: str, group_instance_id: str | None
+    ) -> int:
+        """TxnOffsetCommit's committer check, as Kafka's classic group does it: an
+        unknown group is fine with generation -1 (a simple group), else
+        ILLEGAL_GENERATION; a member id, instance id or generation >= 0 must name
+        a current member (FENCED_INSTANCE_ID, UNKNOWN_MEMBER_ID) of the current
+        generation (ILLEGAL_GENERATION). Unlike OffsetCommit, a commit without a
+        member is allowed while the group has members (v0-2 carry none), and a
+        rebalance in progress does not refuse it."""
+        g = await self._group(group_id, create=generation < 0)
+        if g is None:
+            return ErrorCode.ILLEGAL_GENERATION
+        if g.state is DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if generation < 0 and g.state is EMPTY:
+            return ErrorCode.NONE
+        if generation >= 0 or member_id or group_instance_id is not None:
+            if group_instance_id is not None:
+                known = g.static_members.get(group_instance_id)
+                if known is not None and known != member_id:
+                    return ErrorCode.FENCED_INSTANCE_ID
+            if member_id not in g.members:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            if generation != g.generation:
+                return ErrorCode.ILLEGAL_GENERATION
+        return ErrorCode.NONE
+
     async def fetch_offsets(self, group_id: str, topic_ids: Sequence[uuid.UUID] | None = None) -> list[GroupOffset]:
         return await self.meta.fetch_offsets(group_id, topic_ids)
 

@@ -4,9 +4,12 @@ Behavior: committed offsets come from the metastore (the only copy that
 matters), so any agent answers the same. Partitions without a commit (or of
 unknown topics) get offset -1, empty metadata and no error, as Kafka answers.
 A null topic list (v2+) means every partition the group committed, for topics
-that still exist. v8+ asks for several groups at once. ``require_stable`` is
-ignored (no transactional offsets). v10 addresses topics by id (unknown ids
-get UNKNOWN_TOPIC_ID). A metastore failure answers COORDINATOR_NOT_AVAILABLE.
+that still exist. v8+ asks for several groups at once. ``require_stable``
+(v7+): a partition with a transactional offset commit waiting for its
+transaction to end answers UNSTABLE_OFFSET_COMMIT (offset -1; retriable, the
+consumer asks again), as Kafka does; without it the last committed offset.
+v10 addresses topics by id (unknown ids get UNKNOWN_TOPIC_ID). A metastore
+failure answers COORDINATOR_NOT_AVAILABLE.
 
 Versions: 0-10 (v6+ flexible, v8+ batched groups). Min 0 for old clients.
 """
@@ -60,7 +63,11 @@ def _partitions(partition: Callable[..., P], topic: _Topic) -> list[P]:
 
 
 async def _group_offsets(
-    broker: Broker, group_id: str, wanted: list[tuple[str, uuid.UUID, list[int]]] | None, by_id: bool
+    broker: Broker,
+    group_id: str,
+    wanted: list[tuple[str, uuid.UUID, list[int]]] | None,
+    by_id: bool,
+    require_stable: bool = False,
 ) -> tuple[int, list[_Topic]]:
     """``wanted`` is (name, topic id, partitions) per requested topic, or None for all."""
     resolved: list[tuple[_Topic, uuid.UUID | None, list[int]]] = []
@@ -71,9 +78,11 @@ async def _group_offsets(
     try:
         ids = None if wanted is None else [r[1] for r in resolved if r[1] is not None]
         stored: list[GroupOffset] = await broker.groups.fetch_offsets(group_id, ids)
+        pending = set(await broker.meta.txn_pending_offsets(group_id)) if require_stable else set()
     except MetastoreError:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
     commits = {(o.topic_id, o.partition): o for o in stored}
+    unstable = (-1, -1, "", ErrorCode.UNSTABLE_OFFSET_COMMIT)
     if wanted is None:
         topics: dict[uuid.UUID, _Topic] = {}
         for o in stored:
@@ -82,6 +91,9 @@ async def _group_offsets(
                 if info is None:
                     continue  # the topic was deleted
                 topics[o.topic_id] = _Topic(info.name, info.id)
+            if (o.topic_id, o.partition) in pending:
+                topics[o.topic_id].partitions.append((o.partition, *unstable))
+                continue
             topics[o.topic_id].partitions.append((o.partition, o.offset, o.leader_epoch, o.metadata, 0))
         return ErrorCode.NONE, list(topics.values())
     for topic, found_id, parts in resolved:
@@ -90,7 +102,9 @@ async def _group_offsets(
                 topic.partitions.append((p, -1, -1, "", ErrorCode.UNKNOWN_TOPIC_ID))
                 continue
             commit = commits.get((found_id, p)) if found_id is not None else None
-            if commit is None:
+            if found_id is not None and (found_id, p) in pending:
+                topic.partitions.append((p, *unstable))
+            elif commit is None:
                 topic.partitions.append((p, -1, -1, "", 0))
             else:
                 topic.partitions.append((p, commit.offset, commit.leader_epoch, commit.metadata, 0))
@@ -108,7 +122,7 @@ async def handle(broker: Broker, ctx: RequestContext, req: OffsetFetchRequest) -
                 if g.topics is None
                 else [(t.name, t.topic_id, list(t.partition_indexes)) for t in g.topics]
             )
-            error, topics = await _group_offsets(broker, g.group_id, wanted, v >= 10)
+            error, topics = await _group_offsets(broker, g.group_id, wanted, v >= 10, req.require_stable)
             groups.append(
                 V8Group(
                     group_id=g.group_id,
@@ -129,7 +143,7 @@ async def handle(broker: Broker, ctx: RequestContext, req: OffsetFetchRequest) -
         if req.topics is None and v >= 2
         else [(t.name, uuid.UUID(int=0), list(t.partition_indexes)) for t in req.topics or []]
     )
-    error, topics = await _group_offsets(broker, req.group_id, old_wanted, False)
+    error, topics = await _group_offsets(broker, req.group_id, old_wanted, False, v >= 7 and req.require_stable)
     if error and v < 2 and old_wanted is not None:
         # v0-1 have no top-level error: report it on every partition.
         topics = [_Topic(n, tid, [(p, -1, -1, "", error) for p in parts]) for n, tid, parts in old_wanted]

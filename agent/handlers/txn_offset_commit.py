@@ -8,8 +8,11 @@ The producer must have added the group with AddOffsetsToTxn in an ongoing
 transaction (INVALID_TXN_STATE otherwise) with its current id and epoch
 (INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED; INVALID_PRODUCER_EPOCH before
 v3). Unknown topics or partitions get UNKNOWN_TOPIC_OR_PARTITION per partition.
-The v3+ group generation and member id are not checked (Kafka checks them
-against the classic group; Floe's transactional fencing is by producer epoch).
+The v3+ generation, member id and group instance id are checked against the
+group like Kafka's classic group does (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
+FENCED_INSTANCE_ID; ``GroupCoordinator.validate_txn_commit``), so a consumer
+that lost its partitions in a rebalance cannot commit their offsets in a
+transaction (KIP-447).
 
 Versions: 0-5 (v3+ flexible).
 """
@@ -53,6 +56,10 @@ async def _handle(broker: Broker, v: int, req: TxnOffsetCommitRequest) -> TxnOff
             offsets.append(
                 GroupOffset(info.id, p.partition_index, p.committed_offset, p.committed_leader_epoch, p.committed_metadata)
             )
+    if top == ErrorCode.NONE:
+        instance = req.group_instance_id if v >= 3 else None
+        generation, member = (req.generation_id, req.member_id) if v >= 3 else (-1, "")
+        top = await broker.groups.validate_txn_commit(req.group_id, generation, member, instance)
     if top == ErrorCode.NONE and offsets:
         try:
             res = await broker.meta.txn_commit_offsets(

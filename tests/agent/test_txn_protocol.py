@@ -112,6 +112,76 @@ def test_produce_verification_and_read_committed_fetch(floe_agent):
         assert (pid2, ep2) == (pid, ep + 1)
 
 
+def _join(c: RawConn, group: str, instance: str | None = None) -> tuple[str, int]:
+    """One member joined and synced (the group's only member): (member id, generation)."""
+    P = M.JoinGroupRequest.JoinGroupRequestProtocol
+    member = ""
+    for _ in range(2):  # MEMBER_ID_REQUIRED first
+        r = c.request(
+            M.JoinGroupRequest(group_id=group, session_timeout_ms=30_000, rebalance_timeout_ms=10_000, member_id=member,
+                               group_instance_id=instance, protocol_type="consumer", protocols=[P(name="range", metadata=b"")]),
+            M.JoinGroupResponse, 5,
+        )  # fmt: skip
+        member = r.member_id
+        if r.error_code == 0:
+            break
+    assert r.error_code == 0, r
+    A = M.SyncGroupRequest.SyncGroupRequestAssignment
+    s = c.request(
+        M.SyncGroupRequest(group_id=group, generation_id=r.generation_id, member_id=member, group_instance_id=instance,
+                           protocol_type="consumer", protocol_name="range", assignments=[A(member_id=member, assignment=b"")]),
+        M.SyncGroupResponse, 5,
+    )  # fmt: skip
+    assert s.error_code == 0, s
+    return member, r.generation_id
+
+
+def _txn_commit(c: RawConn, tid: str, group: str, pid: int, ep: int, topic: str, gen: int = -1, member: str = "",
+                instance: str | None = None, version: int = 3) -> int:  # fmt: skip
+    T = M.TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
+    req = M.TxnOffsetCommitRequest(
+        transactional_id=tid, group_id=group, producer_id=pid, producer_epoch=ep, generation_id=gen,
+        member_id=member, group_instance_id=instance,
+        topics=[T(name=topic, partitions=[T.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=5)])],
+    )  # fmt: skip
+    return int(c.request(req, M.TxnOffsetCommitResponse, version).topics[0].partitions[0].error_code)
+
+
+def _offset_fetch(c: RawConn, group: str, topic: str, stable: bool, version: int = 7) -> tuple[int, int]:
+    T = M.OffsetFetchRequest.OffsetFetchRequestTopic
+    req = M.OffsetFetchRequest(group_id=group, topics=[T(name=topic, partition_indexes=[0])], require_stable=stable)
+    p = c.request(req, M.OffsetFetchResponse, version).topics[0].partitions[0]
+    return int(p.error_code), int(p.committed_offset)
+
+
+def test_txn_offset_commit_checks_the_group_and_require_stable(floe_agent):
+    """TxnOffsetCommit v3+ checks generation, member and instance ids like Kafka's
+    classic group; OffsetFetch require_stable answers UNSTABLE_OFFSET_COMMIT while
+    the transaction's offsets are pending."""
+    with RawConn(floe_agent.port) as c:
+        _create(c, "tp-gen", 1)
+        pid, ep = _init(c, "tp-gen-tx")
+        r = c.request(
+            M.AddOffsetsToTxnRequest(transactional_id="tp-gen-tx", producer_id=pid, producer_epoch=ep, group_id="g-gen"),
+            M.AddOffsetsToTxnResponse, 3,
+        )  # fmt: skip
+        assert r.error_code == 0
+        # an unknown group: generation -1 is a simple group, anything else ILLEGAL_GENERATION
+        assert _txn_commit(c, "tp-gen-tx", "g-none", pid, ep, "tp-gen", gen=3, member="m") == ErrorCode.ILLEGAL_GENERATION
+        member, gen = _join(c, "g-gen", instance="i-1")
+        args = (c, "tp-gen-tx", "g-gen", pid, ep, "tp-gen")
+        assert _txn_commit(*args, gen=gen + 1, member=member, instance="i-1") == ErrorCode.ILLEGAL_GENERATION
+        assert _txn_commit(*args, gen=gen, member="nobody") == ErrorCode.UNKNOWN_MEMBER_ID
+        assert _txn_commit(*args, gen=gen, member="nobody", instance="i-1") == ErrorCode.FENCED_INSTANCE_ID
+        assert _txn_commit(*args, gen=-1, member="") == 0  # no member (as v0-2 send): allowed
+        assert _txn_commit(*args, version=2) == 0
+        assert _txn_commit(*args, gen=gen, member=member, instance="i-1") == 0
+        assert _offset_fetch(c, "g-gen", "tp-gen", True) == (ErrorCode.UNSTABLE_OFFSET_COMMIT, -1)
+        assert _offset_fetch(c, "g-gen", "tp-gen", False) == (0, -1)
+        assert _end(c, "tp-gen-tx", pid, ep, True) == 0
+        assert _offset_fetch(c, "g-gen", "tp-gen", True) == (0, 5)
+
+
 def test_timeout_abort_fences_and_describe(agent_factory):
     agent = agent_factory(transaction_check_interval_ms=50)
     with RawConn(agent.port) as c:

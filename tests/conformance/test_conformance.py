@@ -20,6 +20,7 @@ from tests.conformance import (  # noqa: F401  (registers the scenarios)
     sc_offsets,
     sc_produce,
     sc_topics,
+    sc_txn,
 )
 from tests.conformance._harness import SCENARIOS, Target, compare
 from tests.conformance.allowlist import ALLOW, KNOWN

@@ -97,6 +97,8 @@ async def test_commit_lifecycle_lso_and_offsets(ms: Metastore) -> None:
     assert (await ms.txn_commit_offsets("tx", "other", pid, ep, offs)).error is E.INVALID_TXN_STATE
     assert (await ms.txn_commit_offsets("tx", "g", pid, ep, offs)).error is E.NONE
     assert await ms.fetch_offsets("g") == []
+    assert await ms.txn_pending_offsets("g") == [(t, 0)]  # OffsetFetch require_stable: unstable
+    assert await ms.txn_pending_offsets("other") == []
     prep = await ms.txn_prepare_end("tx", pid, ep, True)
     assert prep.txn is not None and prep.txn.state == TXN_PREPARE_COMMIT
     assert (await ms.txn_add_partitions("tx", pid, ep, [(t, 1)])).error is E.CONCURRENT_TRANSACTIONS
@@ -109,6 +111,7 @@ async def test_commit_lifecycle_lso_and_offsets(ms: Metastore) -> None:
     (v0,) = await ms.stable_offsets([(t, 0, 0)])
     assert (v0.last_stable_offset, v0.aborted) == (8, [])
     assert [(o.partition, o.offset) for o in await ms.fetch_offsets("g")] == [(0, 42)]
+    assert await ms.txn_pending_offsets("g") == []
     # a retried EndTxn of the same decision is fine; the next transaction continues
     assert (await ms.txn_prepare_end("tx", pid, ep, True)).error is E.NONE
     assert await ms.txn_verify(pid, ep, [(t, 0)]) == [E.INVALID_TXN_STATE]
@@ -136,6 +139,7 @@ async def test_abort_records_ranges_and_drops_offsets(ms: Metastore) -> None:
     assert v0_late.aborted == []  # the range ends before the fetch offset
     assert v1.aborted == []  # nothing of the transaction landed on partition 1
     assert await ms.fetch_offsets("g") == []
+    assert await ms.txn_pending_offsets("g") == []
 
 
 async def test_bumped_marker_fences_old_epoch_in_the_log(ms: Metastore) -> None:
