@@ -1,9 +1,12 @@
-"""Group requests behind a shared address: forward them to the group's ring owner.
+"""Coordinator requests behind a shared address: forward them to the ring owner.
 
 Where it sits: in the dispatcher (:func:`agent.handlers.make_dispatcher`),
 before a group request (JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-OffsetCommit, OffsetDelete) reaches its handler, and as the ``POST /kafka``
-route on the admin (peer) HTTP port.
+OffsetCommit, OffsetDelete) or a transaction request (InitProducerId with a
+transactional id, AddPartitionsToTxn v0-3, AddOffsetsToTxn, EndTxn,
+TxnOffsetCommit, DescribeTransactions of one id) reaches its handler, and as
+the ``POST /kafka`` route on the admin (peer) HTTP port. Transactional ids
+and group ids share one ring, so the owner is found the same way.
 
 Why: when several agents advertise one address (a zone's load balancer), a
 client cannot pick the coordinator FindCoordinator names: its connection to
@@ -40,8 +43,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# api key -> the request field naming the group
-GROUP_APIS = {8: "group_id", 11: "group_id", 12: "group_id", 13: "group_id", 14: "group_id", 47: "group_id"}
+# api key -> the request field naming the coordinator's key (a group or transactional id)
+GROUP_APIS = {
+    8: "group_id", 11: "group_id", 12: "group_id", 13: "group_id", 14: "group_id", 47: "group_id",
+    22: "transactional_id",  # InitProducerId (null for an idempotent producer: any agent)
+    24: "v3_and_below_transactional_id",  # AddPartitionsToTxn (v4+ batches are broker-to-broker)
+    25: "transactional_id", 26: "transactional_id",  # AddOffsetsToTxn, EndTxn
+    28: "group_id",  # TxnOffsetCommit goes to the group's coordinator
+    65: "transactional_ids",  # DescribeTransactions, when it names one id
+}  # fmt: skip
 
 FORWARDS = Counter(
     "floe_group_forwards", "Group requests relayed to the owner behind a shared address", registry=METRICS.registry
@@ -64,7 +74,9 @@ class GroupForwarder:
         """The agent to relay this request to, or None to handle it here."""
         field = GROUP_APIS.get(api_key)
         group_id = getattr(request, field, None) if field else None
-        if not group_id:
+        if isinstance(group_id, list):
+            group_id = group_id[0] if len(group_id) == 1 else None
+        if not group_id or not isinstance(group_id, str):
             return None
         me, owner = self._me(), self._owner(group_id)
         if owner.agent_id == me.agent_id or (owner.host, owner.port) != (me.host, me.port):
