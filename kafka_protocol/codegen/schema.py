@@ -11,10 +11,15 @@ import copy
 import importlib.resources
 import json
 import re
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
 SPEC_PACKAGE = "kafka.protocol.schemas.resources"
+#: Specs the kafka-python wheel does not carry (the KIP-848 consumer-group APIs),
+#: copied unchanged from Apache Kafka 4.1.0 (kafka-clients-4.1.0.jar,
+#: common/message/). A file here is used instead of the wheel's.
+VENDORED_SPECS = Path(__file__).resolve().parent / "specs"
 MAX_VERSION = 32767
 
 #: The APIs we generate, as (module name, spec base names).
@@ -27,7 +32,8 @@ APIS: list[tuple[str, list[str]]] = [
         "DescribeConfigs AlterConfigs IncrementalAlterConfigs DeleteRecords InitProducerId "
         "AddPartitionsToTxn AddOffsetsToTxn EndTxn TxnOffsetCommit WriteTxnMarkers "
         "DescribeCluster SaslHandshake SaslAuthenticate DescribeAcls CreateAcls DeleteAcls "
-        "DescribeProducers DescribeTransactions ListTransactions"
+        "DescribeProducers DescribeTransactions ListTransactions "
+        "ConsumerGroupHeartbeat ConsumerGroupDescribe"
     ).split()
 ] + [("consumer_protocol", ["ConsumerProtocolSubscription", "ConsumerProtocolAssignment"])]
 
@@ -171,7 +177,11 @@ class Message:
 
 
 def load_raw(name: str) -> dict[str, Any]:
-    text = importlib.resources.files(SPEC_PACKAGE).joinpath(name + ".json").read_text("utf-8")
+    vendored = VENDORED_SPECS / (name + ".json")
+    if vendored.exists():
+        text = vendored.read_text("utf-8")
+    else:
+        text = importlib.resources.files(SPEC_PACKAGE).joinpath(name + ".json").read_text("utf-8")
     text = re.sub(r"(?m)^\s*//.*$", "", text)
     data: dict[str, Any] = json.loads(text)
     return data

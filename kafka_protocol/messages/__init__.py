@@ -77,6 +77,14 @@ from kafka_protocol.messages.list_transactions import (
     ListTransactionsRequest,
     ListTransactionsResponse,
 )
+from kafka_protocol.messages.consumer_group_heartbeat import (
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
+from kafka_protocol.messages.consumer_group_describe import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+)
 from kafka_protocol.messages.consumer_protocol import (
     ConsumerProtocolSubscription,
     ConsumerProtocolAssignment,
@@ -122,6 +130,8 @@ REQUESTS: dict[int, type] = {
     61: DescribeProducersRequest,
     65: DescribeTransactionsRequest,
     66: ListTransactionsRequest,
+    68: ConsumerGroupHeartbeatRequest,
+    69: ConsumerGroupDescribeRequest,
 }
 RESPONSES: dict[int, type] = {
     0: ProduceResponse,
@@ -163,6 +173,8 @@ RESPONSES: dict[int, type] = {
     61: DescribeProducersResponse,
     65: DescribeTransactionsResponse,
     66: ListTransactionsResponse,
+    68: ConsumerGroupHeartbeatResponse,
+    69: ConsumerGroupDescribeResponse,
 }
 
 __all__ = [
@@ -176,6 +188,10 @@ __all__ = [
     "AlterConfigsResponse",
     "ApiVersionsRequest",
     "ApiVersionsResponse",
+    "ConsumerGroupDescribeRequest",
+    "ConsumerGroupDescribeResponse",
+    "ConsumerGroupHeartbeatRequest",
+    "ConsumerGroupHeartbeatResponse",
     "ConsumerProtocolAssignment",
     "ConsumerProtocolSubscription",
     "CreateAclsRequest",

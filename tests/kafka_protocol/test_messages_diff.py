@@ -24,6 +24,7 @@ from kafka_protocol import messages
 from kafka_protocol.codegen.samples import Sampler
 from kafka_protocol.codegen.schema import (
     APIS,
+    VENDORED_SPECS,
     Field,
     Message,
     Struct,
@@ -65,7 +66,14 @@ KAFKA = _kafka_classes()
 OLD = _old_classes()
 MODELS: dict[str, Message] = {n: load_message(n) for _, names in APIS for n in names}
 
-CASES = [(n, v) for n, m in MODELS.items() for v in range(m.min_version, m.max_version + 1)]
+# Specs vendored from Apache Kafka (kafka_protocol/codegen/specs/) have no
+# kafka-python class to compare with; the fuzz and round-trip tests cover them.
+CASES = [
+    (n, v)
+    for n, m in MODELS.items()
+    if not (VENDORED_SPECS / f"{n}.json").exists()
+    for v in range(m.min_version, m.max_version + 1)
+]
 
 
 def _spec_min(name: str) -> int:
@@ -210,7 +218,7 @@ def test_kafka_python_then_ours(name: str, version: int) -> None:
 
 
 def test_every_api_in_the_brief_is_covered() -> None:
-    assert len(messages.REQUESTS) == 39
+    assert len(messages.REQUESTS) == 41  # 39 + ConsumerGroupHeartbeat/Describe (KIP-848)
     assert set(messages.REQUESTS) == set(messages.RESPONSES)
     for key, cls in messages.REQUESTS.items():
         assert cls.API_KEY == key
