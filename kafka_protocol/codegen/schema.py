@@ -11,8 +11,8 @@ import copy
 import importlib.resources
 import json
 import re
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 SPEC_PACKAGE = "kafka.protocol.schemas.resources"
