@@ -137,6 +137,16 @@ class AgentConfig(BaseSettings):
         30_000, gt=0, description="Not ready when a sealed segment waits longer than this for upload + commit"
     )
 
+    cloudwatch_emf_interval_s: float = Field(
+        0,
+        ge=0,
+        description=(
+            "Write CloudWatch Embedded Metric Format lines to stdout every this many seconds"
+            " (ECS/awslogs turns them into metrics); 0: off"
+        ),
+    )
+    cloudwatch_namespace: str = Field("Floe", min_length=1, description="CloudWatch namespace of those metrics")
+
     @field_validator("objects")
     @classmethod
     def _objects_url(cls, v: str) -> str:

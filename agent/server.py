@@ -21,6 +21,7 @@ from agent.broker import Broker
 from agent.cluster.peer_cache import resolve_peer_address
 from agent.config import AgentConfig
 from agent.connection import KafkaConnection
+from agent.emf import EmfReporter
 from agent.handlers import make_dispatcher
 from agent.health import Readiness
 from agent.metrics import METRICS
@@ -49,6 +50,15 @@ class AgentServer:
             deadline_s=cfg.ready_deadline_ms / 1000,
             stall_s=cfg.ready_stall_ms / 1000,
         )
+        self.emf: EmfReporter | None = None
+        if cfg.cloudwatch_emf_interval_s > 0:
+            self.emf = EmfReporter(
+                METRICS.registry,
+                namespace=cfg.cloudwatch_namespace,
+                dimensions={"ClusterId": cfg.cluster_id, "Zone": cfg.zone},
+                interval_s=cfg.cloudwatch_emf_interval_s,
+                now_ms=broker.clock.now_ms,
+            )
 
     async def start(self) -> None:
         cfg = self.broker.config
@@ -94,6 +104,8 @@ class AgentServer:
             await self._abort()
             raise
         self.readiness.start()
+        if self.emf is not None:
+            self.emf.start()
         log.info(
             "floe agent %s (node %d) listening on %s:%d, advertised %s:%d, peer address %s:%d",
             cfg.agent_id, self.broker.node_id, cfg.host, self.port,
@@ -160,6 +172,8 @@ class AgentServer:
             if srv is not None:
                 srv.close()
         await self.readiness.stop()
+        if self.emf is not None:
+            await self.emf.stop()
         await self.broker.cluster.stop()  # leave the ring at once
         for c in list(self._conns):
             c.stop_reading()

@@ -34,7 +34,10 @@ module "floe" {
   alarm_emails                = var.alarm_emails
   alarm_db_cpu_percent        = var.alarm_db_cpu_percent
   alarm_db_free_storage_bytes = var.alarm_db_free_storage_bytes
-  s3_endpoint_route_table_ids = var.s3_endpoint_route_table_ids
+  alarm_commit_latency_ms     = var.alarm_commit_latency_ms
+
+  autoscaling_produce_requests_per_task = var.autoscaling_produce_requests_per_task
+  s3_endpoint_route_table_ids           = var.s3_endpoint_route_table_ids
 
   db_deletion_protection            = var.production
   db_skip_final_snapshot            = !var.production

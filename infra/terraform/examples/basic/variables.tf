@@ -110,6 +110,18 @@ variable "alarm_db_free_storage_bytes" {
   default     = 5368709120
 }
 
+variable "alarm_commit_latency_ms" {
+  description = "Alarm when the agents' metastore commit p99 stays above this many ms for 3 minutes."
+  type        = number
+  default     = 250
+}
+
+variable "autoscaling_produce_requests_per_task" {
+  description = "Target Produce requests per second per agent task (scaling beside CPU); null: CPU only."
+  type        = number
+  default     = 2000
+}
+
 variable "s3_endpoint_route_table_ids" {
   description = "Route tables of the agent subnets for an S3 gateway VPC endpoint (empty: none)."
   type        = list(string)

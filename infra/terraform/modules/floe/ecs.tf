@@ -158,3 +158,37 @@ resource "aws_appautoscaling_policy" "agent_cpu" {
     scale_in_cooldown = 300
   }
 }
+
+# Request-count scaling: CPU lags behind a burst of small produce requests (each
+# costs the agent a fixed amount of Python), so also track Produce requests per
+# task, from the agents' own metric (agent/emf.py), averaged over the zone's tasks.
+resource "aws_appautoscaling_policy" "agent_requests" {
+  for_each = var.autoscaling_produce_requests_per_task == null ? {} : aws_appautoscaling_target.agent
+
+  name               = "${var.name}-agent-${each.key}-produce-requests"
+  policy_type        = "TargetTrackingScaling"
+  service_namespace  = each.value.service_namespace
+  resource_id        = each.value.resource_id
+  scalable_dimension = each.value.scalable_dimension
+
+  target_tracking_scaling_policy_configuration {
+    customized_metric_specification {
+      namespace   = var.cloudwatch_namespace
+      metric_name = "ProduceRequestsPerSecond"
+      statistic   = "Average"
+      unit        = "Count/Second"
+
+      dimensions {
+        name  = "ClusterId"
+        value = local.cluster_id
+      }
+      dimensions {
+        name  = "Zone"
+        value = each.key
+      }
+    }
+    target_value       = var.autoscaling_produce_requests_per_task
+    scale_out_cooldown = 60
+    scale_in_cooldown  = 300
+  }
+}

@@ -39,6 +39,9 @@ locals {
     FLOE_FETCH_CACHE_BYTES  = tostring(var.fetch_cache_bytes)
     FLOE_AUTO_CREATE_TOPICS = tostring(var.auto_create_topics)
     FLOE_DEFAULT_PARTITIONS = tostring(var.default_partitions)
+    # Metrics for scaling and alarms: Embedded Metric Format lines on stdout (awslogs).
+    FLOE_CLOUDWATCH_EMF_INTERVAL_S = "60"
+    FLOE_CLOUDWATCH_NAMESPACE      = tostring(var.cloudwatch_namespace)
   }
 
   # Per zone: the zone itself and the address clients are sent to after

@@ -189,6 +189,23 @@ variable "agents_max_per_zone" {
   }
 }
 
+variable "autoscaling_produce_requests_per_task" {
+  description = "Target Produce requests per second per agent task (the agents' ProduceRequestsPerSecond metric, averaged over a zone's tasks) for a second target-tracking policy beside CPU: ECS scales out when either asks. null: CPU only."
+  type        = number
+  default     = 2000
+
+  validation {
+    condition     = var.autoscaling_produce_requests_per_task == null || try(var.autoscaling_produce_requests_per_task > 0, false)
+    error_message = "autoscaling_produce_requests_per_task must be positive (or null)."
+  }
+}
+
+variable "cloudwatch_namespace" {
+  description = "CloudWatch namespace of the agents' own metrics (Embedded Metric Format on stdout, dimensions ClusterId and Zone)."
+  type        = string
+  default     = "Floe"
+}
+
 variable "autoscaling_cpu_target" {
   description = "Target average CPU utilisation (percent) of each zone's agent service for target-tracking autoscaling."
   type        = number
@@ -613,6 +630,12 @@ variable "alarm_db_cpu_percent" {
   description = "Metastore CPU (%) above which the alarm fires."
   type        = number
   default     = 80
+}
+
+variable "alarm_commit_latency_ms" {
+  description = "Alarm when the agents' 99th percentile metastore commit latency (CommitLatencyP99, per zone) stays above this many ms for 3 minutes (every acknowledged produce waits for a commit)."
+  type        = number
+  default     = 250
 }
 
 variable "alarm_db_free_storage_bytes" {

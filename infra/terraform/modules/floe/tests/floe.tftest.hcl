@@ -241,6 +241,11 @@ run "aurora_kms_compactor_sasl" {
   }
 
   assert {
+    condition     = length(aws_cloudwatch_metric_alarm.compactor_failures) == 1 && aws_cloudwatch_log_metric_filter.compactor_failures[0].pattern == "\"compactor pass failed\""
+    error_message = "failed compactor passes (their log line) alarm"
+  }
+
+  assert {
     condition     = jsondecode(aws_ecs_task_definition.compactor[0].container_definitions)[0].command == ["compactor", "run", "--metrics-port", "9645"]
     error_message = "the compactor runs `floe compactor run` with its metrics (and progress) on 9645"
   }
@@ -361,6 +366,40 @@ run "alarms" {
   assert {
     condition     = length(aws_vpc_endpoint.s3) == 0
     error_message = "no S3 endpoint unless route tables are given"
+  }
+
+  assert {
+    condition = (
+      length(aws_cloudwatch_metric_alarm.agent) == 6
+      && aws_cloudwatch_metric_alarm.agent["produce-failures-us-east-1a"].metric_name == "ProduceFailures"
+      && aws_cloudwatch_metric_alarm.agent["produce-failures-us-east-1a"].dimensions["Zone"] == "us-east-1a"
+      && aws_cloudwatch_metric_alarm.agent["commit-latency-us-east-1c"].metric_name == "CommitLatencyP99"
+      && aws_cloudwatch_metric_alarm.agent["commit-latency-us-east-1c"].threshold == 250
+      && aws_cloudwatch_metric_alarm.agent["commit-latency-us-east-1c"].namespace == "Floe"
+    )
+    error_message = "produce-failure and commit-latency alarms per zone on the agents' own metrics"
+  }
+
+  assert {
+    condition     = length(aws_cloudwatch_metric_alarm.compactor_failures) == 0
+    error_message = "no compactor alarm without the compactor"
+  }
+
+  assert {
+    condition = (
+      length(aws_appautoscaling_policy.agent_requests) == 3
+      && one(aws_appautoscaling_policy.agent_requests["us-east-1a"].target_tracking_scaling_policy_configuration).target_value == 2000
+      && one(one(aws_appautoscaling_policy.agent_requests["us-east-1a"].target_tracking_scaling_policy_configuration).customized_metric_specification).metric_name == "ProduceRequestsPerSecond"
+    )
+    error_message = "each zone also scales on Produce requests per task"
+  }
+
+  assert {
+    condition = contains(
+      jsondecode(aws_ecs_task_definition.agent["us-east-1a"].container_definitions)[0].environment,
+      { name = "FLOE_CLOUDWATCH_EMF_INTERVAL_S", value = "60" }
+    )
+    error_message = "the agents write their metrics for CloudWatch every 60 s"
   }
 }
 
