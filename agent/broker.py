@@ -222,9 +222,14 @@ class Broker:
         return info
 
     def _remember(self, name: str, info: TopicInfo | None, now: float) -> None:
+        # A name that does not exist is not remembered: another agent may create it
+        # the next moment, and a client told "unknown" after its CreateTopics
+        # succeeded elsewhere would fail (ids are never reused, so by-id misses are).
+        if info is None:
+            self._topics_by_name.pop(name, None)
+            return
         self._topics_by_name[name] = (now, info)
-        if info is not None:
-            self._topics_by_id[info.id] = (now, info)
+        self._topics_by_id[info.id] = (now, info)
 
     async def auto_create(self, name: str) -> TopicInfo | None:
         """Create ``name`` with the default partition count (racing creators agree)."""

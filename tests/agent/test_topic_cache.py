@@ -1,0 +1,35 @@
+"""A topic created through one agent is known at once to another agent on the same
+metastore, even one that was just asked for it (and said unknown) before.
+
+Found with four workers on one Postgres (loadtest.width): a consumer's first
+lookup went to an agent that had cached "unknown topic" for a second, and
+librdkafka failed with "Unknown partition" right after CreateTopics succeeded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+def test_topic_created_elsewhere_is_known_at_once(agent_factory: Any, tmp_path: Path) -> None:
+    from confluent_kafka import Consumer
+
+    shared = {"metastore": f"sqlite:///{tmp_path / 'shared.db'}", "objects": f"file://{tmp_path / 'objects'}",
+              "auto_create_topics": False}  # fmt: skip
+    a, b = agent_factory(**shared), agent_factory(**shared)
+    admin_b = AdminClient({"bootstrap.servers": b.bootstrap})
+    before = admin_b.list_topics("later", timeout=10).topics
+    assert "later" not in before or before["later"].error is not None  # b: unknown
+    admin_a = AdminClient({"bootstrap.servers": a.bootstrap})
+    admin_a.create_topics([NewTopic("later", 4, 1)])["later"].result(30)
+    md = admin_b.list_topics("later", timeout=10).topics["later"]
+    assert md.error is None and len(md.partitions) == 4
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "g"})
+    try:
+        assert c.get_watermark_offsets(TopicPartition("later", 3), timeout=10) == (0, 0)
+    finally:
+        c.close()
