@@ -125,6 +125,7 @@ class Broker:
                 heartbeat_s=config.cluster_heartbeat_ms / 1000,
                 dead_after_s=config.cluster_dead_after_ms / 1000,
                 peer_cache=config.peer_cache,
+                internal_token=config.internal_token,
             ),
         )
         self.cluster.attach_groups(self.groups)
@@ -142,7 +143,7 @@ class Broker:
 
     @classmethod
     async def open(cls, config: AgentConfig, *, clock: Clock | None = None) -> Broker:
-        meta = await open_metastore(config.metastore)
+        meta = await open_metastore(config.metastore, internal_token=config.internal_token)
         try:
             config = await resolve_cluster_id(config, meta)
         except BaseException:

@@ -95,7 +95,13 @@ class AgentConfig(BaseSettings):
         ),
     )
 
-    auto_create_topics: bool = Field(True, description="Create unknown topics on Metadata/Produce")
+    auto_create_topics: bool = Field(
+        False,
+        description=(
+            "Create unknown topics on Metadata/Produce (auto.create.topics.enable);"
+            " off for floe agent, on for floe dev"
+        ),
+    )
     default_partitions: int = Field(1, gt=0, description="Partitions of auto-created topics")
 
     fetch_cache_bytes: int = Field(256 * MiB, gt=0, description="Block cache capacity")
@@ -107,7 +113,25 @@ class AgentConfig(BaseSettings):
         description="Fetch sessions (KIP-227) kept per agent; 0 answers every Fetch sessionless",
     )
 
-    admin_port: int = Field(0, ge=0, le=65535, description="HTTP port for /metrics and /healthz")
+    admin_port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description=(
+            "HTTP port for /metrics, /healthz, /readyz (open) and the internal routes (peer"
+            " /blocks, group relay /kafka, planning API: internal_token required)"
+        ),
+    )
+    admin_host: str = Field("", description="Address the admin HTTP port binds to (empty = host)")
+    internal_token: str = Field(
+        "",
+        repr=False,
+        description=(
+            "Shared secret of the internal HTTP surfaces (peer /blocks, /kafka relay, planning"
+            " API, floe metastore serve), sent as Authorization: Bearer; empty = those routes"
+            " answer loopback callers only"
+        ),
+    )
 
     group_initial_rebalance_delay_ms: int = Field(
         100, ge=0, description="Wait this long for more members when an empty group starts rebalancing"

@@ -26,6 +26,7 @@ from agent.handlers import make_dispatcher
 from agent.health import Readiness
 from agent.metrics import METRICS
 from agent.planning import add_planning_routes
+from metastore.internal_auth import internal_auth_middleware, is_loopback
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ class AgentServer:
             with suppress(Exception):
                 await make_client()
         cluster = self.broker.cluster
-        peer_host, peer_port = resolve_peer_address(cfg.peer_address, cfg.host, self.admin_port)
+        peer_host, peer_port = resolve_peer_address(cfg.peer_address, cfg.admin_host or cfg.host, self.admin_port)
         cluster.set_me(dataclasses.replace(cluster.me, admin_port=peer_port, peer_host=peer_host))
         try:
             await cluster.start()
@@ -127,7 +128,14 @@ class AgentServer:
         METRICS.connections.set(len(self._conns))
 
     async def _start_admin(self, cfg: AgentConfig, dispatch: object = None) -> None:
-        app = web.Application()
+        # /metrics, /healthz, /readyz stay open; every other route (peer /blocks,
+        # the /kafka group relay, the planning API) needs the internal token.
+        app = web.Application(middlewares=[internal_auth_middleware(cfg.internal_token)])
+        if not cfg.internal_token and not is_loopback(cfg.admin_host or cfg.host):
+            log.warning(
+                "no internal_token (FLOE_INTERNAL_TOKEN): the admin port's internal routes"
+                " (/blocks, /kafka, planning) answer loopback callers only"
+            )
 
         async def metrics(_: web.Request) -> web.Response:
             METRICS.cache_hits.set(self.broker.cache.stats.hits)
@@ -159,7 +167,7 @@ class AgentServer:
         add_planning_routes(app, self.broker)
         self._admin = web.AppRunner(app, access_log=None)
         await self._admin.setup()
-        site = web.TCPSite(self._admin, cfg.host, cfg.admin_port)
+        site = web.TCPSite(self._admin, cfg.admin_host or cfg.host, cfg.admin_port)
         await site.start()
         server = getattr(site, "_server", None)
         if server is not None and server.sockets:

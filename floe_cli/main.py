@@ -55,7 +55,14 @@ def _agent_flags(p: argparse.ArgumentParser, workers_default: str = "1") -> None
         help="agent processes sharing the Kafka port (SO_REUSEPORT), each a full agent in the ring;"
              f" 'auto': one per CPU (1 with --port 0) (env FLOE_WORKERS, default {workers_default})",
     )
-    p.add_argument("--no-auto-create-topics", action="store_true", help="refuse unknown topics")
+    p.add_argument(
+        "--auto-create-topics", dest="auto_create_topics", action="store_true", default=None,
+        help="create unknown topics on Metadata/Produce (env FLOE_AUTO_CREATE_TOPICS; floe dev: on, floe agent: off)",
+    )
+    p.add_argument(
+        "--no-auto-create-topics", dest="auto_create_topics", action="store_false", help="refuse unknown topics"
+    )
+    p.add_argument("--admin-host", help="bind address of the admin HTTP port (env FLOE_ADMIN_HOST, default: --host)")
     p.add_argument("--log-level", default="INFO")
 
 
@@ -108,12 +115,13 @@ def _config_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "peer_address": args.peer_address,
         "cluster_id": args.cluster_id,
         "admin_port": args.admin_port,
+        "admin_host": args.admin_host,
         "flush_interval_ms": args.flush_interval_ms,
         "flush_min_interval_ms": args.flush_min_interval_ms,
         "flush_bytes": args.flush_bytes,
     }
-    if args.no_auto_create_topics:
-        kw["auto_create_topics"] = False
+    if args.auto_create_topics is not None:
+        kw["auto_create_topics"] = args.auto_create_topics
     return {k: v for k, v in kw.items() if v is not None}
 
 
@@ -226,6 +234,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         kw.setdefault("admin_port", 9644)
         if not os.environ.get("FLOE_CLUSTER_ID"):
             kw.setdefault("cluster_id", DEV_CLUSTER_ID)
+        if not os.environ.get("FLOE_AUTO_CREATE_TOPICS"):
+            kw.setdefault("auto_create_topics", True)  # floe dev: on; floe agent: off
         return _run_or_supervise(args, kw)
     if args.command == "agent":
         return _run_or_supervise(args, kw)

@@ -3,7 +3,10 @@
 ``serve`` opens the metastore at ``--metastore`` (Postgres for real; migrated
 first unless ``--no-migrate``) and serves it over HTTP (:mod:`metastore.service`)
 on ``--host``/``--port``; agents then use ``--metastore http://host:port`` and
-need no database credentials. ``migrate`` brings the schema to the newest
+need no database credentials. Every call must carry the shared secret
+``FLOE_INTERNAL_TOKEN`` (``Authorization: Bearer``); without one, ``serve``
+refuses to start unless ``--host`` is a loopback address (then only local
+callers are served). ``migrate`` brings the schema to the newest
 revision and exits.
 """
 
@@ -41,6 +44,12 @@ def add_metastore_parser(sub: Any) -> None:
         "what arrived while the previous one committed)",
     )
     serve.add_argument("--pool-size", type=int, default=10, help="database connections")
+    serve.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=16 * 1024 * 1024,
+        help="largest request body accepted (413 above; default 16 MiB)",
+    )
     serve.add_argument("--no-migrate", action="store_true", help="do not migrate the schema first")
     msub.add_parser("migrate", help="bring the schema to the newest revision")
 
@@ -58,11 +67,19 @@ def _url(args: argparse.Namespace) -> str:
 
 async def _serve(args: argparse.Namespace, url: str) -> None:
     from metastore import open_metastore
+    from metastore.internal_auth import env_token, require_token_or_loopback
     from metastore.service import serve
 
+    token = env_token()
+    require_token_or_loopback(token, args.host, "floe metastore serve")
     meta = await open_metastore(url, auto_migrate=not args.no_migrate, pool_size=args.pool_size)
     runner, port, service = await serve(
-        meta, args.host, args.port, batch_window_ms=args.batch_window_ms
+        meta,
+        args.host,
+        args.port,
+        batch_window_ms=args.batch_window_ms,
+        token=token,
+        max_request_bytes=args.max_request_bytes,
     )
     print(f"floe metastore serving {url.split('@')[-1]} on http://{args.host}:{port}", flush=True)
     stop = asyncio.Event()

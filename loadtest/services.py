@@ -128,6 +128,7 @@ def start_agent(
         "--port", str(kport), "--admin-port", str(aport),
         "--metastore", metastore, "--objects", objects, "--log-level", log_level,
         "--cluster-id", "floe-loadtest",
+        "--auto-create-topics",  # the harness's topics come from the first produce
     ]
     if flush_interval_ms is not None:
         cmd += ["--flush-interval-ms", str(flush_interval_ms)]

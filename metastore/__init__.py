@@ -52,14 +52,20 @@ def safe_url(url: str) -> str:
 
 
 async def open_metastore(
-    url: str, *, now_ms: Clock | None = None, auto_migrate: bool = True, pool_size: int = 10
+    url: str,
+    *,
+    now_ms: Clock | None = None,
+    auto_migrate: bool = True,
+    pool_size: int = 10,
+    internal_token: str | None = None,
 ) -> Metastore:
     """Open the metastore at ``url`` (migrating it first unless ``auto_migrate`` is
-    False); close it with ``await ms.close()`` or ``async with``."""
+    False); close it with ``await ms.close()`` or ``async with``. ``internal_token``
+    (default env ``FLOE_INTERNAL_TOKEN``) authenticates to a served metastore."""
     if url.startswith(("http://", "https://")):  # served by `floe metastore serve`
         from metastore.remote import RemoteMetastore
 
-        return await RemoteMetastore(url).start()  # type: ignore[return-value]
+        return await RemoteMetastore(url, token=internal_token).start()  # type: ignore[return-value]
     if is_postgres(url):
         from metastore.postgres import PostgresMetastore
 

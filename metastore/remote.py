@@ -6,7 +6,9 @@ protocol method becomes ``POST /rpc/<method>`` to a ``floe metastore serve``
 needs no database credentials and new protocol methods need no code here.
 Connection failures raise ``MetastoreError`` (like a lost database
 connection); errors raised by the served metastore come back as the same
-``MetastoreError`` subclass.
+``MetastoreError`` subclass. Every call carries the shared internal token
+(``token=``, default env ``FLOE_INTERNAL_TOKEN``) as ``Authorization: Bearer``
+(:mod:`metastore.internal_auth`); a 401 raises ``MetastoreError`` saying so.
 """
 
 from __future__ import annotations
@@ -17,13 +19,20 @@ from typing import Any
 
 import aiohttp
 
+from metastore.internal_auth import auth_headers, env_token
 from metastore.rpc import decode, decode_error, encode, protocol_methods
 from metastore.types import MetastoreError
 
 
 class RemoteMetastore:
-    def __init__(self, url: str, *, timeout_s: float = 30.0, pool_size: int = 64) -> None:
+    def __init__(
+        self, url: str, *, timeout_s: float = 30.0, pool_size: int = 64, token: str | None = None
+    ) -> None:
         self.url = url.rstrip("/")
+        self._headers = {
+            "Content-Type": "application/json",
+            **auth_headers(env_token() if token is None else token),
+        }
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=5.0)
         self._pool_size = pool_size
         self._session: aiohttp.ClientSession | None = None
@@ -42,8 +51,13 @@ class RemoteMetastore:
         body = json.dumps({"a": encode(list(args)), "k": encode(kwargs)}, separators=(",", ":"))
         try:
             async with self._session.post(
-                f"{self.url}/rpc/{method}", data=body, headers={"Content-Type": "application/json"}
+                f"{self.url}/rpc/{method}", data=body, headers=self._headers
             ) as r:
+                if r.status == 401:
+                    raise MetastoreError(
+                        f"metastore service {self.url} refused {method}: unauthorized"
+                        " (FLOE_INTERNAL_TOKEN missing or different from the service's)"
+                    )
                 payload = json.loads(await r.read())
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as e:
             raise MetastoreError(f"metastore service {self.url} unreachable ({method}): {e}") from e

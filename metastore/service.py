@@ -17,32 +17,91 @@ caller hears back, and each caller gets exactly its own per-batch results.
 One group is in flight at a time, so groups never deadlock with each other;
 if a group fails as a whole (a deadlock with a directly connected agent, a
 lost connection) each call in it is retried on its own.
+
+**Authentication and limits** (issue 15): every route but ``/healthz`` goes
+through :mod:`metastore.internal_auth` (``Authorization: Bearer`` with the
+shared ``internal_token``; loopback callers only without one), so an anonymous
+caller gets 401 before its body is read. A body larger than
+``max_request_bytes`` (default 16 MiB) is refused with 413 while it streams in
+(aiohttp stops reading at the cap); the bodies being read at once share a
+budget of ``max_inflight_bytes`` (a caller waits for its share), and a JSON
+body with more than ``max_json_items`` values (commas, objects and arrays
+counted before parsing) is refused with 413 before ``json.loads`` builds it:
+a 99 MB body can no longer grow the service by gigabytes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 
 from aiohttp import web
 
 from metastore.group_commit import GroupCommitter
+from metastore.internal_auth import internal_auth_middleware
 from metastore.protocol import Metastore
 from metastore.rpc import decode, encode, encode_error, protocol_methods
 
 log = logging.getLogger(__name__)
 
 _GROUPED = frozenset(("commit_object", "commit_objects"))
+MiB = 1024 * 1024
+MAX_REQUEST_BYTES = 16 * MiB
+MAX_INFLIGHT_BYTES = 64 * MiB
+MAX_JSON_ITEMS = 1_000_000
+
+
+class ByteBudget:
+    """Bytes of request bodies held at once: ``take(n)`` waits until ``n`` fit."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.used = 0
+        self._cond = asyncio.Condition()
+
+    async def take(self, n: int) -> int:
+        n = min(n, self.capacity)
+        async with self._cond:
+            await self._cond.wait_for(lambda: self.used + n <= self.capacity)
+            self.used += n
+        return n
+
+    async def give(self, n: int) -> None:
+        async with self._cond:
+            self.used -= n
+            self._cond.notify_all()
+
+
+def json_items(body: bytes) -> int:
+    """An upper bound of the values in a JSON text, counted without parsing it."""
+    return body.count(b",") + body.count(b"[") + body.count(b"{") + 1
 
 
 class MetastoreService:
-    def __init__(self, meta: Metastore, *, batch_window_ms: float = 0.0) -> None:
+    def __init__(
+        self,
+        meta: Metastore,
+        *,
+        batch_window_ms: float = 0.0,
+        token: str = "",
+        max_request_bytes: int = MAX_REQUEST_BYTES,
+        max_inflight_bytes: int = MAX_INFLIGHT_BYTES,
+        max_json_items: int = MAX_JSON_ITEMS,
+    ) -> None:
         self.meta = meta
         self.methods = protocol_methods()
         self.batcher = GroupCommitter(meta, window_ms=batch_window_ms)
+        self.token = token
+        self.max_request_bytes = max_request_bytes
+        self.max_json_items = max_json_items
+        self.budget = ByteBudget(max(max_inflight_bytes, max_request_bytes))
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=256 * 1024 * 1024)
+        app = web.Application(
+            client_max_size=self.max_request_bytes,
+            middlewares=[internal_auth_middleware(self.token, ("/healthz",))],
+        )
         app.router.add_post("/rpc/{method}", self._rpc)
         app.router.add_get("/healthz", self._healthz)
         return app
@@ -57,8 +116,25 @@ class MetastoreService:
                 {"error": {"type": "MetastoreError", "message": f"no such method {name!r}"}},
                 status=404,
             )
+        declared = request.content_length
+        if declared is not None and declared > self.max_request_bytes:
+            return _too_large(f"request body of {declared} bytes exceeds {self.max_request_bytes}")
+        held = await self.budget.take(declared if declared is not None else self.max_request_bytes)
         try:
-            body = json.loads(await request.read())
+            return await self._call(request, name)
+        finally:
+            await self.budget.give(held)
+
+    async def _call(self, request: web.Request, name: str) -> web.Response:
+        try:
+            raw = await request.read()  # stops at client_max_size: 413
+        except web.HTTPRequestEntityTooLarge:
+            return _too_large(f"request body exceeds {self.max_request_bytes} bytes")
+        if json_items(raw) > self.max_json_items:
+            return _too_large(f"request body has more than {self.max_json_items} JSON values")
+        try:
+            body = json.loads(raw)
+            del raw
             args, kwargs = decode(body.get("a", [])), decode(body.get("k", {}))
             if name in _GROUPED and not kwargs:
                 result = await getattr(self.batcher, name)(*args)
@@ -77,11 +153,24 @@ class MetastoreService:
         await self.batcher.close()
 
 
+def _too_large(message: str) -> web.Response:
+    log.warning("metastore service: refused a request: %s", message)
+    return web.json_response({"error": {"type": "MetastoreError", "message": message}}, status=413)
+
+
 async def serve(
-    meta: Metastore, host: str, port: int, *, batch_window_ms: float = 0.0
+    meta: Metastore,
+    host: str,
+    port: int,
+    *,
+    batch_window_ms: float = 0.0,
+    token: str = "",
+    max_request_bytes: int = MAX_REQUEST_BYTES,
 ) -> tuple[web.AppRunner, int, MetastoreService]:
     """Start serving ``meta``; returns the runner (``await runner.cleanup()``), the bound port and the service."""
-    service = MetastoreService(meta, batch_window_ms=batch_window_ms)
+    service = MetastoreService(
+        meta, batch_window_ms=batch_window_ms, token=token, max_request_bytes=max_request_bytes
+    )
     runner = web.AppRunner(service.app(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)

@@ -24,6 +24,7 @@ import aiohttp
 
 from kafka_protocol.framing import RequestHeader, encode_request
 from kafka_protocol.messages import DescribeConfigsRequest, DescribeConfigsResponse
+from metastore.internal_auth import auth_headers, env_token
 from metastore.types import BatchLocation
 from spark_source.driver import (
     DataLossError,
@@ -137,7 +138,9 @@ class AgentBackend:
         url = discover(opts)
         timeout = aiohttp.ClientTimeout(total=opts.request_timeout_ms / 1000)
         session = aiohttp.ClientSession(
-            timeout=timeout, headers={"X-Floe-Client": opts.client_label}
+            # The planning API is an internal route of the agents' admin port
+            # (metastore.internal_auth): the driver sends FLOE_INTERNAL_TOKEN.
+            timeout=timeout, headers={"X-Floe-Client": opts.client_label, **auth_headers(env_token())}
         )
         backend = cls(opts, url, session)
         try:

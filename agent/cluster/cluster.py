@@ -43,6 +43,7 @@ class ClusterSettings:
     dead_after_s: float = 5.0
     poll_interval_s: float = 0.1
     peer_cache: bool = True
+    internal_token: str = ""  # sent to peers' internal routes (metastore.internal_auth)
 
 
 class Cluster:
@@ -69,8 +70,8 @@ class Cluster:
             dead_after_s=s.dead_after_s,
             on_change=self._changed,
         )
-        self.peers = PeerBlockLoader(store_get, self.membership, me.zone)
-        self.forwarder = GroupForwarder(lambda: self.me, self.coordinator)
+        self.peers = PeerBlockLoader(store_get, self.membership, me.zone, token=s.internal_token)
+        self.forwarder = GroupForwarder(lambda: self.me, self.coordinator, token=s.internal_token)
         self.store_get = store_get
         self.wakeups: Wakeups = Wakeups()
         self.groups: ClusteredGroupCoordinator | None = None

@@ -37,6 +37,7 @@ from prometheus_client import Counter
 from agent.connection import Deferred, RawFrame, Reply, RequestContext
 from agent.metrics import METRICS
 from kafka_protocol.framing import encode_response, parse_request_header
+from metastore.internal_auth import auth_headers
 
 if TYPE_CHECKING:
     from agent.cluster.ring import Peer
@@ -63,7 +64,10 @@ FORWARD_FAILURES = Counter(
 
 
 class GroupForwarder:
-    def __init__(self, me: Callable[[], Peer], owner: Callable[[str], Peer], *, timeout_s: float = 330.0) -> None:
+    def __init__(
+        self, me: Callable[[], Peer], owner: Callable[[str], Peer], *, timeout_s: float = 330.0, token: str = ""
+    ) -> None:
+        self._headers = auth_headers(token)
         self._me = me
         self._owner = owner
         # JoinGroup may wait up to the rebalance timeout (clients default to 300 s).
@@ -87,7 +91,7 @@ class GroupForwarder:
         """Send ``frame`` to ``owner``; on failure run ``fallback`` (the local handler,
         which answers NOT_COORDINATOR, so the client retries)."""
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
+            self._session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers)
         try:
             async with self._session.post(
                 f"{owner.admin_url}/kafka", data=frame, headers={"X-Floe-Client-Host": client_host}

@@ -37,6 +37,7 @@ from agent.cache import BlockCache
 from agent.cluster.membership import Membership
 from agent.cluster.ring import Peer
 from agent.metrics import METRICS
+from metastore.internal_auth import auth_headers
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,9 @@ class PeerBlockLoader:
         zone: str | None,
         *,
         timeout_s: float = 10.0,
+        token: str = "",
     ) -> None:
+        self._headers = auth_headers(token)
         self.store_get = store_get
         self.membership = membership
         self.zone = zone
@@ -137,7 +140,7 @@ class PeerBlockLoader:
 
     async def _peer_get(self, base: str, key: str, start: int, end: int) -> bytes:
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self.timeout)
+            self._session = aiohttp.ClientSession(timeout=self.timeout, headers=self._headers)
         params = {"key": key, "start": str(start), "end": str(end)}
         async with self._session.get(f"{base}/blocks", params=params) as r:
             if r.status != 200:

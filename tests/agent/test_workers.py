@@ -69,7 +69,7 @@ def workers(tmp_path: Path):  # type: ignore[no-untyped-def]
     proc = subprocess.Popen(
         [sys.executable, "-m", "floe_cli.main", "agent", "--workers", "2", "--host", "127.0.0.1",
          "--port", str(port), "--admin-port", str(admin), "--flush-interval-ms", "50", "--cluster-id", "floe-test",
-         "--metastore", f"sqlite:///{tmp_path / 'meta.db'}", "--objects", f"file://{tmp_path / 'objects'}"],
+         "--auto-create-topics", "--metastore", f"sqlite:///{tmp_path / 'meta.db'}", "--objects", f"file://{tmp_path / 'objects'}"],
         stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path,
     )  # fmt: skip
     try:

@@ -42,8 +42,9 @@ async def ms(metastore_url: str, clock: FakeClock) -> AsyncIterator[Metastore]:
     inner = await open_metastore(
         metastore_url, now_ms=clock, auto_migrate=metastore_url.startswith("sqlite")
     )
-    runner, port, service = await serve(inner, "127.0.0.1", 0)
-    remote = await RemoteMetastore(f"http://127.0.0.1:{port}").start()
+    # Authenticated like a deployment (metastore.internal_auth): every call carries the token.
+    runner, port, service = await serve(inner, "127.0.0.1", 0, token="contract-token")
+    remote = await RemoteMetastore(f"http://127.0.0.1:{port}", token="contract-token").start()
     try:
         yield remote  # type: ignore[misc]
     finally:

@@ -72,6 +72,7 @@ def rendered_environment(
         "db_name": db["database"],
         # The image's RDS CA bundle, here the CA of the test's TLS Postgres.
         "db_ca_bundle_path": db["ca_bundle"],
+        "internal_token": "test-internal-token-0123456789abcdef",
     })  # fmt: skip
     locals_src = module.locals()
     assert locals_src["object_prefix"] == '${trim(var.object_prefix, "/")}'
@@ -104,6 +105,14 @@ def rendered_environment(
         "secret_string_wo"
     ]
     secrets = {"FLOE_METASTORE": render(dsn_template, variables, locals_)}
+    # FLOE_INTERNAL_TOKEN <- the internal token secret (the agents' peer routes need it).
+    assert re.search(
+        r"FLOE_INTERNAL_TOKEN\s*=\s*aws_secretsmanager_secret\.internal_token\.arn", secrets_src
+    ), secrets_src
+    token_template = module.resources()["aws_secretsmanager_secret_version.internal_token"][
+        "secret_string_wo"
+    ]
+    secrets["FLOE_INTERNAL_TOKEN"] = render(token_template, variables, locals_)
     return env, secrets
 
 
@@ -160,7 +169,9 @@ def wait_healthy(
         if h is not None and h.get("kafka_port") == port and len(h.get("ring", [])) >= ring:
             return h
         if time.monotonic() > deadline:
-            pytest.fail(f"agent not healthy after 60 s (ring {ring}):\n{log_path.read_text()[-6000:]}")
+            pytest.fail(
+                f"agent not healthy after 60 s (ring {ring}):\n{log_path.read_text()[-6000:]}"
+            )
         time.sleep(delay)  # bounded poll on readiness
         delay = min(delay * 2, 0.5)
 
@@ -301,6 +312,7 @@ def test_module_environment_peer_cache_hit(
         for i in range(16):
             producer.produce("peer-check", value=f"object-{i}".encode() * 100)
             assert producer.flush(30) == 0
+
         def total(name: str) -> float:
             return sum(scrape_metric(admin, name) for admin in (admin_a, admin_b))
 

@@ -9,6 +9,12 @@ ephemeral "aws_secretsmanager_random_password" "db" {
   exclude_punctuation = true
 }
 
+# The agents' shared internal token (FLOE_INTERNAL_TOKEN), generated the same way.
+ephemeral "aws_secretsmanager_random_password" "internal_token" {
+  password_length     = 48
+  exclude_punctuation = true
+}
+
 module "floe" {
   source = "../../modules/floe"
 
@@ -23,6 +29,9 @@ module "floe" {
   aurora_instance_count = var.aurora_instance_count
   db_password           = ephemeral.aws_secretsmanager_random_password.db.random_password
   db_password_version   = var.db_password_version
+
+  internal_token         = ephemeral.aws_secretsmanager_random_password.internal_token.random_password
+  internal_token_version = var.internal_token_version
 
   kms_key_arn = var.kms_key_arn
 

@@ -54,6 +54,12 @@ variable "db_password_version" {
   default     = 1
 }
 
+variable "internal_token_version" {
+  description = "Bump to generate a new internal token (FLOE_INTERNAL_TOKEN) for the agents."
+  type        = number
+  default     = 1
+}
+
 variable "enable_compactor" {
   description = "Run the compactor service."
   type        = bool

@@ -58,7 +58,10 @@ locals {
   # Secrets injected by ECS (name => Secrets Manager ARN). The DSN secret holds
   # postgresql://user:password@host:port/db (see secrets.tf).
   agent_secrets = merge(
-    { FLOE_METASTORE = aws_secretsmanager_secret.metastore_dsn.arn },
+    {
+      FLOE_METASTORE      = aws_secretsmanager_secret.metastore_dsn.arn
+      FLOE_INTERNAL_TOKEN = aws_secretsmanager_secret.internal_token.arn
+    },
     var.enable_sasl ? { FLOE_SASL_USERS = aws_secretsmanager_secret.sasl_users[0].arn } : {},
   )
 

@@ -1,5 +1,6 @@
 # Secrets Manager: the metastore DSN (injected into the agents as FLOE_METASTORE
-# by ECS) and, optionally, the SASL users. Both values are write-only attributes
+# by ECS), the internal token (FLOE_INTERNAL_TOKEN: the shared secret of the
+# agents' peer routes, /blocks and /kafka) and, optionally, the SASL users. Both values are write-only attributes
 # fed from ephemeral variables: they never appear in Terraform state or plans.
 # Rotation = bump db_password_version / sasl_users_version (docs/operations.md).
 
@@ -15,6 +16,20 @@ resource "aws_secretsmanager_secret_version" "metastore_dsn" {
   secret_id                = aws_secretsmanager_secret.metastore_dsn.id
   secret_string_wo         = "postgresql://${var.db_username}:${urlencode(var.db_password)}@${local.db_address}:${local.db_port}/${var.db_name}?sslmode=${var.db_sslmode}&sslrootcert=${var.db_ca_bundle_path}"
   secret_string_wo_version = var.db_password_version
+}
+
+resource "aws_secretsmanager_secret" "internal_token" {
+  name_prefix             = "${var.name}/internal-token-"
+  description             = "Floe internal token: the shared secret agents send to each other's admin port (/blocks, /kafka), read as FLOE_INTERNAL_TOKEN"
+  kms_key_id              = var.kms_key_arn
+  recovery_window_in_days = var.secret_recovery_window_days
+  tags                    = local.tags
+}
+
+resource "aws_secretsmanager_secret_version" "internal_token" {
+  secret_id                = aws_secretsmanager_secret.internal_token.id
+  secret_string_wo         = var.internal_token
+  secret_string_wo_version = var.internal_token_version
 }
 
 resource "aws_secretsmanager_secret" "sasl_users" {

@@ -471,6 +471,29 @@ variable "db_password_version" {
   }
 }
 
+variable "internal_token" {
+  description = "Shared secret of the agents' internal HTTP routes (peer /blocks, group relay /kafka, planning API), injected as FLOE_INTERNAL_TOKEN. Ephemeral and write-only (never in state); generate it with the aws_secretsmanager_random_password ephemeral resource (see examples/basic). Written when internal_token_version changes."
+  type        = string
+  sensitive   = true
+  ephemeral   = true
+
+  validation {
+    condition     = length(var.internal_token) >= 32
+    error_message = "internal_token must be at least 32 characters."
+  }
+}
+
+variable "internal_token_version" {
+  description = "Bump to rotate the internal token (then force a new deployment: every agent must hold the same token)."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.internal_token_version >= 1 && floor(var.internal_token_version) == var.internal_token_version
+    error_message = "internal_token_version must be a positive integer."
+  }
+}
+
 variable "db_backup_retention_days" {
   description = "Automated backup (point-in-time recovery) retention in days."
   type        = number

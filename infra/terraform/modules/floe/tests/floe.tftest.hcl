@@ -93,6 +93,7 @@ variables {
   client_cidr_blocks = ["10.0.0.0/8"]
   agent_image        = "123456789012.dkr.ecr.us-east-1.amazonaws.com/floe:0.1.0"
   db_password        = "test-password-0123456789"
+  internal_token     = "test-internal-token-0123456789abcdef"
   # Ephemeral inputs must be set in both the plan and apply phases of a test run.
   sasl_users_json = "{}"
 }
@@ -152,9 +153,12 @@ run "defaults" {
   assert {
     condition = (
       jsondecode(aws_ecs_task_definition.agent["us-east-1a"].container_definitions)[0].secrets
-      == [{ name = "FLOE_METASTORE", valueFrom = aws_secretsmanager_secret.metastore_dsn.arn }]
+      == [
+        { name = "FLOE_INTERNAL_TOKEN", valueFrom = aws_secretsmanager_secret.internal_token.arn },
+        { name = "FLOE_METASTORE", valueFrom = aws_secretsmanager_secret.metastore_dsn.arn },
+      ]
     )
-    error_message = "the DSN secret must be injected as FLOE_METASTORE (and nothing else without SASL)"
+    error_message = "the DSN secret (FLOE_METASTORE) and the internal token (FLOE_INTERNAL_TOKEN) are injected, nothing else without SASL"
   }
 
   assert {
