@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 SPEC_PACKAGE = "kafka.protocol.schemas.resources"
-#: Specs the kafka-python wheel does not carry (the KIP-848 consumer-group APIs),
-#: copied unchanged from Apache Kafka 4.1.0 (kafka-clients-4.1.0.jar,
+#: Specs the kafka-python wheel does not carry, copied unchanged from Apache
+#: Kafka: the KIP-848 consumer-group APIs from 4.1.0 (kafka-clients-4.1.0.jar,
+#: common/message/) and the KIP-932 share-group APIs from 4.2.0
+#: (kafka-clients-4.2.0-sources.jar,
 #: common/message/). A file here is used instead of the wheel's.
 VENDORED_SPECS = Path(__file__).resolve().parent / "specs"
 MAX_VERSION = 32767
@@ -33,7 +35,9 @@ APIS: list[tuple[str, list[str]]] = [
         "AddPartitionsToTxn AddOffsetsToTxn EndTxn TxnOffsetCommit WriteTxnMarkers "
         "DescribeCluster SaslHandshake SaslAuthenticate DescribeAcls CreateAcls DeleteAcls "
         "DescribeProducers DescribeTransactions ListTransactions "
-        "ConsumerGroupHeartbeat ConsumerGroupDescribe"
+        "ConsumerGroupHeartbeat ConsumerGroupDescribe "
+        "ShareGroupHeartbeat ShareGroupDescribe ShareFetch ShareAcknowledge "
+        "DescribeShareGroupOffsets AlterShareGroupOffsets DeleteShareGroupOffsets"
     ).split()
 ] + [("consumer_protocol", ["ConsumerProtocolSubscription", "ConsumerProtocolAssignment"])]
 

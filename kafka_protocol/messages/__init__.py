@@ -85,6 +85,31 @@ from kafka_protocol.messages.consumer_group_describe import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
 )
+from kafka_protocol.messages.share_group_heartbeat import (
+    ShareGroupHeartbeatRequest,
+    ShareGroupHeartbeatResponse,
+)
+from kafka_protocol.messages.share_group_describe import (
+    ShareGroupDescribeRequest,
+    ShareGroupDescribeResponse,
+)
+from kafka_protocol.messages.share_fetch import ShareFetchRequest, ShareFetchResponse
+from kafka_protocol.messages.share_acknowledge import (
+    ShareAcknowledgeRequest,
+    ShareAcknowledgeResponse,
+)
+from kafka_protocol.messages.describe_share_group_offsets import (
+    DescribeShareGroupOffsetsRequest,
+    DescribeShareGroupOffsetsResponse,
+)
+from kafka_protocol.messages.alter_share_group_offsets import (
+    AlterShareGroupOffsetsRequest,
+    AlterShareGroupOffsetsResponse,
+)
+from kafka_protocol.messages.delete_share_group_offsets import (
+    DeleteShareGroupOffsetsRequest,
+    DeleteShareGroupOffsetsResponse,
+)
 from kafka_protocol.messages.consumer_protocol import (
     ConsumerProtocolSubscription,
     ConsumerProtocolAssignment,
@@ -132,6 +157,13 @@ REQUESTS: dict[int, type] = {
     66: ListTransactionsRequest,
     68: ConsumerGroupHeartbeatRequest,
     69: ConsumerGroupDescribeRequest,
+    76: ShareGroupHeartbeatRequest,
+    77: ShareGroupDescribeRequest,
+    78: ShareFetchRequest,
+    79: ShareAcknowledgeRequest,
+    90: DescribeShareGroupOffsetsRequest,
+    91: AlterShareGroupOffsetsRequest,
+    92: DeleteShareGroupOffsetsRequest,
 }
 RESPONSES: dict[int, type] = {
     0: ProduceResponse,
@@ -175,6 +207,13 @@ RESPONSES: dict[int, type] = {
     66: ListTransactionsResponse,
     68: ConsumerGroupHeartbeatResponse,
     69: ConsumerGroupDescribeResponse,
+    76: ShareGroupHeartbeatResponse,
+    77: ShareGroupDescribeResponse,
+    78: ShareFetchResponse,
+    79: ShareAcknowledgeResponse,
+    90: DescribeShareGroupOffsetsResponse,
+    91: AlterShareGroupOffsetsResponse,
+    92: DeleteShareGroupOffsetsResponse,
 }
 
 __all__ = [
@@ -186,6 +225,8 @@ __all__ = [
     "AddPartitionsToTxnResponse",
     "AlterConfigsRequest",
     "AlterConfigsResponse",
+    "AlterShareGroupOffsetsRequest",
+    "AlterShareGroupOffsetsResponse",
     "ApiVersionsRequest",
     "ApiVersionsResponse",
     "ConsumerGroupDescribeRequest",
@@ -206,6 +247,8 @@ __all__ = [
     "DeleteGroupsResponse",
     "DeleteRecordsRequest",
     "DeleteRecordsResponse",
+    "DeleteShareGroupOffsetsRequest",
+    "DeleteShareGroupOffsetsResponse",
     "DeleteTopicsRequest",
     "DeleteTopicsResponse",
     "DescribeAclsRequest",
@@ -218,6 +261,8 @@ __all__ = [
     "DescribeGroupsResponse",
     "DescribeProducersRequest",
     "DescribeProducersResponse",
+    "DescribeShareGroupOffsetsRequest",
+    "DescribeShareGroupOffsetsResponse",
     "DescribeTransactionsRequest",
     "DescribeTransactionsResponse",
     "EndTxnRequest",
@@ -258,6 +303,14 @@ __all__ = [
     "SaslAuthenticateResponse",
     "SaslHandshakeRequest",
     "SaslHandshakeResponse",
+    "ShareAcknowledgeRequest",
+    "ShareAcknowledgeResponse",
+    "ShareFetchRequest",
+    "ShareFetchResponse",
+    "ShareGroupDescribeRequest",
+    "ShareGroupDescribeResponse",
+    "ShareGroupHeartbeatRequest",
+    "ShareGroupHeartbeatResponse",
     "SyncGroupRequest",
     "SyncGroupResponse",
     "TxnOffsetCommitRequest",
