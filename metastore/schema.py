@@ -314,3 +314,38 @@ read_lease_objects = Table(
     Column("object_id", BigInteger, primary_key=True),
 )
 Index("ix_read_lease_objects_object_id", read_lease_objects.c.object_id)
+
+# 0009: share groups (KIP-932). A share group's row (its epoch survives a new
+# coordinator), group configs set through IncrementalAlterConfigs (GROUP
+# resource), and one row per share partition holding its in-flight records as
+# JSON ranges ([first, last, state, delivery count, lock until, member]), written
+# by compare-and-swap on ``version``.
+share_groups = Table(
+    "share_groups",
+    metadata,
+    Column("group_id", String(255), primary_key=True),
+    Column("group_epoch", Integer, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+)
+
+group_configs = Table(
+    "group_configs",
+    metadata,
+    Column("group_id", String(255), primary_key=True),
+    Column("name", String(255), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+share_partitions = Table(
+    "share_partitions",
+    metadata,
+    Column("group_id", String(255), primary_key=True),
+    Column("topic_id", Uuid(), primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    Column("start_offset", BigInteger, nullable=False),
+    Column("end_offset", BigInteger, nullable=False),
+    Column("state_epoch", Integer, nullable=False),
+    Column("version", BigInteger, nullable=False),
+    Column("ranges", Text, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+)

@@ -11,11 +11,12 @@ from metastore.groups import GroupsMixin
 from metastore.leases import LeasesMixin
 from metastore.log import LogMixin
 from metastore.registry import RegistryMixin
+from metastore.share import ShareMixin
 from metastore.topics import TopicsMixin
 from metastore.txn import TxnMixin
 
 
 class SqlMetastore(
-    TxnMixin, TopicsMixin, LogMixin, RegistryMixin, GroupsMixin, CompactionMixin, LeasesMixin
+    TxnMixin, TopicsMixin, LogMixin, RegistryMixin, GroupsMixin, CompactionMixin, LeasesMixin, ShareMixin
 ):
     """All operations over one SQLAlchemy async engine."""

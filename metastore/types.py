@@ -451,3 +451,49 @@ class ProducerState:
     last_sequence: int
     last_timestamp_ms: int
     current_txn_start_offset: int = -1
+
+
+# -- share groups (KIP-932) --------------------------------------------------------------
+
+
+class InflightRange(NamedTuple):
+    """A run of in-flight records of a share partition with one state.
+
+    ``state`` is Kafka's RecordState: 0 AVAILABLE, 1 ACQUIRED, 2 ACKNOWLEDGED,
+    4 ARCHIVED. ``lock_until_ms`` and ``member_id`` only mean something while
+    ACQUIRED."""
+
+    first: int
+    last: int
+    state: int
+    delivery_count: int
+    lock_until_ms: int = 0
+    member_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SharePartitionState:
+    """One share partition (group, topic, partition) in compact form.
+
+    ``start_offset`` is the share-partition start offset (SPSO): every record
+    below it is acknowledged or archived. ``end_offset`` is one past the last
+    record ever acquired (the SPEO + 1); ``ranges`` cover ``[start_offset,
+    end_offset)`` without gaps or overlaps. ``version`` counts successful writes
+    (compare-and-swap)."""
+
+    group_id: str
+    topic_id: uuid.UUID
+    partition: int
+    start_offset: int
+    end_offset: int
+    ranges: list[InflightRange] = field(default_factory=list)
+    state_epoch: int = 0
+    version: int = 0
+    updated_at_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ShareGroupRecord:
+    group_id: str
+    group_epoch: int
+    updated_at_ms: int = 0
