@@ -8,7 +8,8 @@ for any other key, as Kafka 4.1 answers (checked by tests/conformance). A key gi
 gets INVALID_REQUEST, unknown keys and bad values INVALID_CONFIG, a SET with a
 null value INVALID_REQUEST, an illegal name INVALID_TOPIC_EXCEPTION, an unknown
 topic UNKNOWN_TOPIC_OR_PARTITION. ``validate_only`` checks without changing
-anything. Broker resources get INVALID_REQUEST (broker configs are the agent's
+anything. GROUP resources (32) set share-group configs
+(``agent.groups.share.configs``; SET and DELETE). Broker resources get INVALID_REQUEST (broker configs are the agent's
 options); other resource types INVALID_REQUEST. Successful changes invalidate
 the broker's topic cache.
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from agent.groups.share.configs import RESOURCE_GROUP, alter_group_configs
 from agent.handlers.alter_configs import alter_each, unsupported_resource
 from agent.handlers.describe_configs import RESOURCE_TOPIC
 from agent.handlers.registry import handler
@@ -47,6 +49,8 @@ def _items(value: str) -> list[str]:
 
 
 async def _alter(broker: Broker, res: Resource, validate_only: bool) -> tuple[int, str | None]:
+    if res.resource_type == RESOURCE_GROUP:  # share-group configs (KIP-932)
+        return await alter_group_configs(broker, res, validate_only)
     if res.resource_type != RESOURCE_TOPIC:
         return unsupported_resource(res.resource_type)
     name = res.resource_name
