@@ -52,6 +52,7 @@ GROUP_APIS = {
     25: "transactional_id", 26: "transactional_id",  # AddOffsetsToTxn, EndTxn
     28: "group_id",  # TxnOffsetCommit goes to the group's coordinator
     65: "transactional_ids",  # DescribeTransactions, when it names one id
+    76: "group_id",  # ShareGroupHeartbeat: membership lives on the share group's coordinator
 }  # fmt: skip
 
 FORWARDS = Counter(
