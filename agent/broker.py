@@ -20,6 +20,7 @@ from agent.clock import Clock, SystemClock
 from agent.cluster import Cluster, ClusteredGroupCoordinator, ClusterSettings, Peer, node_id_for
 from agent.config import AgentConfig
 from agent.groups import GroupConfig
+from agent.groups.consumer import ConsumerGroupConfig, ConsumerGroupCoordinator
 from agent.metadata_cache import MetadataCache
 from agent.metrics import METRICS
 from agent.notify import CommitNotifier
@@ -129,6 +130,19 @@ class Broker:
             ),
         )
         self.cluster.attach_groups(self.groups)
+        # KIP-848 consumer groups beside the classic ones (same ring owner).
+        self.consumer_groups = ConsumerGroupCoordinator(
+            metastore,
+            self.clock,
+            metastore.list_topics,
+            ConsumerGroupConfig(
+                session_timeout_ms=config.consumer_group_session_timeout_ms,
+                heartbeat_interval_ms=config.consumer_group_heartbeat_interval_ms,
+                agent_id=config.agent_id,
+            ),
+            owns=lambda gid: self.cluster.owns_group(gid),
+            classic_members=self._classic_members,
+        )
         # Transactions: the ids this agent owns on the ring (like groups), state in
         # the metastore, markers through the pipeline (agent.txn).
         self.txn = TxnCoordinator(
@@ -155,6 +169,7 @@ class Broker:
     def start(self, *, ticker: bool = True) -> None:
         self.pipeline.start(ticker=ticker)
         self.groups.start()
+        self.consumer_groups.start()
         self.txn.start()
 
     def set_port(self, port: int) -> None:
@@ -166,11 +181,17 @@ class Broker:
     async def close(self) -> None:
         await self.txn.close()
         await self.cluster.stop()
+        await self.consumer_groups.close()
         await self.groups.close()
         await self.pipeline.close()
         if self._owns:
             await self.meta.close()
             await self.store.close()
+
+    async def _classic_members(self, group_id: str) -> int:
+        """How many members the classic group ``group_id`` has (0: none or no group)."""
+        g = await self.groups._group(group_id, create=False)
+        return 0 if g is None or g.state.value == "Dead" else len(g.members)
 
     # -- topics ---------------------------------------------------------------------
 

@@ -138,6 +138,12 @@ class AgentConfig(BaseSettings):
     )
     group_min_session_timeout_ms: int = Field(6000, ge=1, description="Smallest session.timeout.ms accepted")
     group_max_session_timeout_ms: int = Field(1_800_000, ge=1, description="Largest session.timeout.ms accepted")
+    consumer_group_session_timeout_ms: int = Field(
+        45_000, ge=1, description="KIP-848 groups: a member not heard from this long is removed (group.consumer.session.timeout.ms)"
+    )
+    consumer_group_heartbeat_interval_ms: int = Field(
+        5_000, ge=1, description="KIP-848 groups: heartbeat interval told to members (group.consumer.heartbeat.interval.ms)"
+    )
     offset_metadata_max_bytes: int = Field(4096, ge=0, description="Longest metadata string of a committed offset")
 
     transaction_max_timeout_ms: int = Field(

@@ -16,6 +16,7 @@ from metastore.types import (
     BatchToCommit,
     CommitResult,
     CompactionObject,
+    ConsumerGroupRecord,
     DeleteRecordsResult,
     DescribeConfigResult,
     ErrorCode,
@@ -206,6 +207,11 @@ class Metastore(Protocol):
     async def delete_offsets(
         self, group_id: str, partitions: Sequence[tuple[uuid.UUID, int]]
     ) -> int: ...
+    # KIP-848 consumer groups (metastore/consumer_groups.py)
+    async def load_consumer_group(self, group_id: str) -> ConsumerGroupRecord | None: ...
+    async def save_consumer_group(self, group: ConsumerGroupRecord) -> None: ...
+    async def list_consumer_groups(self) -> list[ConsumerGroupRecord]: ...
+    async def delete_consumer_group(self, group_id: str) -> bool: ...
 
     # compaction (compactor, retention, GC; metastore/compaction.py)
     async def list_compaction_objects(

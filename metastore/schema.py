@@ -275,6 +275,42 @@ group_offsets = Table(
     Column("expire_time", BigInteger, nullable=True),
 )
 
+# KIP-848 consumer groups (migration 0010): the group's epochs and the members'
+# epochs, subscriptions and assignments (JSON {topic id: [partitions]}), written
+# whole by the group's coordinator so a new owner continues at the same epochs.
+consumer_groups = Table(
+    "consumer_groups",
+    metadata,
+    Column("group_id", String(255), primary_key=True),
+    Column("group_epoch", Integer, nullable=False),
+    Column("assignment_epoch", Integer, nullable=False),
+    Column("assignor", String(64), nullable=True),
+    Column("subscribed", Text, nullable=False),
+    Column("coordinator_agent", String(255), nullable=True),
+    Column("updated_at", BigInteger, nullable=False),
+)
+
+consumer_group_members = Table(
+    "consumer_group_members",
+    metadata,
+    Column("group_id", String(255), ForeignKey("consumer_groups.group_id"), primary_key=True),
+    Column("member_id", String(255), primary_key=True),
+    Column("instance_id", String(255), nullable=True),
+    Column("rack_id", String(255), nullable=True),
+    Column("client_id", String(255), nullable=False),
+    Column("client_host", String(255), nullable=False),
+    Column("member_epoch", Integer, nullable=False),
+    Column("previous_member_epoch", Integer, nullable=False),
+    Column("state", String(32), nullable=False),
+    Column("rebalance_timeout_ms", Integer, nullable=False),
+    Column("server_assignor", String(64), nullable=True),
+    Column("subscribed_topic_names", Text, nullable=False),
+    Column("subscribed_topic_regex", Text, nullable=True),
+    Column("assigned", Text, nullable=False),
+    Column("pending_revocation", Text, nullable=False),
+    Column("target", Text, nullable=False),
+)
+
 # Parquet objects written by the compactor and the offset range each holds per
 # partition (migration 0003). Batch rows point into them too; this table is for
 # readers that want files (the Spark source).

@@ -7,7 +7,7 @@ where ``PostgresMetastore`` replaces the two hot paths with raw asyncpg.
 from __future__ import annotations
 
 from metastore.compaction import CompactionMixin
-from metastore.groups import GroupsMixin
+from metastore.consumer_groups import ConsumerGroupsMixin
 from metastore.leases import LeasesMixin
 from metastore.log import LogMixin
 from metastore.registry import RegistryMixin
@@ -17,6 +17,6 @@ from metastore.txn import TxnMixin
 
 
 class SqlMetastore(
-    TxnMixin, TopicsMixin, LogMixin, RegistryMixin, GroupsMixin, CompactionMixin, LeasesMixin, ShareMixin
+    TxnMixin, TopicsMixin, LogMixin, RegistryMixin, ConsumerGroupsMixin, CompactionMixin, LeasesMixin, ShareMixin
 ):
     """All operations over one SQLAlchemy async engine."""

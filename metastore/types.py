@@ -231,6 +231,45 @@ class GroupRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class ConsumerMemberRecord:
+    """A KIP-848 consumer-group member as persisted: its epochs, subscription,
+    reconciliation state, current assignment (``assigned`` plus the partitions it
+    still has to revoke) and target assignment, partitions by topic id."""
+
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    member_epoch: int
+    previous_member_epoch: int
+    state: str  # stable | unrevoked_partitions | unreleased_partitions
+    rebalance_timeout_ms: int
+    server_assignor: str | None
+    subscribed_topic_names: list[str]
+    subscribed_topic_regex: str | None
+    assigned: dict[uuid.UUID, list[int]]
+    pending_revocation: dict[uuid.UUID, list[int]]
+    target: dict[uuid.UUID, list[int]]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupRecord:
+    """A KIP-848 consumer group as persisted: a new coordinator continues from
+    these epochs and assignments (``subscribed`` is the topic-name -> partition
+    count snapshot the target assignment was computed from)."""
+
+    group_id: str
+    group_epoch: int
+    assignment_epoch: int
+    assignor: str | None
+    subscribed: dict[str, int] = field(default_factory=dict)
+    members: list[ConsumerMemberRecord] = field(default_factory=list)
+    coordinator_agent: str | None = None
+    updated_at_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class GroupListing:
     group_id: str
     protocol_type: str | None

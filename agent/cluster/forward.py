@@ -53,6 +53,7 @@ GROUP_APIS = {
     28: "group_id",  # TxnOffsetCommit goes to the group's coordinator
     65: "transactional_ids",  # DescribeTransactions, when it names one id
     76: "group_id",  # ShareGroupHeartbeat: membership lives on the share group's coordinator
+    68: "group_id", 69: "group_ids",  # ConsumerGroupHeartbeat, ConsumerGroupDescribe of one group
 }  # fmt: skip
 
 FORWARDS = Counter(

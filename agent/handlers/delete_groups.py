@@ -31,7 +31,9 @@ async def handle(broker: Broker, ctx: RequestContext, req: DeleteGroupsRequest) 
             results.append(Result(group_id=group_id, error_code=ErrorCode.INVALID_GROUP_ID))
             continue
         try:
-            error = await broker.groups.delete_group(group_id)
+            error = await broker.consumer_groups.delete(group_id)  # a KIP-848 group: checked here
+            if error in (None, ErrorCode.NONE):
+                error = await broker.groups.delete_group(group_id)
         except MetastoreError:
             error = ErrorCode.COORDINATOR_NOT_AVAILABLE
         results.append(Result(group_id=group_id, error_code=int(error)))

@@ -39,6 +39,18 @@ async def handle(broker: Broker, ctx: RequestContext, req: DescribeGroupsRequest
             out.append(Described(error_code=ErrorCode.INVALID_GROUP_ID, group_id=group_id, authorized_operations=ops))
             continue
         try:
+            if await broker.consumer_groups.group(group_id) is not None:
+                # A KIP-848 group is not a classic group (ConsumerGroupDescribe describes it).
+                out.append(
+                    Described(
+                        error_code=ErrorCode.GROUP_ID_NOT_FOUND,
+                        error_message=f"Group {group_id} is not a classic group." if v >= 6 else None,
+                        group_id=group_id,
+                        group_state="Dead",
+                        authorized_operations=ops,
+                    )
+                )
+                continue
             d = await broker.groups.describe(group_id)
         except MetastoreError:
             out.append(Described(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, group_id=group_id))

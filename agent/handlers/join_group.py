@@ -63,6 +63,9 @@ async def handle(broker: Broker, ctx: RequestContext, req: JoinGroupRequest) -> 
     )
 
     async def run() -> JoinGroupResponse:
+        refused = await broker.consumer_groups.classic_join(join.group_id)  # KIP-848 group of this id?
+        if refused is not None:
+            return _response(JoinResult(refused, join.member_id), v)
         return _response(await broker.groups.join(join), v)
 
     # A task, not a bare coroutine: the member must enter the barrier now, even

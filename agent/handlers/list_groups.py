@@ -2,8 +2,9 @@
 
 Behavior: every group this agent's coordinator knows, in memory or persisted
 (all groups, since this agent coordinates all of them), except deleted ones.
-v4+ ``states_filter`` and v5+ ``types_filter`` (every group here is
-``classic``) match case-insensitively; an empty filter matches everything.
+v4+ ``states_filter`` and v5+ ``types_filter`` (``classic`` for JoinGroup
+groups, ``consumer`` for KIP-848 groups, protocol type ``consumer``) match
+case-insensitively; an empty filter matches everything.
 
 Versions: 0-5 (v3+ flexible).
 """
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from agent.connection import RequestContext
 
 GROUP_TYPE = "classic"
+CONSUMER_TYPE = "consumer"
 
 
 @handler(ListGroupsRequest)
@@ -29,20 +31,20 @@ async def handle(broker: Broker, ctx: RequestContext, req: ListGroupsRequest) ->
     v = ctx.header.api_version
     states = {s.lower() for s in req.states_filter} if v >= 4 else set()
     types = {t.lower() for t in req.types_filter} if v >= 5 else set()
-    if types and GROUP_TYPE not in types:
-        return ListGroupsResponse(throttle_time_ms=0, error_code=0, groups=[])
     try:
         listed = await broker.groups.list_groups()
+        consumer = await broker.consumer_groups.listing()  # KIP-848 groups: id -> state
     except MetastoreError:
         return ListGroupsResponse(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, groups=[])
+    rows = {g.group_id: (g.protocol_type or "", g.state, GROUP_TYPE) for g in listed}
+    # A consumer group's id may also have a classic row (offsets); the consumer group wins.
+    rows.update({gid: ("consumer", state, CONSUMER_TYPE) for gid, state in consumer.items()})
     return ListGroupsResponse(
         throttle_time_ms=0,
         error_code=0,
         groups=[
-            ListGroupsResponse.ListedGroup(
-                group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state, group_type=GROUP_TYPE
-            )
-            for g in listed
-            if not states or g.state.lower() in states
+            ListGroupsResponse.ListedGroup(group_id=gid, protocol_type=ptype, group_state=state, group_type=gtype)
+            for gid, (ptype, state, gtype) in sorted(rows.items())
+            if (not states or state.lower() in states) and (not types or gtype in types)
         ],
     )

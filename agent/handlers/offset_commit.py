@@ -25,6 +25,7 @@ from agent.connection import Deferred
 from agent.handlers.registry import handler
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import OffsetCommitRequest, OffsetCommitResponse
+from metastore import MetastoreError
 from metastore.types import GroupOffset
 
 if TYPE_CHECKING:
@@ -76,8 +77,16 @@ async def _commit(broker: Broker, ctx: RequestContext, req: OffsetCommitRequest)
                     )
                 )
         errors.append(row)
+    consumer_error = await broker.consumer_groups.validate_commit(req.group_id, member_id, generation, v) if req.group_id else None
     if req.group_id == "":
         group_error: int = ErrorCode.INVALID_GROUP_ID
+    elif consumer_error is not None:  # a KIP-848 consumer group: member id + member epoch
+        group_error = consumer_error
+        if consumer_error == ErrorCode.NONE and offsets:
+            try:
+                await broker.meta.commit_offsets(req.group_id, offsets)
+            except MetastoreError:
+                group_error = ErrorCode.COORDINATOR_NOT_AVAILABLE
     else:
         group_error = await broker.groups.commit_offsets(req.group_id, generation, member_id, instance, offsets)
     return OffsetCommitResponse(

@@ -122,7 +122,14 @@ async def handle(broker: Broker, ctx: RequestContext, req: OffsetFetchRequest) -
                 if g.topics is None
                 else [(t.name, t.topic_id, list(t.partition_indexes)) for t in g.topics]
             )
-            error, topics = await _group_offsets(broker, g.group_id, wanted, v >= 10, req.require_stable)
+            member_error = (
+                await broker.consumer_groups.validate_fetch(g.group_id, g.member_id, g.member_epoch) if v >= 9 else None
+            )  # KIP-848: a consumer-group member fetches with its id and epoch
+            topics: list[_Topic] = []
+            if member_error:
+                error = member_error
+            else:
+                error, topics = await _group_offsets(broker, g.group_id, wanted, v >= 10, req.require_stable)
             groups.append(
                 V8Group(
                     group_id=g.group_id,
