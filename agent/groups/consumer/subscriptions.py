@@ -6,15 +6,26 @@ subscription against the topic list before running an assignor. Kafka 4.x
 name; we use Google's RE2 (the ``google-re2`` package), also a full match, so the
 syntax and semantics are RE2's (no back-references or look-around: such a
 pattern is INVALID_REGULAR_EXPRESSION, as in Kafka). Internal topics (names
-starting with ``__``) never match a regex, as in Kafka.
+starting with ``__``) never match a regex, as in Kafka. Should ``google-re2`` be
+missing (an old virtualenv), Python's ``re`` stands in: the same full match, but
+back-references and look-around are then accepted instead of refused.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable
+from typing import Any
 
-import re2
+try:
+    import re2
+
+    _ENGINE: Any = re2
+    _ERRORS: tuple[type[Exception], ...] = (re2.error, TypeError, ValueError)
+except ImportError:  # pragma: no cover - google-re2 is a dependency
+    _ENGINE = re
+    _ERRORS = (re.error, TypeError, ValueError)
 
 
 class InvalidRegex(ValueError):
@@ -22,10 +33,10 @@ class InvalidRegex(ValueError):
 
 
 @functools.lru_cache(maxsize=1024)
-def compile_regex(pattern: str) -> re2._Regexp:
+def compile_regex(pattern: str) -> Any:
     try:
-        return re2.compile(pattern)
-    except re2.error as e:
+        return _ENGINE.compile(pattern)
+    except _ERRORS as e:
         raise InvalidRegex(str(e)) from e
 
 
