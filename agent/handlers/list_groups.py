@@ -3,8 +3,8 @@
 Behavior: every group this agent's coordinator knows, in memory or persisted
 (all groups, since this agent coordinates all of them), except deleted ones.
 v4+ ``states_filter`` and v5+ ``types_filter`` (``classic`` for JoinGroup
-groups, ``consumer`` for KIP-848 groups, protocol type ``consumer``) match
-case-insensitively; an empty filter matches everything.
+groups, ``consumer`` for KIP-848 groups, protocol type ``consumer``, ``share`` for KIP-932
+share groups) match case-insensitively; an empty filter matches everything.
 
 Versions: 0-5 (v3+ flexible).
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from agent.groups.share.coordinator import SHARE_TYPE, list_share_groups
 from agent.handlers.registry import handler
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import ListGroupsRequest, ListGroupsResponse
@@ -34,11 +35,13 @@ async def handle(broker: Broker, ctx: RequestContext, req: ListGroupsRequest) ->
     try:
         listed = await broker.groups.list_groups()
         consumer = await broker.consumer_groups.listing()  # KIP-848 groups: id -> state
+        shared = await list_share_groups(broker)  # KIP-932 share groups: (id, state)
     except MetastoreError:
         return ListGroupsResponse(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, groups=[])
     rows = {g.group_id: (g.protocol_type or "", g.state, GROUP_TYPE) for g in listed}
     # A consumer group's id may also have a classic row (offsets); the consumer group wins.
     rows.update({gid: ("consumer", state, CONSUMER_TYPE) for gid, state in consumer.items()})
+    rows.update({gid: (SHARE_TYPE, state, SHARE_TYPE) for gid, state in shared})
     return ListGroupsResponse(
         throttle_time_ms=0,
         error_code=0,

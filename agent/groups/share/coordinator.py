@@ -179,3 +179,16 @@ def coordinator_for(broker: Broker) -> ShareGroupCoordinator:
     if c is None:
         c = _COORDINATORS[broker] = ShareGroupCoordinator(broker)
     return c
+
+
+SHARE_TYPE = "share"
+
+
+async def list_share_groups(broker: Broker) -> list[tuple[str, str]]:
+    """(group id, state) of every share group, as this agent's coordinator knows it."""
+    coord = coordinator_for(broker)
+    out = []
+    for rec in await broker.meta.share_groups_list():
+        g = coord.groups.get(rec.group_id)
+        out.append((rec.group_id, g.state if g is not None else "Empty"))
+    return out

@@ -279,3 +279,19 @@ def manager_for(broker: Broker) -> SharePartitionManager:
     if m is None:
         m = _MANAGERS[broker] = SharePartitionManager(broker)
     return m
+
+
+async def reset_start(broker: Broker, key: Key, offset: int) -> None:
+    """Start the share partition over at ``offset`` (AlterShareGroupOffsets; the group is empty)."""
+    mgr = manager_for(broker)
+
+    async def decide(st: SharePartitionState, fresh: bool) -> tuple[SharePartitionState, None]:
+        return dataclasses.replace(st, start_offset=offset, end_offset=offset, ranges=[], state_epoch=st.state_epoch + 1), None
+
+    await mgr._change(key, decide)
+
+
+def lag(st: SharePartitionState, high_watermark: int) -> int:
+    """Records at or past the SPSO not yet acknowledged or archived."""
+    done = sum(r.last - r.first + 1 for r in st.ranges if r.state in sp.DONE)
+    return max(0, high_watermark - st.start_offset - done)
