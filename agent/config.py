@@ -133,6 +133,37 @@ class AgentConfig(BaseSettings):
         ),
     )
 
+    # -- limits no client can exceed (issue 15; Kafka's names) --------------------------
+    fetch_max_bytes: int = Field(
+        55 * MiB, gt=0, description="Largest Fetch response the broker builds (fetch.max.bytes)"
+    )
+    queued_max_request_bytes: int = Field(
+        256 * MiB,
+        gt=0,
+        description=(
+            "Response bytes the clients leave unread, all connections together: a Fetch is"
+            " built to at most what is left (one batch at least), and a connection leaving"
+            " its responses unread for request_timeout_ms while this is exceeded is closed"
+        ),
+    )
+    max_connections: int = Field(10_000, gt=0, description="Open Kafka connections (max.connections)")
+    max_connections_per_ip: int = Field(
+        2_000, gt=0, description="Open Kafka connections from one address (max.connections.per.ip)"
+    )
+    connections_max_idle_ms: int = Field(
+        600_000, gt=0, description="Close a connection idle this long (connections.max.idle.ms)"
+    )
+    request_timeout_ms: int = Field(
+        30_000,
+        gt=0,
+        description="Close a connection that started a request and did not finish sending it within this",
+    )
+    max_pre_auth_frame_bytes: int = Field(
+        64 * 1024,
+        gt=0,
+        description="Largest frame accepted before a SASL/TLS listener's client has authenticated",
+    )
+
     group_initial_rebalance_delay_ms: int = Field(
         100, ge=0, description="Wait this long for more members when an empty group starts rebalancing"
     )

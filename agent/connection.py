@@ -12,7 +12,18 @@ The connection reports its produce requests to the batcher through its
 :class:`~agent.autobatch.ProduceFlow` (adaptive sealing).
 
 Back-pressure: reading pauses while too many responses are pending or the
-transport's write buffer is full.
+transport's write buffer is full (the client is not taking its responses: like
+Kafka muting a channel, nothing more is read or built for it until it does).
+
+Limits (issue 15, :mod:`agent.security.limits`): a connection over
+``max_connections`` / ``max_connections_per_ip`` is closed when accepted; a
+frame buffer grows as bytes arrive (a declared length costs at most 64 KiB
+until the bytes come); before authentication on a listener that requires it
+(``pre_auth``, set by the auth lane) frames are capped at
+``max_pre_auth_frame_bytes``; the writer waits below the shared
+:class:`~agent.security.limits.ResponseBudget` before building a response and
+counts what a non-reading client leaves in the transport; :meth:`expired` tells
+the deadline sweeper about idle connections and partial requests.
 """
 
 from __future__ import annotations
@@ -20,12 +31,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from agent.autobatch import ProduceFlow
+from agent.security.limits import ConnectionLimits, ResponseBudget
 from agent.security.principal import ANONYMOUS, KafkaPrincipal
 from kafka_protocol.exceptions import DecodeError, ProtocolError
 from kafka_protocol.framing import RequestHeader, encode_response, parse_request_header
@@ -36,8 +49,10 @@ _SIZE = struct.Struct(">i")
 _MIN_CHUNK = 64 * 1024
 # Frames up to this size get their whole buffer at once (one allocation, no
 # regrowth copies); larger declared sizes grow as bytes actually arrive, so a
-# client claiming 100 MiB costs us at most this much before it sends it.
-_EAGER_ALLOC = 1024 * 1024
+# client claiming 100 MiB costs us at most this much before it sends it. 64 KiB,
+# not more: 3,000 connections each declaring 1 MiB and sending nothing used to
+# cost 3 GiB at 1 MiB (issue 15); now 3,000 x 64 KiB.
+_EAGER_ALLOC = _MIN_CHUNK
 
 
 class Reply:
@@ -102,9 +117,23 @@ class KafkaConnection(asyncio.BufferedProtocol):
         max_frame_bytes: int,
         max_inflight: int = 256,
         on_close: Callable[[KafkaConnection], None] | None = None,
+        limits: ConnectionLimits | None = None,
+        budget: ResponseBudget | None = None,
+        max_pre_auth_frame_bytes: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._dispatch = dispatch
         self._max_frame = max_frame_bytes
+        self._max_pre_auth_frame = min(max_frame_bytes, max_pre_auth_frame_bytes or max_frame_bytes)
+        self._limits = limits
+        self._admitted = False
+        self._budget = budget
+        self._held = 0  # bytes of ours counted in the budget (left unread in the transport)
+        self._stalled_since = 0.0
+        self._clock = clock
+        self.last_active = clock()
+        self._partial_since: float | None = None  # when the frame being read started
+        self._stopped = False
         self._max_inflight = max_inflight
         self._on_close = on_close
         self._size_buf = bytearray(4)
@@ -128,6 +157,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.attrs: dict[str, Any] = {}
         # Authenticated identity (TLS client certificate or SASL); ANONYMOUS until then.
         self.principal: KafkaPrincipal = ANONYMOUS
+        # True while a listener that requires authentication has not seen it
+        # succeed: frames are then capped at max_pre_auth_frame_bytes.
+        self.pre_auth = False
         # What the batcher learns about this connection's produce requests
         # (in flight, learned in-flight limit) for adaptive sealing.
         self.produce_flow = ProduceFlow()
@@ -138,6 +170,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.last_active = self._clock()
+        if self._limits is not None:
+            if not self._limits.admit(self.client_ip):
+                self._closed = True
+                transport.close()
+                return
+            self._admitted = True
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._dispatch_loop(), name=f"kafka-dispatch {self.peer}"),
@@ -159,15 +198,30 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._frame = grown
         return memoryview(self._frame)[self._frame_filled : min(len(self._frame), self._frame_size)]
 
+    @property
+    def response_budget(self) -> ResponseBudget | None:
+        return self._budget
+
+    @property
+    def client_ip(self) -> str:
+        return self.peer.rsplit(":", 1)[0]
+
     def buffer_updated(self, nbytes: int) -> None:
+        now = self.last_active = self._clock()
+        if self._partial_since is None:
+            self._partial_since = now
         if self._frame is None:
             self._size_filled += nbytes
             if self._size_filled < 4:
                 return
             size = _SIZE.unpack(self._size_buf)[0]
             self._size_filled = 0
-            if size < 0 or size > self._max_frame:
-                log.warning("closing %s: frame size %d outside [0, %d]", self.peer, size, self._max_frame)
+            cap = self._max_pre_auth_frame if self.pre_auth else self._max_frame
+            if size < 0 or size > cap:
+                log.warning(
+                    "closing %s: frame size %d outside [0, %d]%s",
+                    self.peer, size, cap, " before authentication" if self.pre_auth else "",
+                )  # fmt: skip
                 self.close()
                 return
             self._frame_size = size
@@ -186,19 +240,56 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if len(frame) != self._frame_size:
             frame = frame[: self._frame_size]
         self._frame = None
+        self._partial_since = None
         self._frames.append(frame)
         self._pending += 1
         self._all_answered.clear()
         self._frame_ready.set()
-        if self._pending >= self._max_inflight and not self._reading_paused and self._transport:
+        if self._pending >= self._max_inflight:
+            self._set_reading(False)
+
+    def _set_reading(self, on: bool) -> None:
+        if self._transport is None or self._closed:
+            return
+        if on and self._reading_paused and not self._stopped:
+            self._reading_paused = False
+            self._transport.resume_reading()
+            if self._partial_since is not None:  # the request deadline counts while we read
+                self._partial_since = self._clock()
+        elif not on and not self._reading_paused:
             self._reading_paused = True
             self._transport.pause_reading()
+
+    def expired(self, now: float, idle_s: float, request_s: float) -> str | None:
+        """Why this connection is past a deadline at ``now`` (None: it is not):
+        a request started ``request_s`` ago and still incomplete while we were
+        reading; responses left unread for ``request_s`` while the clients
+        together leave more than the response budget unread; or nothing read,
+        written or pending for ``idle_s``."""
+        if self._closed:
+            return None
+        if self._partial_since is not None and not self._reading_paused and now - self._partial_since > request_s:
+            return f"request not completed within {request_s * 1000:.0f} ms (request_timeout_ms)"
+        if (
+            self._held
+            and self._budget is not None
+            and self._budget.exceeded
+            and now - self._stalled_since > request_s
+        ):
+            return f"{self._held} response bytes unread for {request_s * 1000:.0f} ms over queued_max_request_bytes"
+        if self._pending == 0 and not self._frames and now - self.last_active > idle_s:
+            return f"idle for {idle_s * 1000:.0f} ms (connections_max_idle_ms)"
+        return None
 
     def eof_received(self) -> bool | None:
         return None  # close the transport
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        if self._admitted and self._limits is not None:
+            self._admitted = False
+            self._limits.release(self.client_ip)
+        self._release_held()
         self._all_answered.set()
         # Responses that will never be written: close their coroutines so they
         # do not warn "never awaited" (their work, e.g. a commit, is unaffected).
@@ -218,10 +309,20 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._on_close(self)
 
     def pause_writing(self) -> None:
+        # The client is not taking its responses: read (and build) nothing more for it.
         self._can_write.clear()
+        self._set_reading(False)
 
     def resume_writing(self) -> None:
         self._can_write.set()
+        self._release_held()
+        if self._pending < self._max_inflight:
+            self._set_reading(True)
+
+    def _release_held(self) -> None:
+        if self._held and self._budget is not None:
+            self._budget.sub(self._held)
+        self._held = 0
 
     # -- request processing ---------------------------------------------------------
 
@@ -233,9 +334,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             pass
 
     def stop_reading(self) -> None:
-        if self._transport is not None and not self._closed and not self._reading_paused:
-            self._reading_paused = True
-            self._transport.pause_reading()
+        self._set_reading(False)
+        self._stopped = True
 
     def close(self) -> None:
         if self._transport is not None and not self._closed:
@@ -299,9 +399,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self._pending -= 1
                 if self._pending == 0 and not self._frames:
                     self._all_answered.set()
-                if self._reading_paused and self._pending < self._max_inflight // 2 and self._transport:
-                    self._reading_paused = False
-                    self._transport.resume_reading()
+                if self._reading_paused and self._pending < self._max_inflight // 2 and self._can_write.is_set():
+                    self._set_reading(True)
                 if result is None:  # acks=0
                     continue
                 if self._closed or self._transport is None:
@@ -313,7 +412,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 else:
                     parts = encode_response(header.correlation_id, result, header.api_version)
                 self._transport.writelines(parts)
+                self.last_active = self._clock()
                 if not self._can_write.is_set():
+                    if self._budget is not None and not self._held:
+                        self._held = self._transport.get_write_buffer_size()
+                        self._budget.add(self._held)
+                        self._stalled_since = self.last_active
                     await self._can_write.wait()
         except asyncio.CancelledError:
             pass

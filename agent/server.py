@@ -26,6 +26,7 @@ from agent.handlers import make_dispatcher
 from agent.health import Readiness
 from agent.metrics import METRICS
 from agent.planning import add_planning_routes
+from agent.security.limits import ConnectionLimits, DeadlineSweeper, ResponseBudget
 from metastore.internal_auth import internal_auth_middleware, is_loopback
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,12 @@ class AgentServer:
         self._shared: asyncio.Server | None = None
         self._admin: web.AppRunner | None = None
         self._conns: set[KafkaConnection] = set()
+        cfg0 = broker.config
+        self.limits = ConnectionLimits(cfg0.max_connections, cfg0.max_connections_per_ip)
+        self.response_budget = ResponseBudget(cfg0.queued_max_request_bytes)
+        self.sweeper = DeadlineSweeper(
+            lambda: self._conns, idle_ms=cfg0.connections_max_idle_ms, request_ms=cfg0.request_timeout_ms
+        )
         self.port = 0
         self.admin_port = 0
         cfg = broker.config
@@ -72,6 +79,9 @@ class AgentServer:
                 max_frame_bytes=cfg.max_request_bytes,
                 max_inflight=cfg.max_inflight_requests,
                 on_close=self._closed,
+                limits=self.limits,
+                budget=self.response_budget,
+                max_pre_auth_frame_bytes=cfg.max_pre_auth_frame_bytes,
             )
             self._conns.add(conn)
             METRICS.connections.set(len(self._conns))
@@ -88,6 +98,7 @@ class AgentServer:
             )
         self.broker.set_port(self.port)
         self.broker.start()
+        self.sweeper.start()
         await self._start_admin(cfg, dispatch)
         # Build the object-store client now: botocore loads its models synchronously
         # (seconds of CPU on a busy host); done on the first produce it would stall
@@ -115,6 +126,7 @@ class AgentServer:
 
     async def _abort(self) -> None:
         """Undo a half-done start (the cluster refused us): close listeners and parts."""
+        await self.sweeper.stop()
         for srv in (self._server, self._shared):
             if srv is not None:
                 srv.close()
@@ -179,6 +191,7 @@ class AgentServer:
         for srv in (self._server, self._shared):
             if srv is not None:
                 srv.close()
+        await self.sweeper.stop()
         await self.readiness.stop()
         if self.emf is not None:
             await self.emf.stop()

@@ -37,6 +37,11 @@ Behavior, as Kafka:
 - Every partition entry of every response is built by :func:`partition_data`.
 - Width: partitions already read to their high watermark are answered from
   one watermark query per topic (:func:`_caught_up`), not one batch lookup each.
+- Size: ``max_bytes`` is capped by the broker's ``fetch_max_bytes`` (Kafka's
+  ``fetch.max.bytes``, 55 MiB) and, when built, by what is left of the agent's
+  budget of unread responses (``queued_max_request_bytes``,
+  :mod:`agent.security.limits`): a Fetch asking 2^31-1 gets at most that, and
+  the first partition with data still gets its first whole batch (KIP-74).
 - A storage failure while reading a partition answers KAFKA_STORAGE_ERROR for
   that partition (retriable) instead of closing the connection.
 
@@ -309,7 +314,7 @@ async def handle(broker: Broker, ctx: RequestContext, req: FetchRequest) -> Any:
     v = ctx.header.api_version
     by_id = v >= 13
     if v < 7 or (req.session_id == 0 and req.session_epoch == FINAL_EPOCH):
-        return Deferred(_Lazy(lambda: _full_fetch(broker, req, by_id, None)))
+        return Deferred(_Lazy(lambda: _full_fetch(broker, _cap(broker, ctx, req), by_id, None)))
     cache = sessions_for(broker)
     if req.session_epoch in (INITIAL_EPOCH, FINAL_EPOCH):  # a full request
         if req.session_id:
@@ -317,7 +322,7 @@ async def handle(broker: Broker, ctx: RequestContext, req: FetchRequest) -> Any:
         session = None
         if req.session_epoch == INITIAL_EPOCH:
             session = cache.create(sum(len(t.partitions) for t in req.topics), by_id)
-        return Deferred(_Lazy(lambda: _full_fetch(broker, req, by_id, session)))
+        return Deferred(_Lazy(lambda: _full_fetch(broker, _cap(broker, ctx, req), by_id, session)))
     session = cache.get(req.session_id)
     if session is None:
         return _session_error(ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
@@ -325,7 +330,19 @@ async def handle(broker: Broker, ctx: RequestContext, req: FetchRequest) -> Any:
         return _session_error(ErrorCode.INVALID_FETCH_SESSION_EPOCH)
     session.epoch = next_epoch(session.epoch)
     await _update_session(broker, session, req, by_id)
-    return Deferred(_Lazy(lambda: _incremental_fetch(broker, req, session)))
+    return Deferred(_Lazy(lambda: _incremental_fetch(broker, _cap(broker, ctx, req), session)))
+
+
+def _cap(broker: Broker, ctx: RequestContext, req: FetchRequest) -> FetchRequest:
+    """Bound ``req.max_bytes`` by fetch_max_bytes and, at build time, by the
+    budget of unread responses left (never below 0: one batch still goes)."""
+    cap = broker.config.fetch_max_bytes
+    budget = getattr(ctx.conn, "response_budget", None)
+    if budget is not None:
+        cap = min(cap, budget.available())
+    if req.max_bytes > cap:
+        req.max_bytes = cap
+    return req
 
 
 async def _wait_loop(
