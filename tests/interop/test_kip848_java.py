@@ -1,0 +1,221 @@
+"""The Java 4.1 KafkaConsumer with ``group.protocol=consumer`` (KIP-848) against Floe.
+
+Three members (separate JVMs, :mod:`tests.interop.kip848_member`) consume a
+6-partition topic while a producer writes 6,000 records; one member leaves
+cleanly (SIGTERM), a fourth joins, one is killed with SIGKILL. Checked from the
+members' own logs: every record consumed at least once; each partition owned by
+one member at a time (the intervals between onPartitionsAssigned and
+onPartitionsRevoked/Lost, or the kill, never overlap); each member starts a
+partition exactly at the last committed offset (the killed member's last commit
+may be unlogged: then at or after it); committed offsets end at the high
+watermarks, and a fresh member resumes there. Runs on SQLite + file and on
+Postgres + moto S3 (the agent as its own process, session timeout 6 s).
+"""
+
+from __future__ import annotations
+
+import itertools
+import signal
+import subprocess
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as TP
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.fixtures.java import SLF4J_SIMPLE, compile_java, java_binary, maven_classpath
+from tests.interop.kip848_member import SOURCE
+
+pytestmark = [pytest.mark.interop, pytest.mark.slow, pytest.mark.timeout(400)]
+
+PARTITIONS = 6
+RECORDS = 6000
+TOPIC, GROUP = "kip848", "kip848-group"
+
+
+@pytest.fixture(scope="module")
+def member_cp(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    cp = maven_classpath(["org.apache.kafka:kafka-clients:4.1.0", SLF4J_SIMPLE])
+    return java_binary(), compile_java(SOURCE, cp, tmp_path_factory.mktemp("kip848"))
+
+
+class Member:
+    def __init__(self, java: tuple[str, str], bootstrap: str, name: str, log_dir: Path, assignor: str = "") -> None:
+        self.name = name
+        self.path = log_dir / f"{name}.log"
+        self.err = log_dir / f"{name}.err"
+        cmd = [java[0], "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", java[1], "Member848",
+               bootstrap, TOPIC, GROUP, name, assignor]  # fmt: skip
+        with self.path.open("w") as out, self.err.open("w") as err:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=err)
+        self.killed_at: int | None = None
+
+    def lines(self) -> list[list[str]]:
+        return [ln.split(" ") for ln in self.path.read_text().splitlines() if ln]
+
+    def has(self, kind: str, pred: Any = lambda _x: True) -> bool:
+        return any(x[0] == kind and pred(x) for x in self.lines())
+
+    def records(self) -> int:
+        return sum(1 for x in self.lines() if x[0] == "REC")
+
+    def term(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.killed_at = int(time.time() * 1000)
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.term()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def wait_for(cond: Any, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def produce(bootstrap: str, done: threading.Event) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(RECORDS):
+        p.produce(TOPIC, key=f"k{i}", value=b"v", partition=i % PARTITIONS)
+        if i % 100 == 99:
+            p.flush(30)
+            time.sleep(0.3)  # pacing (~20 s): the records arrive while members come and go
+    assert p.flush(30) == 0
+    done.set()
+
+
+def intervals(members: list[Member]) -> dict[int, list[tuple[int, int, str]]]:
+    """partition -> [(from ms, to ms, member)] of ownership, from the callbacks."""
+    out: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
+    for m in members:
+        start: dict[int, int] = {}
+        end_of_life = m.killed_at
+        for x in m.lines():
+            if x[0] == "ASSIGN" and x[3] != "-":
+                for p in map(int, x[3].split(",")):
+                    start[p] = int(x[1])
+            elif x[0] in ("REVOKE", "LOST") and x[3] != "-":
+                for p in map(int, x[3].split(",")):
+                    out[p].append((start.pop(p), int(x[1]), m.name))
+            elif x[0] == "CLOSED":
+                end_of_life = int(x[1])
+        for p, t0 in start.items():
+            out[p].append((t0, end_of_life or 2**62, m.name))
+    return out
+
+
+def check_resume(members: list[Member], killed: Member) -> int:
+    commits: list[tuple[int, int, int, str]] = []  # ts, partition, offset, member
+    for m in members:
+        commits += [(int(x[1]), int(x[2]), int(x[3]), m.name) for x in m.lines() if x[0] == "COMMIT"]
+    consumed_by_killed = defaultdict(int)
+    for x in killed.lines():
+        if x[0] == "REC":
+            consumed_by_killed[int(x[1])] = max(consumed_by_killed[int(x[1])], int(x[2]) + 1)
+    checked = 0
+    for m in members:
+        for x in m.lines():
+            if x[0] != "POS":
+                continue
+            ts, p, pos = int(x[1]), int(x[2]), int(x[3])
+            before = [c for c in commits if c[1] == p and c[0] <= ts]
+            last = max(before, default=(0, p, 0, ""))
+            if last[3] == killed.name or (before == [] and consumed_by_killed[p]):
+                assert last[2] <= pos <= max(consumed_by_killed[p], last[2]), (m.name, x, last)
+            else:
+                assert pos == last[2], f"{m.name} started partition {p} at {pos}, last commit {last}"
+            checked += 1
+    return checked
+
+
+def test_java_consumer_protocol_join_leave_crash(agent_process_factory, member_cp, tmp_path: Path) -> None:
+    agent = agent_process_factory(consumer_group_session_timeout_ms=6000, consumer_group_heartbeat_interval_ms=500)
+    bs = agent.bootstrap
+    admin = AdminClient({"bootstrap.servers": bs})
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(30)
+    done = threading.Event()
+    producer = threading.Thread(target=produce, args=(bs, done), daemon=True)
+    producer.start()
+    t0 = time.monotonic()
+    m1, m2, m3 = (Member(member_cp, bs, f"m{i}", tmp_path) for i in (1, 2, 3))
+    members = [m1, m2, m3]
+    try:
+        wait_for(lambda: all(m.records() > 0 for m in members), "three members consuming", 90)
+        m3.term()
+        wait_for(lambda: m3.has("CLOSED"), "m3 leaving")
+        m4 = Member(member_cp, bs, "m4", tmp_path)
+        members.append(m4)
+        wait_for(lambda: m4.has("ASSIGN", lambda x: x[3] != "-"), "m4 assigned partitions")
+        assert not done.is_set(), "the producer finished too early for this scenario"
+        m2.kill()
+        producer.join(120)
+        assert done.is_set()
+
+        def consumed() -> set[str]:
+            return {x[3] for m in members for x in m.lines() if x[0] == "REC"}
+
+        wait_for(lambda: len(consumed()) == RECORDS, "every record consumed", 90)
+        hw = {}
+        probe = Consumer({"bootstrap.servers": bs, "group.id": "probe"})
+        for p in range(PARTITIONS):
+            hw[p] = probe.get_watermark_offsets(TP(TOPIC, p), timeout=10)[1]
+        assert sum(hw.values()) == RECORDS
+        for m in (m1, m4):
+            m.stop()
+        committed_reader = Consumer({"bootstrap.servers": bs, "group.id": GROUP})
+        committed = {
+            tp.partition: tp.offset
+            for tp in committed_reader.committed([TP(TOPIC, p) for p in range(PARTITIONS)], timeout=10)
+        }
+        committed_reader.close()
+        probe.close()
+        assert committed == hw, (committed, hw)
+        # A fresh member resumes at the committed offsets: nothing left to read.
+        m5 = Member(member_cp, bs, "m5", tmp_path)
+        members.append(m5)
+        wait_for(lambda: sum(1 for x in m5.lines() if x[0] == "POS") == PARTITIONS, "m5 positions")
+        assert {int(x[2]): int(x[3]) for x in m5.lines() if x[0] == "POS"} == hw
+        m5.stop()
+    finally:
+        for m in members:
+            if m.proc.poll() is None:
+                m.proc.kill()
+    elapsed = time.monotonic() - t0
+
+    own = intervals(members)
+    for p, spans in own.items():
+        spans.sort()
+        for (a0, a1, am), (b0, b1, bm) in itertools.pairwise(spans):
+            assert a1 <= b0, f"partition {p} owned by {am} [{a0},{a1}] and {bm} [{b0},{b1}] at once"
+    held = {p: [s for s in spans if s[2] == "m2" and s[1] == m2.killed_at] for p, spans in own.items()}
+    held = {p: v for p, v in held.items() if v}
+    assert held, "the killed member held no partition"
+    takeover = {p: min((s[0] for s in own[p] if s[0] >= int(m2.killed_at or 0)), default=None) for p in held}
+    gaps = {p: (t - int(m2.killed_at or 0)) / 1000 if t else None for p, t in takeover.items()}
+    assert all(g is not None for g in gaps.values()), gaps  # someone took every partition over
+    checked = check_resume(members, m2)
+    epochs = {m.name: sorted({int(x[2]) for x in m.lines() if x[0] == "ASSIGN"}) for m in members}
+    dupes = sum(m.records() for m in members) - RECORDS
+    fails = [x for m in members for x in m.lines() if x[0] == "COMMITFAIL"]
+    print(
+        f"KIP848 java: {RECORDS} records, {sum(m.records() for m in members)} deliveries ({dupes} redelivered), "
+        f"{sum(len(s) for s in own.values())} ownership spans non-overlapping, {checked} resume points exact, "
+        f"epochs {epochs}, commit failures {len(fails)}, killed member's partitions taken over after {gaps} s, "
+        f"{elapsed:.1f} s"
+    )
