@@ -84,6 +84,9 @@ class Broker:
         port = config.advertised_port or config.port
         self.node_id = node_id_for(config.agent_id)  # identity, not address
         self.advertised = NodeInfo(self.node_id, config.advertised_host, port, config.zone)
+        # listener name -> advertised (host, port), set by the server once bound.
+        self.endpoints: dict[str, tuple[str, int]] = {}
+        self.primary_listener = "PLAINTEXT"
         self.pipeline = ProducePipeline(
             store,
             metastore,
@@ -171,6 +174,22 @@ class Broker:
         self.groups.start()
         self.consumer_groups.start()
         self.txn.start()
+
+    def set_endpoints(self, endpoints: dict[str, tuple[str, int]], primary: str) -> None:
+        """The advertised endpoint of every listener (agent.security.listeners) once
+        bound; the primary one is this agent's address in the ring."""
+        self.endpoints = dict(endpoints)
+        self.primary_listener = primary
+        host, port = endpoints[primary]
+        self.advertised = NodeInfo(self.node_id, host, port, self.advertised.rack)
+        self.cluster.set_me(
+            dataclasses.replace(self.cluster.me, host=host, port=port, endpoints=self._endpoint_text())
+        )
+
+    def _endpoint_text(self) -> str | None:
+        if len(self.endpoints) <= 1:
+            return None
+        return ",".join(f"{n}://{h}:{p}" for n, (h, p) in self.endpoints.items())
 
     def set_port(self, port: int) -> None:
         """Record the bound port (when configured with port 0) for Metadata answers."""

@@ -208,6 +208,53 @@ class AgentConfig(BaseSettings):
     )
     cloudwatch_namespace: str = Field("Floe", min_length=1, description="CloudWatch namespace of those metrics")
 
+    # -- security (issue 15; agent.security) -------------------------------------------
+    listeners: str = Field(
+        "",
+        description=(
+            "Kafka listeners, e.g. PLAINTEXT://0.0.0.0:9092,SASL_SSL://0.0.0.0:9093 (security"
+            " protocols PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL; port 0 = any free port);"
+            " empty = one PLAINTEXT listener on host:port"
+        ),
+    )
+    advertised_listeners: str = Field(
+        "",
+        description=(
+            "Endpoint clients are told per listener, same form (PLAINTEXT://broker1:9092,...);"
+            " a listener not named here advertises advertised_host and its bound port"
+        ),
+    )
+    ssl_certfile: str = Field("", description="PEM certificate (chain) of SSL/SASL_SSL listeners; reloaded when it changes")
+    ssl_keyfile: str = Field("", description="PEM private key of ssl_certfile")
+    ssl_cafile: str = Field("", description="PEM CA bundle that client certificates must chain to (mTLS)")
+    ssl_client_auth: str = Field(
+        "none",
+        pattern=r"^(none|requested|required)$",
+        description="Client certificates on SSL listeners (ssl.client.auth): none, requested or required",
+    )
+    sasl_mechanisms: str = Field(
+        "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
+        description="SASL mechanisms enabled on SASL listeners (sasl.enabled.mechanisms)",
+    )
+    sasl_users: str = Field(
+        "",
+        repr=False,
+        description=(
+            "PLAIN users: name:password,name2:password2, a JSON object {name: password},"
+            " or @/path/to/file holding either"
+        ),
+    )
+    oauth_jwks: str = Field("", description="OAUTHBEARER: JWKS file path or https URL of the token signing keys")
+    oauth_issuer: str = Field("", description="OAUTHBEARER: required iss claim (empty: not checked)")
+    oauth_audience: str = Field("", description="OAUTHBEARER: required aud claim (empty: not checked)")
+    oauth_principal_claim: str = Field("sub", min_length=1, description="OAUTHBEARER: claim naming the principal")
+    connections_max_reauth_ms: int = Field(
+        0, ge=0, description="KIP-368 session lifetime of a SASL authentication (0: sessions do not expire)"
+    )
+    failed_auth_delay_ms: int = Field(
+        100, ge=0, description="Delay before answering a failed authentication (connection.failed.authentication.delay.ms)"
+    )
+
     @field_validator("objects")
     @classmethod
     def _objects_url(cls, v: str) -> str:

@@ -76,6 +76,15 @@ class RawFrame:
         self.data = data
 
 
+class CloseAfter:
+    """A response after which the connection is closed (failed authentication)."""
+
+    __slots__ = ("response",)
+
+    def __init__(self, response: Any) -> None:
+        self.response = response
+
+
 class Deferred:
     """A response that will be ready later; the writer awaits it in order."""
 
@@ -97,6 +106,13 @@ class RequestContext:
     @property
     def client_id(self) -> str:
         return self.header.client_id or ""
+
+    @property
+    def listener_name(self) -> str | None:
+        """The listener (security protocol) the request arrived on; None for an
+        in-process connection without one."""
+        lst = self.conn.listener if self.conn is not None else None
+        return lst.name if lst is not None else None
 
     @property
     def principal(self) -> KafkaPrincipal:
@@ -121,6 +137,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         budget: ResponseBudget | None = None,
         max_pre_auth_frame_bytes: int | None = None,
         clock: Callable[[], float] = time.monotonic,
+        on_connect: Callable[[KafkaConnection, asyncio.BaseTransport], None] | None = None,
     ) -> None:
         self._dispatch = dispatch
         self._max_frame = max_frame_bytes
@@ -136,6 +153,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._stopped = False
         self._max_inflight = max_inflight
         self._on_close = on_close
+        self._on_connect = on_connect
         self._size_buf = bytearray(4)
         self._size_filled = 0
         self._frame: bytearray | None = None
@@ -160,6 +178,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # True while a listener that requires authentication has not seen it
         # succeed: frames are then capped at max_pre_auth_frame_bytes.
         self.pre_auth = False
+        # The listener's security state (agent.security): the SASL session on a
+        # SASL listener, checked by the dispatcher; None on PLAINTEXT/SSL.
+        self.auth: Any = None
+        self.listener: Any = None
         # What the batcher learns about this connection's produce requests
         # (in flight, learned in-flight limit) for adaptive sealing.
         self.produce_flow = ProduceFlow()
@@ -177,6 +199,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 transport.close()
                 return
             self._admitted = True
+        if self._on_connect is not None:
+            self._on_connect(self, transport)  # TLS: the client certificate's principal
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._dispatch_loop(), name=f"kafka-dispatch {self.peer}"),
@@ -401,6 +425,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     self._all_answered.set()
                 if self._reading_paused and self._pending < self._max_inflight // 2 and self._can_write.is_set():
                     self._set_reading(True)
+                close_after = isinstance(result, CloseAfter)
+                if close_after:
+                    result = result.response
                 if result is None:  # acks=0
                     continue
                 if self._closed or self._transport is None:
@@ -413,6 +440,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     parts = encode_response(header.correlation_id, result, header.api_version)
                 self._transport.writelines(parts)
                 self.last_active = self._clock()
+                if close_after:
+                    self.close()  # the transport sends what it buffered first
+                    return
                 if not self._can_write.is_set():
                     if self._budget is not None and not self._held:
                         self._held = self._transport.get_write_buffer_size()

@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 from contextlib import suppress
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -27,6 +28,8 @@ from agent.health import Readiness
 from agent.metrics import METRICS
 from agent.planning import add_planning_routes
 from agent.security.limits import ConnectionLimits, DeadlineSweeper, ResponseBudget
+from agent.security.listeners import Listener
+from agent.security.setup import Security
 from metastore.internal_auth import internal_auth_middleware, is_loopback
 
 log = logging.getLogger(__name__)
@@ -37,6 +40,9 @@ class AgentServer:
         self.broker = broker
         self._server: asyncio.Server | None = None
         self._shared: asyncio.Server | None = None
+        self._extra: list[asyncio.Server] = []
+        self.security = Security(broker.config, broker.meta, broker.clock.now_ms)
+        self.ports: dict[str, int] = {}  # listener name -> bound port
         self._admin: web.AppRunner | None = None
         self._conns: set[KafkaConnection] = set()
         cfg0 = broker.config
@@ -73,30 +79,56 @@ class AgentServer:
         dispatch = make_dispatcher(self.broker)
         loop = asyncio.get_running_loop()
 
-        def factory() -> KafkaConnection:
-            conn = KafkaConnection(
-                dispatch,
-                max_frame_bytes=cfg.max_request_bytes,
-                max_inflight=cfg.max_inflight_requests,
-                on_close=self._closed,
-                limits=self.limits,
-                budget=self.response_budget,
-                max_pre_auth_frame_bytes=cfg.max_pre_auth_frame_bytes,
-            )
-            self._conns.add(conn)
-            METRICS.connections.set(len(self._conns))
-            return conn
+        sec = self.security
 
-        self._server = await loop.create_server(factory, cfg.host, cfg.port, reuse_address=True, backlog=1024)
+        def factory_for(listener: Listener) -> Any:
+            on_connect = sec.tls.on_connect if listener.tls and sec.tls is not None else None
+
+            def factory() -> KafkaConnection:
+                conn = KafkaConnection(
+                    dispatch,
+                    max_frame_bytes=cfg.max_request_bytes,
+                    max_inflight=cfg.max_inflight_requests,
+                    on_close=self._closed,
+                    on_connect=on_connect,
+                    limits=self.limits,
+                    budget=self.response_budget,
+                    max_pre_auth_frame_bytes=cfg.max_pre_auth_frame_bytes,
+                )
+                conn.listener = listener
+                conn.auth = sec.new_session(listener)
+                conn.pre_auth = conn.auth is not None  # small frames until authenticated
+                self._conns.add(conn)
+                METRICS.connections.set(len(self._conns))
+                return conn
+
+            return factory
+
+        primary, *others = sec.listeners
+        self._server = await loop.create_server(
+            factory_for(primary), primary.host, primary.port, reuse_address=True, backlog=1024,
+            ssl=sec.ssl_context(primary),
+        )  # fmt: skip
         self.port = self._server.sockets[0].getsockname()[1]
+        self.ports[primary.name] = self.port
+        for lst in others:
+            srv = await loop.create_server(
+                factory_for(lst), lst.host, lst.port, reuse_address=True, backlog=1024, ssl=sec.ssl_context(lst)
+            )
+            self._extra.append(srv)
+            self.ports[lst.name] = srv.sockets[0].getsockname()[1]
         if cfg.shared_port:
             # The host's workers all listen here (the kernel spreads connections);
             # each also has its own port above, which Metadata and FindCoordinator
             # advertise, so a client reaches the worker that owns its partition/group.
             self._shared = await loop.create_server(
-                factory, cfg.host, cfg.shared_port, reuse_address=True, reuse_port=True, backlog=1024
-            )
-        self.broker.set_port(self.port)
+                factory_for(primary), primary.host, cfg.shared_port, reuse_address=True, reuse_port=True,
+                backlog=1024, ssl=sec.ssl_context(primary),
+            )  # fmt: skip
+        self.broker.set_endpoints(
+            {lst.name: (lst.advertised_host, lst.advertised_port or self.ports[lst.name]) for lst in sec.listeners},
+            primary.name,
+        )
         self.broker.start()
         self.sweeper.start()
         await self._start_admin(cfg, dispatch)
@@ -127,7 +159,7 @@ class AgentServer:
     async def _abort(self) -> None:
         """Undo a half-done start (the cluster refused us): close listeners and parts."""
         await self.sweeper.stop()
-        for srv in (self._server, self._shared):
+        for srv in (self._server, self._shared, *self._extra):
             if srv is not None:
                 srv.close()
         if self._admin is not None:
@@ -188,7 +220,7 @@ class AgentServer:
     async def close(self, drain_timeout: float = 10.0) -> None:
         """Graceful shutdown: stop accepting and reading, flush and commit what is
         buffered, answer the requests waiting for it, then close connections."""
-        for srv in (self._server, self._shared):
+        for srv in (self._server, self._shared, *self._extra):
             if srv is not None:
                 srv.close()
         await self.sweeper.stop()

@@ -186,6 +186,7 @@ class RegistryMixin(SqlBase):
         peer_port: int | None = None,
         instance: str | None = None,
         live_since_ms: int | None = None,
+        endpoints: str | None = None,
     ) -> AgentInfo | None:
         """Claim ``agent_id`` for process ``instance``, atomically.
 
@@ -203,6 +204,7 @@ class RegistryMixin(SqlBase):
             "peer_host": peer_host,
             "peer_port": peer_port,
             "instance": instance,
+            "endpoints": endpoints,
         }
         a = s.agents.c
         where: Any = None
@@ -276,10 +278,11 @@ _AGENT_COLUMNS = (
     s.agents.c.peer_host,
     s.agents.c.peer_port,
     s.agents.c.instance,
+    s.agents.c.endpoints,
 )
 
 
 def _agent_info(r: Any) -> AgentInfo:
     return AgentInfo(
-        r.id, r.host, r.port, r.zone, r.heartbeat_at, r.peer_host, r.peer_port, r.instance
+        r.id, r.host, r.port, r.zone, r.heartbeat_at, r.peer_host, r.peer_port, r.instance, r.endpoints
     )

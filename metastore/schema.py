@@ -220,6 +220,8 @@ agents = Table(
     Column("peer_host", String(255), nullable=True),
     Column("peer_port", Integer, nullable=True),
     Column("instance", String(64), nullable=True),
+    # 0011: every listener's advertised endpoint "NAME://host:port,..." (NULL: one listener).
+    Column("endpoints", Text, nullable=True),
 )
 Index("ix_agents_heartbeat_at", agents.c.heartbeat_at)
 
@@ -383,5 +385,19 @@ share_partitions = Table(
     Column("state_epoch", Integer, nullable=False),
     Column("version", BigInteger, nullable=False),
     Column("ranges", Text, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+)
+
+# 0011: SCRAM credentials (RFC 5802): salt, StoredKey, ServerKey, iterations per
+# user and mechanism (SCRAM-SHA-256 / SCRAM-SHA-512); never the password.
+scram_credentials = Table(
+    "scram_credentials",
+    metadata,
+    Column("user_name", String(255), primary_key=True),
+    Column("mechanism", String(32), primary_key=True),
+    Column("salt", LargeBinary, nullable=False),
+    Column("stored_key", LargeBinary, nullable=False),
+    Column("server_key", LargeBinary, nullable=False),
+    Column("iterations", Integer, nullable=False),
     Column("updated_at", BigInteger, nullable=False),
 )

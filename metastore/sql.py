@@ -11,12 +11,14 @@ from metastore.consumer_groups import ConsumerGroupsMixin
 from metastore.leases import LeasesMixin
 from metastore.log import LogMixin
 from metastore.registry import RegistryMixin
+from metastore.scram import ScramMixin
 from metastore.share import ShareMixin
 from metastore.topics import TopicsMixin
 from metastore.txn import TxnMixin
 
 
 class SqlMetastore(
-    TxnMixin, TopicsMixin, LogMixin, RegistryMixin, ConsumerGroupsMixin, CompactionMixin, LeasesMixin, ShareMixin
+    TxnMixin, TopicsMixin, LogMixin, RegistryMixin, ConsumerGroupsMixin, CompactionMixin, LeasesMixin, ShareMixin,
+    ScramMixin,
 ):
     """All operations over one SQLAlchemy async engine."""

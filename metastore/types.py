@@ -195,6 +195,19 @@ class AgentInfo:
     peer_host: str | None = None
     peer_port: int | None = None
     instance: str | None = None
+    endpoints: str | None = None  # "NAME://host:port,..." of every listener (None: one)
+
+
+@dataclass(frozen=True, slots=True)
+class ScramCredential:
+    """RFC 5802 salted credential of one user for one mechanism (no password)."""
+
+    user: str
+    mechanism: str  # SCRAM-SHA-256 | SCRAM-SHA-512
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
 
 
 # -- consumer groups ------------------------------------------------------------------

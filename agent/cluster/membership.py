@@ -44,7 +44,7 @@ class DuplicateAgentError(RuntimeError):
 
 
 def peer_of(a: AgentInfo) -> Peer:
-    return Peer(a.id, a.host, a.port, a.zone, a.peer_port, a.peer_host)
+    return Peer(a.id, a.host, a.port, a.zone, a.peer_port, a.peer_host, a.endpoints)
 
 
 class Membership:
@@ -108,6 +108,7 @@ class Membership:
             peer_port=me.admin_port,
             instance=self.instance,
             live_since_ms=live_since,
+            endpoints=me.endpoints,
         )
         if holder is not None:
             ago = max(0, self.clock.now_ms() - holder.heartbeat_at_ms) / 1000

@@ -33,6 +33,19 @@ class Peer:
     zone: str | None
     admin_port: int | None  # peer HTTP port (peer cache), None when unknown
     peer_host: str | None = None  # private address for peer traffic; None = ``host``
+    # Every listener's advertised endpoint, "NAME://host:port,..." (None: one listener).
+    endpoints: str | None = None
+
+    def endpoint(self, listener: str | None) -> tuple[str, int]:
+        """Where a client that came in on ``listener`` reaches this agent (Kafka's
+        rule: the same listener on every broker); host/port when unknown."""
+        if listener and self.endpoints:
+            for item in self.endpoints.split(","):
+                name, _, rest = item.partition("://")
+                if name == listener:
+                    host, _, port = rest.rpartition(":")
+                    return host, int(port)
+        return self.host, self.port
 
     @property
     def node_id(self) -> int:

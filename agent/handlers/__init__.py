@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import logging
 import pkgutil
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,7 @@ from kafka_protocol.messages import ApiVersionsResponse
 if TYPE_CHECKING:
     from agent.broker import Broker
 
+log = logging.getLogger(__name__)
 
 def _register_all() -> None:
     """Import every handler module of this package (each registers itself)."""
@@ -39,6 +41,16 @@ def make_dispatcher(broker: Broker) -> Any:
     async def dispatch(ctx: RequestContext, frame: memoryview, body_at: int) -> Any:
         h = ctx.header
         spec: HandlerSpec | None = REGISTRY.get(h.api_key)
+        auth = ctx.conn.auth if ctx.conn is not None else None  # None: relayed by a peer
+        if auth is not None and not auth.may_serve(spec is not None and spec.pre_auth):
+            # SASL listener, not (or no longer: KIP-368) authenticated: Kafka closes.
+            if not ctx.conn.closed and not auth.failed:  # failed: closed after its answer
+                log.warning(
+                    "closing %s: api key %d before SASL authentication (%s)",
+                    ctx.conn.peer, h.api_key, "session expired" if auth.expired else auth.state.value,
+                )
+                ctx.conn.close()
+            return None
         if spec is None or not spec.min_version <= h.api_version <= spec.max_version:
             if h.api_key == API_VERSIONS_KEY:
                 # KIP-511: answer an unknown ApiVersions version with v0 and our

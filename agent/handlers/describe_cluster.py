@@ -57,9 +57,10 @@ async def handle(
         controller_id=node.node_id,
         brokers=[
             DescribeClusterResponse.DescribeClusterBroker(
-                broker_id=p.node_id, host=p.host, port=p.port, rack=p.zone, is_fenced=False
+                broker_id=p.node_id, host=ep[0], port=ep[1], rack=p.zone, is_fenced=False
             )
             for p in broker.cluster.brokers()  # the live agents
+            if (ep := p.endpoint(ctx.listener_name))
         ],
         cluster_authorized_operations=(
             CLUSTER_OPERATIONS if req.include_cluster_authorized_operations else NOT_REQUESTED

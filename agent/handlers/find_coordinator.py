@@ -32,14 +32,15 @@ async def handle(
 ) -> FindCoordinatorResponse:
     v = ctx.header.api_version
     cluster = broker.cluster
+    listener = ctx.listener_name
     ok = req.key_type in (GROUP_KEY, TRANSACTION_KEY)
     message = None if ok else f"unsupported coordinator key type {req.key_type}"
     if v >= 4:
         return FindCoordinatorResponse(
             throttle_time_ms=0,
             coordinators=[
-                Coordinator(key=k, node_id=node.node_id, host=node.host, port=node.port, error_code=0, error_message=None)
-                if ok and (node := cluster.coordinator(k))
+                Coordinator(key=k, node_id=node.node_id, host=ep[0], port=ep[1], error_code=0, error_message=None)
+                if ok and (node := cluster.coordinator(k)) and (ep := node.endpoint(listener))
                 else Coordinator(key=k, node_id=-1, host="", port=-1, error_code=ErrorCode.INVALID_REQUEST, error_message=message)
                 for k in req.coordinator_keys
             ],
@@ -49,6 +50,7 @@ async def handle(
             throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST, error_message=message, node_id=-1, host="", port=-1
         )
     node = cluster.coordinator(req.key)
+    host, port = node.endpoint(listener)
     return FindCoordinatorResponse(
-        throttle_time_ms=0, error_code=0, error_message=None, node_id=node.node_id, host=node.host, port=node.port
+        throttle_time_ms=0, error_code=0, error_message=None, node_id=node.node_id, host=host, port=port
     )

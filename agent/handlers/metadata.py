@@ -95,8 +95,9 @@ async def handle(broker: Broker, ctx: RequestContext, req: MetadataRequest) -> E
     head = MetadataResponse(
         throttle_time_ms=0,
         brokers=[
-            MetadataResponse.MetadataResponseBroker(node_id=p.node_id, host=p.host, port=p.port, rack=p.zone)
+            MetadataResponse.MetadataResponseBroker(node_id=p.node_id, host=ep[0], port=ep[1], rack=p.zone)
             for p in broker.cluster.brokers()
+            if (ep := p.endpoint(ctx.listener_name))
         ],
         cluster_id=broker.config.cluster_id,
         controller_id=node.node_id,

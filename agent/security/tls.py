@@ -1,0 +1,114 @@
+"""TLS for SSL / SASL_SSL listeners with Python's ``ssl``; mTLS principals; reload.
+
+Sits between agent.config (``ssl_certfile``, ``ssl_keyfile``, ``ssl_cafile``,
+``ssl_client_auth``) and agent.server (``create_server(ssl=...)``: asyncio's
+SSL transport feeds the connection's BufferedProtocol with plaintext, so the
+framing code is the same on every listener).
+
+Certificate reload without restart: every handshake goes through the
+context's SNI callback, which checks (at most once a second) whether the
+certificate or key file changed and, if so, builds a fresh context and hands it
+to this and every later handshake; existing connections keep their session.
+
+mTLS principal (Kafka's default ``ssl.principal.mapping.rules=DEFAULT``): the
+client certificate's full subject distinguished name in RFC 2253 / 4514 form,
+most specific first, e.g. ``User:CN=alice,OU=eng,O=Example``. Only on SSL
+listeners; on SASL_SSL the principal comes from SASL, as in Kafka.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import ssl
+import time
+from typing import Any
+
+from cryptography import x509
+
+from agent.config import AgentConfig
+from agent.security.principal import KafkaPrincipal
+
+log = logging.getLogger(__name__)
+
+_VERIFY = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
+_CHECK_EVERY_S = 1.0
+
+
+def subject_principal(der: bytes) -> KafkaPrincipal:
+    """Kafka's DEFAULT rule: ``User:`` + the subject DN, RFC 2253 order."""
+    cert = x509.load_der_x509_certificate(der)
+    return KafkaPrincipal("User", cert.subject.rfc4514_string())
+
+
+class TlsContexts:
+    """The current server context of the agent's TLS listeners."""
+
+    def __init__(self, config: AgentConfig) -> None:
+        if not config.ssl_certfile or not config.ssl_keyfile:
+            raise ValueError("an SSL / SASL_SSL listener needs ssl_certfile and ssl_keyfile")
+        if config.ssl_client_auth != "none" and not config.ssl_cafile:
+            raise ValueError(f"ssl_client_auth={config.ssl_client_auth} needs ssl_cafile (the clients' CA)")
+        self.config = config
+        self._stamp = self._file_stamp()
+        self._checked = time.monotonic()
+        self.current = self._build()
+        self.reloads = 0
+        # The context handed to create_server: its SNI callback swaps in ``current``.
+        self.context = self._build()
+        self.context.sni_callback = self._on_handshake
+
+    def _file_stamp(self) -> tuple[Any, ...]:
+        out: list[Any] = []
+        for path in (self.config.ssl_certfile, self.config.ssl_keyfile, self.config.ssl_cafile):
+            if path:
+                st = os.stat(path)
+                out.append((st.st_mtime_ns, st.st_size, st.st_ino))
+        return tuple(out)
+
+    def _build(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.load_cert_chain(self.config.ssl_certfile, self.config.ssl_keyfile)
+        ctx.verify_mode = _VERIFY[self.config.ssl_client_auth]
+        if self.config.ssl_cafile:
+            ctx.load_verify_locations(self.config.ssl_cafile)
+        return ctx
+
+    def maybe_reload(self, *, force: bool = False) -> bool:
+        """Rebuild the context when a file changed; True when reloaded."""
+        now = time.monotonic()
+        if not force and now - self._checked < _CHECK_EVERY_S:
+            return False
+        self._checked = now
+        try:
+            stamp = self._file_stamp()
+            if stamp == self._stamp and not force:
+                return False
+            fresh = self._build()
+        except (OSError, ssl.SSLError, ValueError) as e:
+            # Half-written files: keep serving with the old certificate, retry later.
+            log.warning("TLS certificate reload failed, keeping the current one: %s", e)
+            return False
+        self._stamp = stamp
+        self.current = fresh
+        self.reloads += 1
+        log.info("TLS certificate reloaded from %s", self.config.ssl_certfile)
+        return True
+
+    def _on_handshake(self, sslobj: ssl.SSLObject, server_name: str | None, ctx: ssl.SSLContext) -> None:
+        self.maybe_reload()
+        sslobj.context = self.current
+
+    def on_connect(self, conn: Any, transport: asyncio.BaseTransport) -> None:
+        """The handshake completed: an SSL listener's principal is the client certificate's subject."""
+        if conn.listener is None or conn.listener.sasl:
+            return
+        sslobj = transport.get_extra_info("ssl_object")
+        der = sslobj.getpeercert(binary_form=True) if sslobj is not None else None
+        if der:
+            try:
+                conn.principal = subject_principal(der)
+            except ValueError as e:
+                log.warning("client certificate of %s: unreadable subject (%s)", conn.peer, e)
