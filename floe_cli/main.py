@@ -162,7 +162,8 @@ def _workers(args: argparse.Namespace, kw: dict[str, Any]) -> int:
     w = str(args.workers)
     if w == "auto":
         # Workers share a fixed port; with --port 0 (any free port) there is nothing to share.
-        return 1 if kw.get("port", 9092) == 0 else (os.cpu_count() or 1)
+        port = kw.get("port", os.environ.get("FLOE_PORT") or 9092)
+        return 1 if int(port) == 0 else (os.cpu_count() or 1)
     try:
         n = int(w)
     except ValueError:
@@ -178,16 +179,15 @@ def _run_or_supervise(args: argparse.Namespace, kw: dict[str, Any]) -> int:
         from agent.config import AgentConfig
 
         try:
-            AgentConfig(**kw)  # say what is wrong once, not from every worker
+            config = AgentConfig(**kw)  # say what is wrong once, not from every worker
         except Exception as e:
             print(f"floe: invalid configuration: {e}", file=sys.stderr)
             return 2
         from floe_cli.topics import ensure_sqlite_dir
         from floe_cli.workers import run_workers
 
-        if "metastore" in kw:
-            ensure_sqlite_dir(kw["metastore"])
-        kw.setdefault("port", 9092)
+        ensure_sqlite_dir(config.metastore)
+        kw["port"] = config.port  # flag, FLOE_PORT or the default: the port the workers share
         return run_workers(kw, n, args.log_level)
     return _run(kw, args.log_level)
 

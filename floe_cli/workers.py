@@ -44,26 +44,36 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
         pass
 
 
-def worker_env(kw: dict[str, Any], i: int, base_id: str, port: int) -> dict[str, str]:
-    """The environment of worker ``i``: the host's settings as ``FLOE_*`` plus its own identity."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLOE_")}
+def worker_env(
+    kw: dict[str, Any], i: int, base_id: str, port: int, environ: dict[str, str] | None = None
+) -> dict[str, str]:
+    """The environment of worker ``i``: the host's settings (its ``FLOE_*`` environment,
+    overridden by the command line's ``kw``) plus the worker's own identity and ports.
+
+    Each worker listens on a port of its own beside the shared one. It advertises
+    that port unless an advertised port is configured (a load balancer or proxy in
+    front of the host): then every worker advertises it, like agents sharing one
+    address (requests for groups and transactions reach their owner by relay)."""
+    base = dict(os.environ if environ is None else environ)
+    env = dict(base)
     for k, v in kw.items():
         if v is not None:
             env[f"FLOE_{k.upper()}"] = str(v)
     env["FLOE_AGENT_ID"] = f"{base_id}-w{i}"
     env["FLOE_SHARED_PORT"] = str(port)
-    env["FLOE_PORT"] = "0"  # its own port, advertised
-    env["FLOE_ADVERTISED_PORT"] = "0"
-    admin = int(kw.get("admin_port") or 0)
+    env["FLOE_PORT"] = "0"  # its own port
+    if not int(env.get("FLOE_ADVERTISED_PORT") or 0):
+        env["FLOE_ADVERTISED_PORT"] = "0"  # advertise its own port
+    admin = int(env.get("FLOE_ADMIN_PORT") or 0)
     env["FLOE_ADMIN_PORT"] = str(admin + i if admin else 0)
     return env
 
 
 def run_workers(kw: dict[str, Any], n: int, log_level: str) -> int:
-    port = int(kw.get("port", 9092))
+    port = int(kw.get("port") or os.environ.get("FLOE_PORT") or 9092)
     if port == 0:
         raise SystemExit("floe: --workers needs a fixed --port (the port the workers share)")
-    base_id = str(kw.get("agent_id") or uuid.uuid4().hex[:12])
+    base_id = str(kw.get("agent_id") or os.environ.get("FLOE_AGENT_ID") or uuid.uuid4().hex[:12])
     cmd = [sys.executable, "-m", "floe_cli.main", "agent", "--log-level", log_level]
     stop = False
 

@@ -121,7 +121,7 @@ def start_agent(
     name: str = "agent",
     workers: int = 1,
 ) -> Agent:
-    kport, aport = free_port(), _free_port_run(workers)
+    kport, aport = free_port(), free_port_run(workers)
     log_path = workdir / f"{name}.log"
     cmd = [
         sys.executable, "-m", "floe_cli.main", "agent", "--host", "127.0.0.1",
@@ -146,7 +146,7 @@ def start_agent(
     return agent
 
 
-def _free_port_run(n: int) -> int:
+def free_port_run(n: int) -> int:
     """A port p with p .. p + n - 1 all free (the admin ports of n workers)."""
     import random
     import socket

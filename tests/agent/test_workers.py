@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -21,23 +19,11 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from loadtest.services import free_port_run
 from tests.fixtures.agent_process import REPO_ROOT
 from tests.fixtures.s3 import free_port
 
 pytestmark = [pytest.mark.interop]
-
-
-def low_port_pair() -> int:
-    for _ in range(200):
-        p = random.randrange(20000, 30000)
-        try:
-            with socket.socket() as a, socket.socket() as b:
-                a.bind(("127.0.0.1", p))
-                b.bind(("127.0.0.1", p + 1))
-            return p
-        except OSError:
-            continue
-    raise RuntimeError("no free port pair below the ephemeral range")
 
 
 def healthz(port: int) -> dict | None:
@@ -62,7 +48,7 @@ def wait(cond, timeout: float, what: str):  # type: ignore[no-untyped-def]
 def workers(tmp_path: Path):  # type: ignore[no-untyped-def]
     # Below the ephemeral range: a worker's own Kafka port (bound to port 0) must
     # not be able to take admin + 1 before worker 1 binds it.
-    port, admin = free_port(), low_port_pair()
+    port, admin = free_port(), free_port_run(2)
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLOE_")}
     env["PYTHONPATH"] = str(REPO_ROOT)
     log = open(tmp_path / "agent.log", "wb")
@@ -149,3 +135,20 @@ def test_kill_one_worker_loses_nothing_acknowledged(workers) -> None:  # type: i
     # The supervisor brought the worker back under the same id.
     h1b = wait(lambda: (h := healthz(admin + 1)) and h["pid"] != h1["pid"] and h, 60, "worker restart")
     assert h1b["agent_id"] == h1["agent_id"]
+
+
+def test_worker_env_keeps_the_hosts_floe_environment() -> None:
+    """Workers get the supervisor's FLOE_* environment (how the Terraform module and
+    Docker configure an agent), flags over it, and their own identity and ports;
+    a configured advertised port (a proxy or balancer in front) is kept."""
+    from floe_cli.workers import worker_env
+
+    host = {"PATH": "/bin", "FLOE_METASTORE": "postgresql://db/floe", "FLOE_CLUSTER_ID": "prod",
+            "FLOE_ADMIN_PORT": "9644", "FLOE_ZONE": "eu-1a"}  # fmt: skip
+    env = worker_env({"flush_interval_ms": 50, "zone": None}, 1, "host-a", 9092, environ=host)
+    assert env["FLOE_METASTORE"] == "postgresql://db/floe" and env["FLOE_CLUSTER_ID"] == "prod"
+    assert env["FLOE_ZONE"] == "eu-1a" and env["FLOE_FLUSH_INTERVAL_MS"] == "50" and env["PATH"] == "/bin"
+    assert (env["FLOE_AGENT_ID"], env["FLOE_SHARED_PORT"], env["FLOE_PORT"]) == ("host-a-w1", "9092", "0")
+    assert env["FLOE_ADMIN_PORT"] == "9645" and env["FLOE_ADVERTISED_PORT"] == "0"
+    behind = worker_env({}, 0, "host-a", 9092, environ={**host, "FLOE_ADVERTISED_PORT": "19092"})
+    assert behind["FLOE_ADVERTISED_PORT"] == "19092"
