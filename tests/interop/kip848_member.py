@@ -15,6 +15,13 @@ member epoch under the consumer protocol):
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
 SOURCE = r"""
 import java.io.*;
 import java.time.Duration;
@@ -107,3 +114,99 @@ public class Member848 {
     }
 }
 """
+
+
+class Member:
+    def __init__(
+        self, java: tuple[str, str], bootstrap: str, name: str, log_dir: Path, topic: str, group: str, assignor: str = ""
+    ) -> None:
+        self.name = name
+        self.path = log_dir / f"{name}.log"
+        self.err = log_dir / f"{name}.err"
+        cmd = [java[0], "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", java[1], "Member848",
+               bootstrap, topic, group, name, assignor]  # fmt: skip
+        with self.path.open("w") as out, self.err.open("w") as err:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=err)
+        self.killed_at: int | None = None
+
+    def lines(self) -> list[list[str]]:
+        return [ln.split(" ") for ln in self.path.read_text().splitlines() if ln]
+
+    def has(self, kind: str, pred: Any = lambda _x: True) -> bool:
+        return any(x[0] == kind and pred(x) for x in self.lines())
+
+    def records(self) -> int:
+        return sum(1 for x in self.lines() if x[0] == "REC")
+
+    def term(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.killed_at = int(time.time() * 1000)
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.term()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def wait_for(cond: Any, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def intervals(members: list[Member]) -> dict[int, list[tuple[int, int, str]]]:
+    """partition -> [(from ms, to ms, member)] of ownership, from the callbacks."""
+    out: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
+    for m in members:
+        start: dict[int, int] = {}
+        end_of_life = m.killed_at
+        for x in m.lines():
+            if x[0] == "ASSIGN" and x[3] != "-":
+                for p in map(int, x[3].split(",")):
+                    start[p] = int(x[1])
+            elif x[0] in ("REVOKE", "LOST") and x[3] != "-":
+                for p in map(int, x[3].split(",")):
+                    out[p].append((start.pop(p), int(x[1]), m.name))
+            elif x[0] == "CLOSED":
+                end_of_life = int(x[1])
+        for p, t0 in start.items():
+            out[p].append((t0, end_of_life or 2**62, m.name))
+    return out
+
+
+def check_resume(members: list[Member], killed: Member | None) -> int:
+    """Every POS (start of a partition) equals the last logged commit of that
+    partition before it; after ``killed``'s last commit (its newest commit may
+    have reached the group unlogged) at or after it, within what it consumed.
+    Returns how many starts were checked."""
+    commits: list[tuple[int, int, int, str]] = []  # ts, partition, offset, member
+    for m in members:
+        commits += [(int(x[1]), int(x[2]), int(x[3]), m.name) for x in m.lines() if x[0] == "COMMIT"]
+    consumed_by_killed: dict[int, int] = defaultdict(int)
+    for x in killed.lines() if killed is not None else []:
+        if x[0] == "REC":
+            consumed_by_killed[int(x[1])] = max(consumed_by_killed[int(x[1])], int(x[2]) + 1)
+    killed_name = killed.name if killed is not None else None
+    checked = 0
+    for m in members:
+        for x in m.lines():
+            if x[0] != "POS":
+                continue
+            ts, p, pos = int(x[1]), int(x[2]), int(x[3])
+            before = [c for c in commits if c[1] == p and c[0] <= ts]
+            last = max(before, default=(0, p, 0, ""))
+            if last[3] == killed_name or (before == [] and consumed_by_killed[p]):
+                assert last[2] <= pos <= max(consumed_by_killed[p], last[2]), (m.name, x, last)
+            else:
+                assert pos == last[2], f"{m.name} started partition {p} at {pos}, last commit {last}"
+            checked += 1
+    return checked

@@ -15,13 +15,9 @@ Postgres + moto S3 (the agent as its own process, session timeout 6 s).
 from __future__ import annotations
 
 import itertools
-import signal
-import subprocess
 import threading
 import time
-from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer
@@ -29,7 +25,7 @@ from confluent_kafka import TopicPartition as TP
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.fixtures.java import SLF4J_SIMPLE, compile_java, java_binary, maven_classpath
-from tests.interop.kip848_member import SOURCE
+from tests.interop.kip848_member import SOURCE, Member, check_resume, intervals, wait_for
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -44,51 +40,6 @@ def member_cp(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     return java_binary(), compile_java(SOURCE, cp, tmp_path_factory.mktemp("kip848"))
 
 
-class Member:
-    def __init__(self, java: tuple[str, str], bootstrap: str, name: str, log_dir: Path, assignor: str = "") -> None:
-        self.name = name
-        self.path = log_dir / f"{name}.log"
-        self.err = log_dir / f"{name}.err"
-        cmd = [java[0], "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", java[1], "Member848",
-               bootstrap, TOPIC, GROUP, name, assignor]  # fmt: skip
-        with self.path.open("w") as out, self.err.open("w") as err:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=err)
-        self.killed_at: int | None = None
-
-    def lines(self) -> list[list[str]]:
-        return [ln.split(" ") for ln in self.path.read_text().splitlines() if ln]
-
-    def has(self, kind: str, pred: Any = lambda _x: True) -> bool:
-        return any(x[0] == kind and pred(x) for x in self.lines())
-
-    def records(self) -> int:
-        return sum(1 for x in self.lines() if x[0] == "REC")
-
-    def term(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-
-    def kill(self) -> None:
-        self.killed_at = int(time.time() * 1000)
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.term()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-
-
-def wait_for(cond: Any, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-
-
 def produce(bootstrap: str, done: threading.Event) -> None:
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     for i in range(RECORDS):
@@ -100,50 +51,6 @@ def produce(bootstrap: str, done: threading.Event) -> None:
     done.set()
 
 
-def intervals(members: list[Member]) -> dict[int, list[tuple[int, int, str]]]:
-    """partition -> [(from ms, to ms, member)] of ownership, from the callbacks."""
-    out: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
-    for m in members:
-        start: dict[int, int] = {}
-        end_of_life = m.killed_at
-        for x in m.lines():
-            if x[0] == "ASSIGN" and x[3] != "-":
-                for p in map(int, x[3].split(",")):
-                    start[p] = int(x[1])
-            elif x[0] in ("REVOKE", "LOST") and x[3] != "-":
-                for p in map(int, x[3].split(",")):
-                    out[p].append((start.pop(p), int(x[1]), m.name))
-            elif x[0] == "CLOSED":
-                end_of_life = int(x[1])
-        for p, t0 in start.items():
-            out[p].append((t0, end_of_life or 2**62, m.name))
-    return out
-
-
-def check_resume(members: list[Member], killed: Member) -> int:
-    commits: list[tuple[int, int, int, str]] = []  # ts, partition, offset, member
-    for m in members:
-        commits += [(int(x[1]), int(x[2]), int(x[3]), m.name) for x in m.lines() if x[0] == "COMMIT"]
-    consumed_by_killed = defaultdict(int)
-    for x in killed.lines():
-        if x[0] == "REC":
-            consumed_by_killed[int(x[1])] = max(consumed_by_killed[int(x[1])], int(x[2]) + 1)
-    checked = 0
-    for m in members:
-        for x in m.lines():
-            if x[0] != "POS":
-                continue
-            ts, p, pos = int(x[1]), int(x[2]), int(x[3])
-            before = [c for c in commits if c[1] == p and c[0] <= ts]
-            last = max(before, default=(0, p, 0, ""))
-            if last[3] == killed.name or (before == [] and consumed_by_killed[p]):
-                assert last[2] <= pos <= max(consumed_by_killed[p], last[2]), (m.name, x, last)
-            else:
-                assert pos == last[2], f"{m.name} started partition {p} at {pos}, last commit {last}"
-            checked += 1
-    return checked
-
-
 def test_java_consumer_protocol_join_leave_crash(agent_process_factory, member_cp, tmp_path: Path) -> None:
     agent = agent_process_factory(consumer_group_session_timeout_ms=6000, consumer_group_heartbeat_interval_ms=500)
     bs = agent.bootstrap
@@ -153,13 +60,13 @@ def test_java_consumer_protocol_join_leave_crash(agent_process_factory, member_c
     producer = threading.Thread(target=produce, args=(bs, done), daemon=True)
     producer.start()
     t0 = time.monotonic()
-    m1, m2, m3 = (Member(member_cp, bs, f"m{i}", tmp_path) for i in (1, 2, 3))
+    m1, m2, m3 = (Member(member_cp, bs, f"m{i}", tmp_path, TOPIC, GROUP) for i in (1, 2, 3))
     members = [m1, m2, m3]
     try:
         wait_for(lambda: all(m.records() > 0 for m in members), "three members consuming", 90)
         m3.term()
         wait_for(lambda: m3.has("CLOSED"), "m3 leaving")
-        m4 = Member(member_cp, bs, "m4", tmp_path)
+        m4 = Member(member_cp, bs, "m4", tmp_path, TOPIC, GROUP)
         members.append(m4)
         wait_for(lambda: m4.has("ASSIGN", lambda x: x[3] != "-"), "m4 assigned partitions")
         assert not done.is_set(), "the producer finished too early for this scenario"
@@ -187,7 +94,7 @@ def test_java_consumer_protocol_join_leave_crash(agent_process_factory, member_c
         probe.close()
         assert committed == hw, (committed, hw)
         # A fresh member resumes at the committed offsets: nothing left to read.
-        m5 = Member(member_cp, bs, "m5", tmp_path)
+        m5 = Member(member_cp, bs, "m5", tmp_path, TOPIC, GROUP)
         members.append(m5)
         wait_for(lambda: sum(1 for x in m5.lines() if x[0] == "POS") == PARTITIONS, "m5 positions")
         assert {int(x[2]): int(x[3]) for x in m5.lines() if x[0] == "POS"} == hw
