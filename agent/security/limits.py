@@ -55,7 +55,9 @@ EXPIRED = PromCounter(
 class ConnectionLimits:
     """Open connections, in total and per client address."""
 
-    def __init__(self, max_connections: int, max_per_ip: int, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, max_connections: int, max_per_ip: int, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.max_connections = max_connections
         self.max_per_ip = max_per_ip
         self.total = 0

@@ -43,7 +43,9 @@ def _parse(text: str, what: str) -> list[tuple[str, str, int]]:
         name, sep, rest = item.partition("://")
         name = name.upper()
         if not sep or name not in PROTOCOLS:
-            raise ValueError(f"{what}: {item!r} is not PROTOCOL://host:port with PROTOCOL one of {', '.join(PROTOCOLS)}")
+            raise ValueError(
+                f"{what}: {item!r} is not PROTOCOL://host:port with PROTOCOL one of {', '.join(PROTOCOLS)}"
+            )
         host, colon, port = rest.rpartition(":")
         if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
             raise ValueError(f"{what}: {item!r} has no valid port")
@@ -58,12 +60,24 @@ def parse_listeners(config: AgentConfig) -> list[Listener]:
     """The listeners to bind, the first being the primary one (registered in the
     ring as the agent's address). Raises ValueError on a malformed list."""
     if not config.listeners.strip():
-        return [Listener("PLAINTEXT", config.host, config.port, config.advertised_host, config.advertised_port)]
-    advertised = {n: (h, p) for n, h, p in _parse(config.advertised_listeners, "advertised_listeners")}
+        return [
+            Listener(
+                "PLAINTEXT",
+                config.host,
+                config.port,
+                config.advertised_host,
+                config.advertised_port,
+            )
+        ]
+    advertised = {
+        n: (h, p) for n, h, p in _parse(config.advertised_listeners, "advertised_listeners")
+    }
     out = []
     for name, host, port in _parse(config.listeners, "listeners"):
         a_host, a_port = advertised.pop(name, ("", 0))
-        out.append(Listener(name, host or config.host, port, a_host or config.advertised_host, a_port))
+        out.append(
+            Listener(name, host or config.host, port, a_host or config.advertised_host, a_port)
+        )
     if advertised:
         raise ValueError(f"advertised_listeners names {sorted(advertised)} that listeners does not")
     if not out:

@@ -46,10 +46,14 @@ class Security:
             self.tls = TlsContexts(config)
 
     def _sasl_settings(self, config: AgentConfig, meta: Metastore | None) -> SaslSettings:
-        mechanisms = tuple(m.strip().upper() for m in config.sasl_mechanisms.split(",") if m.strip())
+        mechanisms = tuple(
+            m.strip().upper() for m in config.sasl_mechanisms.split(",") if m.strip()
+        )
         unknown = [m for m in mechanisms if m not in ALL_MECHANISMS]
         if unknown:
-            raise ValueError(f"sasl_mechanisms: unknown {unknown}; known: {', '.join(ALL_MECHANISMS)}")
+            raise ValueError(
+                f"sasl_mechanisms: unknown {unknown}; known: {', '.join(ALL_MECHANISMS)}"
+            )
         settings = SaslSettings(
             mechanisms=mechanisms,
             plain_users=parse_users(config.sasl_users),
@@ -66,7 +70,10 @@ class Security:
             settings.factories["OAUTHBEARER"] = oauth_factory(config, self.now_ms)
         missing = [m for m in mechanisms if m != "PLAIN" and m not in settings.factories]
         if missing:
-            log.info("SASL mechanisms %s not configured (no metastore / oauth_jwks): not offered", missing)
+            log.info(
+                "SASL mechanisms %s not configured (no metastore / oauth_jwks): not offered",
+                missing,
+            )
             settings.mechanisms = tuple(m for m in mechanisms if m not in missing)
         return settings
 

@@ -49,7 +49,9 @@ class TlsContexts:
         if not config.ssl_certfile or not config.ssl_keyfile:
             raise ValueError("an SSL / SASL_SSL listener needs ssl_certfile and ssl_keyfile")
         if config.ssl_client_auth != "none" and not config.ssl_cafile:
-            raise ValueError(f"ssl_client_auth={config.ssl_client_auth} needs ssl_cafile (the clients' CA)")
+            raise ValueError(
+                f"ssl_client_auth={config.ssl_client_auth} needs ssl_cafile (the clients' CA)"
+            )
         self.config = config
         self._stamp = self._file_stamp()
         self._checked = time.monotonic()
@@ -97,7 +99,9 @@ class TlsContexts:
         log.info("TLS certificate reloaded from %s", self.config.ssl_certfile)
         return True
 
-    def _on_handshake(self, sslobj: ssl.SSLObject, server_name: str | None, ctx: ssl.SSLContext) -> None:
+    def _on_handshake(
+        self, sslobj: ssl.SSLObject, server_name: str | None, ctx: ssl.SSLContext
+    ) -> None:
         self.maybe_reload()
         sslobj.context = self.current
 
@@ -110,5 +114,8 @@ class TlsContexts:
         if der:
             try:
                 conn.principal = subject_principal(der)
+                log.info(
+                    "%s authenticated as %s (TLS client certificate)", conn.peer, conn.principal
+                )
             except ValueError as e:
                 log.warning("client certificate of %s: unreadable subject (%s)", conn.peer, e)

@@ -44,7 +44,15 @@ def test_bad_listener_lists_are_refused(listeners: str, advertised: str, error: 
 
 
 def test_peer_endpoint_per_listener() -> None:
-    p = Peer("a", "10.0.0.1", 9092, "z", None, None, "PLAINTEXT://10.0.0.1:9092,SASL_SSL://b.example:9094")
+    p = Peer(
+        "a",
+        "10.0.0.1",
+        9092,
+        "z",
+        None,
+        None,
+        "PLAINTEXT://10.0.0.1:9092,SASL_SSL://b.example:9094",
+    )
     assert p.endpoint("SASL_SSL") == ("b.example", 9094)
     assert p.endpoint("PLAINTEXT") == ("10.0.0.1", 9092)
     assert p.endpoint("SSL") == ("10.0.0.1", 9092)  # unknown listener: the primary address

@@ -84,9 +84,13 @@ def test_metadata_advertises_the_listener_the_request_came_in_on(sasl_agent: Run
 
 
 @pytest.mark.parametrize(
-    ("user", "password"), [("alice", "wrong"), ("mallory", "alice-secret")], ids=["wrong-password", "unknown-user"]
+    ("user", "password"),
+    [("alice", "wrong"), ("mallory", "alice-secret")],
+    ids=["wrong-password", "unknown-user"],
 )
-def test_confluent_bad_credentials_error(sasl_agent: RunningAgent, user: str, password: str) -> None:
+def test_confluent_bad_credentials_error(
+    sasl_agent: RunningAgent, user: str, password: str
+) -> None:
     from confluent_kafka import KafkaError
     from confluent_kafka.admin import AdminClient
 
@@ -126,8 +130,18 @@ def test_kafka_python_plain_round_trip_and_bad_password(
     c.close()
     # kafka-python retries the bootstrap until its timeout; each attempt fails with our error.
     with pytest.raises(KafkaError):
-        KafkaProducer(**{**conf, "sasl_plain_password": "nope", "max_block_ms": 3000, "request_timeout_ms": 3000})
-    assert "SaslAuthenticationFailedError: Authentication failed: Invalid username or password" in caplog.text
+        KafkaProducer(
+            **{
+                **conf,
+                "sasl_plain_password": "nope",
+                "max_block_ms": 3000,
+                "request_timeout_ms": 3000,
+            }
+        )
+    assert (
+        "SaslAuthenticationFailedError: Authentication failed: Invalid username or password"
+        in caplog.text
+    )
 
 
 def test_aiokafka_plain_round_trip(sasl_agent: RunningAgent) -> None:

@@ -73,7 +73,9 @@ class PlainServer:
                 f"authorization id differs from user {user!r}",
             )
         expected = self._users.get(user)
-        ok = hmac.compare_digest(password.encode(), expected.encode() if expected is not None else _DUMMY)
+        ok = hmac.compare_digest(
+            password.encode(), expected.encode() if expected is not None else _DUMMY
+        )
         if expected is None:
             raise AuthenticationFailed(_FAILED, f"unknown user {user!r}")
         if not ok:

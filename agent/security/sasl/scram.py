@@ -19,6 +19,7 @@ import base64
 import hashlib
 import hmac
 import os
+import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -54,7 +55,9 @@ def credential_from_salted(
     return ScramCredential(user, mechanism, salt, stored_key, server_key, iterations)
 
 
-def make_credential(user: str, mechanism: str, password: str, iterations: int = 8192) -> ScramCredential:
+def make_credential(
+    user: str, mechanism: str, password: str, iterations: int = 8192
+) -> ScramCredential:
     salt = os.urandom(32)
     return credential_from_salted(
         user, mechanism, salted_password(mechanism, password, salt, iterations), salt, iterations
@@ -134,9 +137,13 @@ class ScramServer:
         self._client_first_bare = bare
         cred = await self._lookup(user)  # type: ignore[misc]
         self._cred = cred if isinstance(cred, ScramCredential) else None
-        salt = self._cred.salt if self._cred else hashlib.sha256(b"floe-unknown-user" + user.encode()).digest()
+        salt = (
+            self._cred.salt
+            if self._cred
+            else hashlib.sha256(b"floe-unknown-user" + user.encode()).digest()
+        )
         iterations = self._cred.iterations if self._cred else MIN_ITERATIONS
-        self._nonce = attrs[1][1] + base64.b64encode(os.urandom(24)).decode()
+        self._nonce = attrs[1][1] + secrets.token_hex(16)  # alphanumeric, like Kafka's
         self._server_first = f"r={self._nonce},s={base64.b64encode(salt).decode()},i={iterations}"
         self._state = 1
         return self._server_first.encode()
@@ -153,7 +160,8 @@ class ScramServer:
             raise self._fail(f"malformed client-final-message: {e}") from None
         if binding.decode(errors="replace") != self._gs2:
             raise self._fail("channel binding does not match")
-        if attrs.get("r") != self._nonce:
+        # Kafka checks endsWith (old librdkafka, e.g. kcat's, sends client nonce + our whole r).
+        if not attrs.get("r", "").endswith(self._nonce):
             raise self._fail("nonce does not match")
         if self._cred is None:
             raise self._fail(f"unknown user {self._user!r}")
@@ -162,7 +170,9 @@ class ScramServer:
         if len(proof) != len(signature):
             raise self._fail(f"bad proof length for user {self._user!r}")
         client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=True))
-        if not hmac.compare_digest(hashlib.new(self._alg, client_key).digest(), self._cred.stored_key):
+        if not hmac.compare_digest(
+            hashlib.new(self._alg, client_key).digest(), self._cred.stored_key
+        ):
             raise self._fail(f"wrong password for user {self._user!r}")
         server_signature = _hmac(self._alg, self._cred.server_key, auth_message)
         self._state = 2
@@ -170,7 +180,9 @@ class ScramServer:
         return b"v=" + base64.b64encode(server_signature)
 
 
-def scram_factories(meta: Metastore, mechanisms: tuple[str, ...]) -> dict[str, Callable[[], SaslServer]]:
+def scram_factories(
+    meta: Metastore, mechanisms: tuple[str, ...]
+) -> dict[str, Callable[[], SaslServer]]:
     def factory(mechanism: str) -> Callable[[], SaslServer]:
         async def lookup(user: str) -> ScramCredential | None:
             return await meta.get_scram_credential(user, mechanism)
