@@ -299,3 +299,17 @@ def test_assignors_balanced_and_sticky() -> None:
     assert ranged["m0"][topics["x"].id] == {0, 1} and ranged["m3"][topics["x"].id] == {6}
     hetero = uniform_assign({"p": {"x"}, "q": {"x", "y"}}, topics, {})
     assert sum(len(v) for v in hetero["p"].values()) == 6 and sum(len(v) for v in hetero["q"].values()) == 6
+
+
+async def test_lag_metrics(coord: ConsumerGroupCoordinator, meta: Metastore) -> None:
+    from agent.groups.consumer.metrics import LAG, MEMBERS, refresh
+    from metastore.types import GroupOffset
+    from tests.metastore.helpers import batch
+
+    c1 = Client(coord, "m1", ["b"])
+    await converge(c1)
+    tid = next(iter(c1.owned))
+    await meta.commit_object(f"obj/{uuid.uuid4()}", 100, "a", [batch(tid, 0, 5), batch(tid, 1, 2)])
+    await meta.commit_offsets("g", [GroupOffset(tid, 0, 1, -1, "", 1, None), GroupOffset(tid, 1, 2, -1, "", 1, None)])
+    assert await refresh(coord) == {"g": 4}
+    assert LAG.labels("g")._value.get() == 4 and MEMBERS.labels("g")._value.get() == 1

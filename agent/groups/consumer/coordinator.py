@@ -56,6 +56,7 @@ class ConsumerGroupConfig:
     heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
     max_size: int = 2**31 - 1  # group.consumer.max.size
     agent_id: str | None = None
+    metrics_interval_s: float = 10.0  # per-group lag on /metrics (0: off)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,9 +147,25 @@ class ConsumerGroupCoordinator:
 
     def start(self) -> None:
         self.timers.start()
+        if self.config.metrics_interval_s > 0:
+            self._metrics_task: asyncio.Task[None] | None = asyncio.get_running_loop().create_task(self._metrics_loop())
+
+    async def _metrics_loop(self) -> None:
+        from agent.groups.consumer.metrics import refresh
+
+        while True:
+            await asyncio.sleep(self.config.metrics_interval_s)
+            try:
+                await refresh(self)
+            except MetastoreError as e:
+                log.debug("consumer group metrics: %s", e)
 
     async def close(self) -> None:
         await self.timers.stop()
+        task = getattr(self, "_metrics_task", None)
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
