@@ -146,6 +146,7 @@ class Broker:
             owns=lambda gid: self.cluster.owns_group(gid),
             classic_members=self._classic_members,
         )
+        self.cluster.ring_listeners = [self.consumer_groups.release_unowned]
         # Transactions: the ids this agent owns on the ring (like groups), state in
         # the metastore, markers through the pipeline (agent.txn).
         self.txn = TxnCoordinator(

@@ -19,7 +19,7 @@ so that a partition's reads land where its blocks are cached. Until
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -75,6 +75,7 @@ class Cluster:
         self.store_get = store_get
         self.wakeups: Wakeups = Wakeups()
         self.groups: ClusteredGroupCoordinator | None = None
+        self.ring_listeners: list[Callable[[], None]] = []  # called after each ring change
 
     # -- life cycle -------------------------------------------------------------------
 
@@ -123,6 +124,8 @@ class Cluster:
     def _changed(self, rings: Rings) -> None:
         if self.groups is not None:
             self.groups.release_unowned()
+        for listener in self.ring_listeners:
+            listener()  # other coordinators (KIP-848 groups) drop what they no longer own
 
     # -- routing ----------------------------------------------------------------------
 

@@ -313,3 +313,17 @@ async def test_lag_metrics(coord: ConsumerGroupCoordinator, meta: Metastore) -> 
     await meta.commit_offsets("g", [GroupOffset(tid, 0, 1, -1, "", 1, None), GroupOffset(tid, 1, 2, -1, "", 1, None)])
     assert await refresh(coord) == {"g": 4}
     assert LAG.labels("g")._value.get() == 4 and MEMBERS.labels("g")._value.get() == 1
+
+
+async def test_ring_change_releases_and_reloads(meta: Metastore, clock: ManualClock) -> None:
+    mine = {"yes": True}
+    c = ConsumerGroupCoordinator(meta, clock, meta.list_topics, owns=lambda _g: mine["yes"])
+    m = Client(c, "m1", ["a"])
+    await converge(m)
+    mine["yes"] = False
+    c.release_unowned()
+    assert c._groups == {} and not c.timers.is_scheduled(("session", "g", "m1"))
+    assert (await m.beat()).error == E.NOT_COORDINATOR
+    mine["yes"] = True  # it comes back: the group is reloaded at its epoch
+    assert (await m.beat()).error == E.NONE and m.epoch == 1
+    await c.close()

@@ -195,6 +195,12 @@ class ConsumerGroupCoordinator:
                 self.timers.cancel(("session", group_id, m.member_id))
                 self.timers.cancel(("rebalance", group_id, m.member_id))
 
+    def release_unowned(self) -> None:
+        """The ring changed: forget the groups another agent owns now (a later
+        takeover reloads them from the metastore)."""
+        for group_id in [gid for gid in self._groups if not self.owns(gid)]:
+            self.release(group_id)
+
     async def _save(self, g: ConsumerGroup) -> None:
         async with self._lock(g.group_id):
             if self._groups.get(g.group_id) is not g:
