@@ -36,6 +36,7 @@ from agent.clock import Clock, SystemClock
 from agent.metrics import METRICS
 from kafka_protocol.errors import ErrorCode as KafkaErrorCode
 from metastore.types import BatchToCommit, CommitResult, MetastoreError, ObjectToCommit
+from metastore.unavailable import metastore_unavailable
 from objectstore.base import ObjectStore
 from objectstore.errors import ObjectStoreError
 from objectstore.segment import BatchMeta, SegmentBuilder
@@ -370,8 +371,12 @@ class ProducePipeline:
                 group.append(nxt)
             try:
                 outcomes = await self._finish_group(group)
-            except Exception:  # never let one group kill the committer
-                log.exception("segments %s failed", [seg.key for seg in group])
+            except Exception as e:  # never let one group kill the committer
+                if metastore_unavailable(e):  # Postgres down: one line, the clients retry
+                    log.warning("segments %s not committed, metastore unavailable: %s: %s",
+                                [seg.key for seg in group], type(e).__name__, e)  # fmt: skip
+                else:
+                    log.exception("segments %s failed", [seg.key for seg in group])
                 outcomes = [_error_results(KAFKA_STORAGE_ERROR, len(seg.builder)) for seg in group]
             released = self._policy.released
             for seg, results in zip(group, outcomes, strict=True):

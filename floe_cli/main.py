@@ -234,6 +234,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         kw.setdefault("admin_port", 9644)
         if not os.environ.get("FLOE_CLUSTER_ID"):
             kw.setdefault("cluster_id", DEV_CLUSTER_ID)
+        # Trying it out: SQLite may lose the last commits on a power failure (not on
+        # a crash); floe agent keeps synchronous=FULL (metastore.engine).
+        os.environ.setdefault("FLOE_SQLITE_SYNCHRONOUS", "NORMAL")
         if not os.environ.get("FLOE_AUTO_CREATE_TOPICS"):
             kw.setdefault("auto_create_topics", True)  # floe dev: on; floe agent: off
         return _run_or_supervise(args, kw)

@@ -2,7 +2,9 @@
 
 ``open_metastore`` accepts ``sqlite:///path`` / ``postgresql://...`` and maps them
 to the async drivers (aiosqlite, asyncpg). SQLite connections get WAL mode, a busy
-timeout and ``synchronous=NORMAL``; pysqlite's implicit transaction handling is
+timeout and ``synchronous=FULL``: the metastore holds acknowledged offsets, and
+in WAL mode NORMAL may lose the last commits on a power failure (issue 15);
+``floe dev`` alone sets ``FLOE_SQLITE_SYNCHRONOUS=NORMAL``; pysqlite's implicit transaction handling is
 turned off so that we emit ``BEGIN`` ourselves, and ``BEGIN IMMEDIATE`` (take the
 write lock up front, no upgrade deadlocks) on connections carrying the
 ``floe_immediate`` execution option.
@@ -10,6 +12,7 @@ write lock up front, no upgrade deadlocks) on connections carrying the
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from sqlalchemy import event
@@ -18,6 +21,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+SQLITE_SYNCHRONOUS_ENV = "FLOE_SQLITE_SYNCHRONOUS"
+
+
+def sqlite_synchronous() -> str:
+    """FULL unless ``FLOE_SQLITE_SYNCHRONOUS`` says otherwise (floe dev: NORMAL)."""
+    value = os.environ.get(SQLITE_SYNCHRONOUS_ENV, "FULL").strip().upper() or "FULL"
+    if value not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+        raise ValueError(f"{SQLITE_SYNCHRONOUS_ENV} must be OFF, NORMAL, FULL or EXTRA, got {value!r}")
+    return value
 IMMEDIATE = "floe_immediate"
 
 
@@ -72,6 +84,7 @@ def create_engine(url: str | URL, **kwargs: Any) -> AsyncEngine:
         kwargs.setdefault("pool_size", 32)
         kwargs.setdefault("max_overflow", 32)
     engine = create_async_engine(parsed, **kwargs)
+    synchronous = sqlite_synchronous()
 
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -82,7 +95,7 @@ def create_engine(url: str | URL, **kwargs: Any) -> AsyncEngine:
         cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
         if parsed.database not in (None, "", ":memory:"):
             cursor.execute("PRAGMA journal_mode = WAL")
-        cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.execute(f"PRAGMA synchronous = {synchronous}")
         cursor.execute("PRAGMA foreign_keys = ON")
         cursor.close()
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -104,6 +105,24 @@ async def _reset(con: asyncpg.Connection) -> None:
     if con.is_in_transaction():
         await con.execute("ROLLBACK")
 
+
+
+
+class _OneLineWhileDown(logging.Filter):
+    """asyncpg's pool logs "Failed to restore the pool connection floor" with a
+    traceback on every retry while Postgres is down: keep the line, drop the
+    traceback (the outage is reported once by the callers, issue 15)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            e = record.exc_info[1]
+            record.msg = f"{record.msg} ({type(e).__name__}: {e})"
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+logging.getLogger("asyncpg.pool").addFilter(_OneLineWhileDown())
 
 class PostgresMetastore(SqlMetastore):
     def __init__(self, url: str, now_ms: Clock | None = None, pool_size: int = 10) -> None:

@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from agent.cluster.forward import GROUP_APIS
 from agent.connection import Deferred, Reply, RequestContext
+from agent.handlers._unavailable import unavailable_response
 from agent.handlers.registry import REGISTRY, HandlerSpec
 from agent.metrics import METRICS
 from kafka_protocol.exceptions import UnsupportedVersion
 from kafka_protocol.messages import ApiVersionsResponse
+from metastore.unavailable import metastore_unavailable
 
 if TYPE_CHECKING:
     from agent.broker import Broker
@@ -74,9 +76,27 @@ def make_dispatcher(broker: Broker) -> Any:
                     return await result.awaitable if isinstance(result, Deferred) else result
 
                 return Deferred(fw.relay(owner, bytes(frame), ctx.client_host, local))
-        return await spec.func(broker, ctx, request)
+        try:
+            result = await spec.func(broker, ctx, request)
+        except Exception as e:
+            if not metastore_unavailable(e):
+                raise
+            return unavailable_response(spec, request, h.api_key, e)
+        if isinstance(result, Deferred):
+            return Deferred(_guarded(result.awaitable, spec, request, h.api_key))
+        return result
 
     return dispatch
+
+
+async def _guarded(awaitable: Any, spec: HandlerSpec, request: Any, api_key: int) -> Any:
+    """A Deferred's result, or a retriable error response if the metastore went away."""
+    try:
+        return await awaitable
+    except Exception as e:
+        if not metastore_unavailable(e):
+            raise
+        return unavailable_response(spec, request, api_key, e)
 
 
 @functools.cache

@@ -186,3 +186,20 @@ def test_cli_refuses_without_token(
     assert rc == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "FLOE_INTERNAL_TOKEN" in err[0], err
+
+
+async def test_sqlite_synchronous_full_outside_floe_dev(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sqlalchemy import text
+
+    from metastore.engine import create_engine
+
+    monkeypatch.delenv("FLOE_SQLITE_SYNCHRONOUS", raising=False)
+    engine = create_engine(f"sqlite:///{tmp_path / 'full.db'}")
+    async with engine.connect() as conn:
+        assert (await conn.execute(text("PRAGMA synchronous"))).scalar() == 2  # FULL
+    await engine.dispose()
+    monkeypatch.setenv("FLOE_SQLITE_SYNCHRONOUS", "NORMAL")  # what floe dev sets
+    engine = create_engine(f"sqlite:///{tmp_path / 'normal.db'}")
+    async with engine.connect() as conn:
+        assert (await conn.execute(text("PRAGMA synchronous"))).scalar() == 1  # NORMAL
+    await engine.dispose()
