@@ -183,6 +183,11 @@ class AgentConfig(BaseSettings):
     transaction_check_interval_ms: int = Field(
         1000, gt=0, description="How often the coordinator aborts timed-out transactions and finishes abandoned ones"
     )
+    transaction_version: int = Field(
+        2, ge=1, le=2,
+        description="The transaction.version feature level advertised in ApiVersions: 2 lets clients use "
+        "KIP-890 part 2 (epoch bump per transaction, partitions and groups added implicitly), 1 keeps them on v1",
+    )  # fmt: skip
     transaction_recovery_ms: int = Field(
         5000, gt=0, description="A transaction left prepared this long (its coordinator died) is finished by the ring owner"
     )

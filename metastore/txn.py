@@ -53,6 +53,7 @@ from metastore.types import (
 )
 
 OPEN_STATES = (TXN_ONGOING, TXN_PREPARE_COMMIT, TXN_PREPARE_ABORT)
+_ENDED = (TXN_EMPTY, TXN_COMPLETE_COMMIT, TXN_COMPLETE_ABORT)
 _CHUNK = 1000
 
 PartitionRef = tuple[uuid.UUID, int]
@@ -367,7 +368,10 @@ class TxnMixin(RegistryMixin, GroupsMixin):
         """Ongoing -> PrepareCommit / PrepareAbort (``bump_epoch``: with the epoch
         bumped, fencing the producer: timeouts, re-inits, KIP-890 v5). A retry of
         the same decision (prepared or completed already) answers NONE with the
-        record, whose state says what is left to do."""
+        record, whose state says what is left to do. An abort with
+        ``bump_epoch`` and no transaction open (Empty, CompleteCommit: a
+        transaction-v2 client aborting before anything joined) prepares an
+        empty abort with the epoch bumped, as Kafka's coordinator does."""
         now = self.now_ms()
         prepare = TXN_PREPARE_COMMIT if commit else TXN_PREPARE_ABORT
         complete = TXN_COMPLETE_COMMIT if commit else TXN_COMPLETE_ABORT
@@ -386,7 +390,7 @@ class TxnMixin(RegistryMixin, GroupsMixin):
                 return TxnResult(fenced)
             if retry:
                 return TxnResult(ErrorCode.NONE, await self._txn_record(conn, row))
-            if row.state != TXN_ONGOING:
+            if row.state != TXN_ONGOING and not (bump_epoch and not commit and row.state in _ENDED):
                 return TxnResult(ErrorCode.INVALID_TXN_STATE, await self._txn_record(conn, row))
             values: dict[str, Any] = {"state": prepare, "updated_at": now}
             if bump_epoch:

@@ -13,7 +13,11 @@ the current epoch of its transactional id (else INVALID_PRODUCER_EPOCH; an
 unknown producer id INVALID_PRODUCER_ID_MAPPING) with the partition added to
 its ongoing transaction (else INVALID_TXN_STATE). A zombie whose verified batch
 lands after a fencing marker is refused by the sequencer (the marker carries
-the bumped epoch).
+the bumped epoch). Produce v12+ (clients on transaction version 2, KIP-890 part
+2) sends no AddPartitionsToTxn: a partition not yet in the producer's ongoing
+(or next) transaction is added to it here, before the append (the transaction
+starts with it); a coordinator busy ending the previous one answers
+NOT_ENOUGH_REPLICAS (retriable), as Kafka does.
 
 Versions: 0-13 advertised (librdkafka before 2.11 needs 0 in range to enable
 compression); v0-2 carry magic 0/1 message sets and get
@@ -81,22 +85,41 @@ def _check_batch(records: Any, max_bytes: int) -> tuple[int, RecordBatchView | N
     return ErrorCode.NONE, view, None
 
 
+# Produce v12+ comes from clients on transaction version 2 (KIP-890 part 2): they
+# send no AddPartitionsToTxn, the partition joins the transaction on its first batch.
+IMPLICIT_ADD_VERSION = 12
+# What an implicit add that cannot happen now answers: retriable for the producer,
+# as Kafka answers it (NOT_ENOUGH_REPLICAS for a coordinator that is busy or away).
+_ADD_RETRIABLE = {ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR}
+
+
 async def _verify(
-    broker: Broker, items: list[ProduceItem], pending: list[PartitionResponse]
+    broker: Broker, items: list[ProduceItem], pending: list[PartitionResponse], txn_id: str | None = None
 ) -> tuple[list[ProduceItem], list[PartitionResponse], int]:
     """Drop the transactional batches their producer may not write now (the
-    partition response gets the code); keep the rest in order."""
+    partition response gets the code); keep the rest in order. With ``txn_id``
+    (v12+), partitions not in the producer's transaction are added to it first."""
     by_producer: dict[tuple[int, int], list[int]] = {}
     for i, it in enumerate(items):
         if it.is_transactional:
             by_producer.setdefault((it.meta.producer_id, it.meta.producer_epoch), []).append(i)
     refused: dict[int, int] = {}
     for (pid, epoch), idx in by_producer.items():
+        parts = [(items[i].topic_id, items[i].partition) for i in idx]
         try:
-            codes = await broker.meta.txn_verify(pid, epoch, [(items[i].topic_id, items[i].partition) for i in idx])
+            codes = [int(c) for c in await broker.meta.txn_verify(pid, epoch, parts)]
+            missing = [k for k, c in zip(parts, codes, strict=True) if c == ErrorCode.INVALID_TXN_STATE]
+            if txn_id and missing:
+                added = await broker.meta.txn_add_partitions(txn_id, pid, epoch, missing)
+                code = int(added.error)
+                if code == ErrorCode.PRODUCER_FENCED:
+                    code = ErrorCode.INVALID_PRODUCER_EPOCH
+                elif code in _ADD_RETRIABLE:
+                    code = ErrorCode.NOT_ENOUGH_REPLICAS
+                codes = [code if c == ErrorCode.INVALID_TXN_STATE else c for c in codes]
         except MetastoreError:
-            codes = [ErrorCode.COORDINATOR_NOT_AVAILABLE] * len(idx)  # type: ignore[list-item]
-        refused.update({i: int(c) for i, c in zip(idx, codes, strict=True) if c})
+            codes = [ErrorCode.COORDINATOR_NOT_AVAILABLE] * len(idx)
+        refused.update({i: c for i, c in zip(idx, codes, strict=True) if c})
     if not refused:
         return items, pending, sum(len(it.batch) for it in items)
     for i, code in refused.items():
@@ -156,7 +179,8 @@ async def handle(broker: Broker, ctx: RequestContext, req: ProduceRequest) -> An
             nbytes += len(buf)
 
     if any(it.is_transactional for it in items):
-        items, pending, nbytes = await _verify(broker, items, pending)
+        implicit = req.transactional_id if v >= IMPLICIT_ADD_VERSION else None
+        items, pending, nbytes = await _verify(broker, items, pending, implicit)
     if not items:
         return None if req.acks == 0 else ProduceResponse(responses=responses)
 

@@ -14,6 +14,9 @@ FENCED_INSTANCE_ID; ``GroupCoordinator.validate_txn_commit``), so a consumer
 that lost its partitions in a rebalance cannot commit their offsets in a
 transaction (KIP-447).
 
+v5 comes from clients on transaction version 2 (KIP-890 part 2), which send no
+AddOffsetsToTxn: the group joins the producer's transaction here first.
+
 Versions: 0-5 (v3+ flexible).
 """
 
@@ -60,6 +63,14 @@ async def _handle(broker: Broker, v: int, req: TxnOffsetCommitRequest) -> TxnOff
         instance = req.group_instance_id if v >= 3 else None
         generation, member = (req.generation_id, req.member_id) if v >= 3 else (-1, "")
         top = await broker.groups.validate_txn_commit(req.group_id, generation, member, instance)
+    if top == ErrorCode.NONE and offsets:
+        try:
+            if v >= 5:
+                added = await broker.meta.txn_add_group(req.transactional_id, req.producer_id, req.producer_epoch, req.group_id)
+                if added.error:
+                    top = int(added.error)
+        except MetastoreError:
+            top = ErrorCode.COORDINATOR_NOT_AVAILABLE
     if top == ErrorCode.NONE and offsets:
         try:
             res = await broker.meta.txn_commit_offsets(

@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 
+from agent.metrics import METRICS
 from tests.fixtures.java import SLF4J_SIMPLE, compile_java, java_binary, maven_classpath
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow, pytest.mark.timeout(240)]
@@ -62,6 +63,10 @@ public class FloeTxn {
         return out;
     }
 
+    static boolean isFenced(Exception e) {
+        return e instanceof ProducerFencedException || e.getCause() instanceof ProducerFencedException;
+    }
+
     public static void main(String[] a) throws Exception {
         String bs = a[0], topic = a[1];
         try (Admin admin = Admin.create(Map.of("bootstrap.servers", bs))) {
@@ -89,7 +94,16 @@ public class FloeTxn {
             prod.send(new ProducerRecord<>(topic, 0, "k", "zombie")).get();
             prod.commitTransaction();
         } catch (Exception e) {
-            fenced = (e instanceof ProducerFencedException || e.getCause() instanceof ProducerFencedException) ? "yes" : e.toString();
+            fenced = isFenced(e) ? "yes" : e.toString();
+            if (!isFenced(e)) {
+                // transactions v2: the zombie's produce gets INVALID_PRODUCER_EPOCH (abortable,
+                // as from Kafka); aborting then meets the fence at the coordinator
+                try {
+                    prod.abortTransaction();
+                } catch (Exception e2) {
+                    fenced = isFenced(e2) ? "yes" : e2.toString();
+                }
+            }
         }
         prod.close(Duration.ZERO);
         other.close();
@@ -116,12 +130,27 @@ def java_txn(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     return java_binary(), compile_java(JAVA, cp, tmp_path_factory.mktemp("java-txn"))
 
 
-def test_java_transactions(floe_agent, java_txn) -> None:
+def _requests(api: str) -> float:
+    return float(METRICS.requests.labels(api)._value.get())
+
+
+@pytest.mark.parametrize("tv", [2, 1])
+def test_java_transactions(agent_factory, java_txn, tv) -> None:
+    """transaction.version 2 (the default): the 4.1 client uses KIP-890 part 2
+    (no AddPartitionsToTxn / AddOffsetsToTxn, EndTxn v5 bumping the epoch per
+    transaction); 1: the classic protocol. Same outcome either way."""
+    floe_agent = agent_factory(transaction_version=tv)
     java, cp = java_txn
+    before = {api: _requests(api) for api in ("AddPartitionsToTxn", "AddOffsetsToTxn", "EndTxn")}
     res = subprocess.run(
         [java, "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", cp, "FloeTxn", floe_agent.bootstrap, "java-txn"],
         capture_output=True, text=True, timeout=200,
     )  # fmt: skip
+    sent = {api: _requests(api) - n for api, n in before.items()}
+    if tv == 2:
+        assert sent["AddPartitionsToTxn"] == 0 and sent["AddOffsetsToTxn"] == 0 and sent["EndTxn"] >= 4, sent
+    else:
+        assert sent["AddPartitionsToTxn"] >= 4 and sent["AddOffsetsToTxn"] == 3, sent
     assert res.returncode == 0, res.stdout + res.stderr[-4000:]
     lines = dict(line.split(" ", 1) for line in res.stdout.splitlines() if " " in line)
     assert lines["FENCED"] == "yes", lines

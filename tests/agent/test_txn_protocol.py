@@ -182,6 +182,68 @@ def test_txn_offset_commit_checks_the_group_and_require_stable(floe_agent):
         assert _offset_fetch(c, "g-gen", "tp-gen", True) == (0, 5)
 
 
+def _produce_v(conn: RawConn, tid: str, topic: str, part: int, pid: int, epoch: int, seq: int, version: int) -> int:
+    b = RecordBatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=seq, is_transactional=True)
+    b.append(None, b"v")
+    P = M.ProduceRequest.TopicProduceData
+    req = M.ProduceRequest(
+        transactional_id=tid, acks=-1, timeout_ms=5000,
+        topic_data=[P(name=topic, partition_data=[P.PartitionProduceData(index=part, records=b.build())])],
+    )  # fmt: skip
+    return int(conn.request(req, M.ProduceResponse, version).responses[0].partition_responses[0].error_code)
+
+
+def test_transaction_version_2(floe_agent):
+    """KIP-890 part 2 on the wire: the feature is finalized at 2; Produce v12+ and
+    TxnOffsetCommit v5 add the partition and group implicitly (v11 does not);
+    EndTxn v5 answers the bumped epoch, the next transaction runs on it and the old
+    epoch is fenced; a retry of the end with the old epoch answers the same pair."""
+    with RawConn(floe_agent.port) as c:
+        av = c.request(M.ApiVersionsRequest(client_software_name="t", client_software_version="1"), M.ApiVersionsResponse, 4)
+        assert [(f.name, f.max_version_level) for f in av.finalized_features] == [("transaction.version", 2)]
+        assert av.finalized_features_epoch >= 0
+        assert [(f.name, f.min_version, f.max_version) for f in av.supported_features] == [("transaction.version", 0, 2)]
+        assert {k.api_key: k.max_version for k in av.api_keys}[26] == 5
+        av3 = c.request(M.ApiVersionsRequest(client_software_name="t", client_software_version="1"), M.ApiVersionsResponse, 3)
+        assert av3.supported_features == []  # min 0 is omitted before v4, as Kafka does
+        _create(c, "tv2", 2)
+        pid, ep = _init(c, "tv2-tx")
+        assert _produce_v(c, "tv2-tx", "tv2", 0, pid, ep, 0, 11) == ErrorCode.INVALID_TXN_STATE
+        assert _produce_v(c, "tv2-tx", "tv2", 0, pid, ep, 0, 12) == 0  # joined implicitly
+        assert _produce_v(c, "tv2-tx", "tv2", 1, pid, ep, 0, 12) == 0
+        T = M.TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
+        toc = M.TxnOffsetCommitRequest(
+            transactional_id="tv2-tx", group_id="tv2-g", producer_id=pid, producer_epoch=ep,
+            topics=[T(name="tv2", partitions=[T.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=9)])],
+        )  # fmt: skip
+        assert c.request(toc, M.TxnOffsetCommitResponse, 4).topics[0].partitions[0].error_code == ErrorCode.INVALID_TXN_STATE
+        assert c.request(toc, M.TxnOffsetCommitResponse, 5).topics[0].partitions[0].error_code == 0
+        end = M.EndTxnRequest(transactional_id="tv2-tx", producer_id=pid, producer_epoch=ep, committed=True)
+        r = c.request(end, M.EndTxnResponse, 5)
+        assert (r.error_code, r.producer_id, r.producer_epoch) == (0, pid, ep + 1)
+        r = c.request(end, M.EndTxnResponse, 5)  # the answer was lost: a retry
+        assert (r.error_code, r.producer_id, r.producer_epoch) == (0, pid, ep + 1)
+        rc = _fetch(c, "tv2", 0, 0, 1)
+        assert (rc.high_watermark, rc.last_stable_offset) == (2, 2)
+        # the next transaction on the bumped epoch, sequences from 0; the old epoch is fenced
+        assert _produce_v(c, "tv2-tx", "tv2", 0, pid, ep, 1, 12) == ErrorCode.INVALID_PRODUCER_EPOCH
+        assert _produce_v(c, "tv2-tx", "tv2", 0, pid, ep + 1, 0, 12) == 0
+        end2 = M.EndTxnRequest(transactional_id="tv2-tx", producer_id=pid, producer_epoch=ep + 1, committed=False)
+        r = c.request(end2, M.EndTxnResponse, 5)
+        assert (r.error_code, r.producer_epoch) == (0, ep + 2)
+        rc = _fetch(c, "tv2", 0, 0, 1)
+        assert [(a.producer_id, a.first_offset) for a in rc.aborted_transactions] == [(pid, 2)]
+        # nothing open: a commit is refused; an abort after a commit bumps (a client
+        # aborting before anything joined), after an abort it is that abort's retry
+        end3 = M.EndTxnRequest(transactional_id="tv2-tx", producer_id=pid, producer_epoch=ep + 2, committed=True)
+        assert c.request(end3, M.EndTxnResponse, 5).error_code == ErrorCode.INVALID_TXN_STATE
+        end3.committed = False
+        r = c.request(end3, M.EndTxnResponse, 5)
+        assert (r.error_code, r.producer_epoch) == (0, ep + 2)
+        fenced = M.EndTxnRequest(transactional_id="tv2-tx", producer_id=pid, producer_epoch=ep, committed=False)
+        assert c.request(fenced, M.EndTxnResponse, 5).error_code == ErrorCode.PRODUCER_FENCED
+
+
 def test_timeout_abort_fences_and_describe(agent_factory):
     agent = agent_factory(transaction_check_interval_ms=50)
     with RawConn(agent.port) as c:

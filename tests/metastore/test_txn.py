@@ -232,3 +232,85 @@ async def test_two_agents_race_for_one_transactional_id(
         assert (await other.txn_add_partitions("tx", pid, 4, [(t, 0)])).error is E.PRODUCER_FENCED
     finally:
         await other.close()
+
+
+async def test_transaction_v2_epoch_bump_per_transaction(ms: Metastore) -> None:
+    """KIP-890 part 2 (EndTxn v5): every end bumps the epoch; a retry with the epoch
+    from before the bump answers the current pair; an abort with nothing open still
+    bumps; an exhausted epoch rolls over to a new producer id."""
+    from sqlalchemy import update
+
+    from metastore import schema as s
+    from metastore.registry import MAX_PRODUCER_EPOCH
+
+    t = await _topic(ms)
+    r = await ms.txn_init("tx", 60_000)
+    assert r.txn is not None
+    pid, ep = r.txn.producer_id, r.txn.producer_epoch
+    await ms.txn_add_partitions("tx", pid, ep, [(t, 0)])
+    await _append(ms, _txn_batch(t, 0, pid, ep, 0))
+    prep = await ms.txn_prepare_end("tx", pid, ep, True, bump_epoch=True)
+    assert prep.txn is not None and (prep.txn.state, prep.txn.producer_epoch) == (TXN_PREPARE_COMMIT, ep + 1)
+    (m0,) = await _append(ms, _marker(t, 0, pid, ep + 1))
+    assert (await ms.txn_complete("tx", pid, ep + 1, [(t, 0, m0)])).error is E.NONE
+    retry = await ms.txn_prepare_end("tx", pid, ep, True, bump_epoch=True)  # the answer was lost
+    assert retry.error is E.NONE and retry.txn is not None and retry.txn.producer_epoch == ep + 1
+    # the next transaction on the new epoch, its sequences from 0
+    assert (await ms.txn_add_partitions("tx", pid, ep + 1, [(t, 0)])).error is E.NONE
+    await _append(ms, _txn_batch(t, 0, pid, ep + 1, 0))
+    assert (await ms.txn_add_partitions("tx", pid, ep, [(t, 0)])).error is E.PRODUCER_FENCED
+    prep = await ms.txn_prepare_end("tx", pid, ep + 1, False, bump_epoch=True)
+    assert prep.txn is not None and prep.txn.producer_epoch == ep + 2
+    (m1,) = await _append(ms, _marker(t, 0, pid, ep + 2))
+    await ms.txn_complete("tx", pid, ep + 2, [(t, 0, m1)])
+    (view,) = await ms.stable_offsets([(t, 0, 0)])
+    assert view.aborted == [(pid, m0 + 1, m1)] and view.last_stable_offset == m1 + 1
+    # an abort with nothing open (CompleteAbort: a retry, no bump; CompleteCommit,
+    # Empty: an empty abort with the epoch bumped); a commit with nothing open is refused
+    same = await ms.txn_prepare_end("tx", pid, ep + 2, False, bump_epoch=True)
+    assert same.txn is not None and (same.txn.state, same.txn.producer_epoch) == (TXN_COMPLETE_ABORT, ep + 2)
+    r2 = await ms.txn_init("tx2", 60_000)
+    assert r2.txn is not None
+    pid2 = r2.txn.producer_id
+    assert (await ms.txn_prepare_end("tx2", pid2, 0, True, bump_epoch=True)).error is E.INVALID_TXN_STATE
+    empty = await ms.txn_prepare_end("tx2", pid2, 0, False, bump_epoch=True)
+    assert empty.txn is not None and (empty.txn.state, empty.txn.producer_epoch) == (TXN_PREPARE_ABORT, 1)
+    assert (await ms.txn_complete("tx2", pid2, 1, [])).error is E.NONE
+    assert (await ms.txn_prepare_end("tx2", pid2, 1, False)).error is E.NONE  # v1: a retry
+    # rollover: the epoch exhausted, the end answers a new producer id at epoch 0
+    async with ms._write() as conn:  # type: ignore[attr-defined]
+        await conn.execute(
+            update(s.producers).where(s.producers.c.transactional_id == "tx2").values(producer_epoch=MAX_PRODUCER_EPOCH - 1)
+        )
+    await ms.txn_add_partitions("tx2", pid2, MAX_PRODUCER_EPOCH - 1, [(t, 1)])
+    last = await ms.txn_prepare_end("tx2", pid2, MAX_PRODUCER_EPOCH - 1, True, bump_epoch=True)
+    assert last.txn is not None and last.txn.producer_id != pid2 and last.txn.producer_epoch == 0
+    assert (last.txn.last_producer_id, last.txn.last_producer_epoch) == (pid2, MAX_PRODUCER_EPOCH - 1)
+
+
+async def test_aborted_ranges_pruned_below_the_log_start(ms: Metastore) -> None:
+    """Retention (or DeleteRecords then a retention pass) drops the aborted ranges
+    that end below the log start offset; the others stay."""
+    t = await _topic(ms, partitions=1)
+    r = await ms.txn_init("tx", 60_000)
+    assert r.txn is not None
+    pid = r.txn.producer_id
+    markers = []
+    for n in range(2):
+        await ms.txn_add_partitions("tx", pid, n, [(t, 0)])
+        await _append(ms, _txn_batch(t, 0, pid, n, 0))
+        prep = await ms.txn_prepare_end("tx", pid, n, False, bump_epoch=True)
+        assert prep.txn is not None
+        (m,) = await _append(ms, _marker(t, 0, pid, n + 1))
+        await ms.txn_complete("tx", pid, n + 1, [(t, 0, m)])
+        markers.append(m)
+    (view,) = await ms.stable_offsets([(t, 0, 0)])
+    assert view.aborted == [(pid, 0, markers[0]), (pid, markers[0] + 1, markers[1])]
+    assert (await ms.delete_records(t, 0, markers[0])).error is E.NONE  # the marker itself stays
+    await ms.enforce_retention(t, 0)
+    (view,) = await ms.stable_offsets([(t, 0, 0)])
+    assert len(view.aborted) == 2
+    assert (await ms.delete_records(t, 0, markers[0] + 1)).error is E.NONE
+    await ms.enforce_retention(t, 0)
+    (view,) = await ms.stable_offsets([(t, 0, 0)])
+    assert view.aborted == [(pid, markers[0] + 1, markers[1])]
