@@ -7,6 +7,8 @@
 * Key compaction rides on L1->L2 merges: for each partition of a compacted topic
   in the task, the task also takes that partition's rows already in L2 objects,
   so the latest-value-per-key decision sees the partition's cleaned history.
+  When the rows hold transactional batches, the spec carries the partition's
+  last stable offset and aborted ranges (``Metastore.stable_offsets``).
 * Parquet: for topics with ``floe.parquet.enable=true``, a partition's rows in
   segment objects of level >= ``parquet_min_level`` become one Parquet object.
 """
@@ -43,7 +45,12 @@ async def _compact_spec(
     first = await meta.first_batch_offset(topic.id, partition)
     lowest = min(b.base_offset for b in rows)
     cutoff = now_ms - int(topic_setting(topic, "delete.retention.ms"))
-    return CompactSpec(topic.id, partition, cutoff, first is not None and lowest <= first)
+    aborted: tuple[tuple[int, int, int], ...] = ()
+    stable = -1
+    if any(b.is_transactional for b in rows):
+        (view,) = await meta.stable_offsets([(topic.id, partition, lowest)])
+        stable, aborted = view.last_stable_offset, tuple(view.aborted)
+    return CompactSpec(topic.id, partition, cutoff, first is not None and lowest <= first, stable, aborted)
 
 
 async def plan_merges(

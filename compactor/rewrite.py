@@ -9,6 +9,14 @@ key are kept. Control batches are kept as they are, and so are batches that
 cannot be decoded (a "poisoned" batch: corrupt, or inflating past the
 decompression cap): copied byte-for-byte, their keys unknown, reported back.
 
+Transactions (as Kafka's cleaner): batches at or past the partition's last
+stable offset (an open transaction, and whatever follows it) are kept as they
+are and hide no older record; batches of aborted transactions are dropped
+whole and hide nothing, so neither a read_committed nor a read_uncommitted
+reader ever sees an aborted value where a committed one was. Transaction
+markers are kept (a reader of the data before them needs them; they go with
+retention or DeleteRecords, which also prune the aborted ranges).
+
 Batches that keep every record are copied byte-for-byte; batches that keep none
 disappear (their offsets become a gap, as in Kafka); the others are rebuilt with
 :class:`~kafka_protocol.records.RecordBatchBuilder`: same codec, producer
@@ -43,11 +51,15 @@ def compact_partition(
     ordered = sorted(rows, key=lambda b: b.last_offset)
     decoded: list[tuple[StoredBatch, bytes, RecordBatchView, DecodedBatch | None]] = []
     latest: dict[bytes, int] = {}
+    dropped = 0
     for b in ordered:
         data = datas[(b.topic_id, b.partition, b.last_offset)]
         view = RecordBatchView(data)
-        if view.is_control:
-            decoded.append((b, data, view, None))
+        if view.is_control or (spec.stable_offset >= 0 and b.last_offset >= spec.stable_offset):
+            decoded.append((b, data, view, None))  # kept as is, hides nothing
+            continue
+        if view.is_transactional and _aborted(spec, view.producer_id, b.base_offset):
+            dropped += b.record_count
             continue
         try:
             batch = decode_batch(data, b.base_offset)
@@ -61,7 +73,6 @@ def compact_partition(
                 latest[r.key] = r.offset
         decoded.append((b, data, view, batch))
     out: list[tuple[StoredBatch, bytes]] = []
-    dropped = 0
     for b, data, view, d in decoded:
         if d is None:
             out.append((b, data))
@@ -111,3 +122,7 @@ def compact_partition(
             )
         )
     return out, dropped
+
+
+def _aborted(spec: CompactSpec, producer_id: int, offset: int) -> bool:
+    return any(pid == producer_id and first <= offset <= last for pid, first, last in spec.aborted)

@@ -26,6 +26,12 @@ class CompactSpec:
     # ...but only when the task holds the partition's oldest batch, so no older
     # value of the key can survive elsewhere.
     prefix_complete: bool
+    # Transactions: batches at or past the last stable offset (an open transaction)
+    # are left as they are and shadow nothing (-1: no limit); batches of aborted
+    # transactions, ``(producer id, first offset, last offset)``, are dropped and
+    # shadow nothing either, so an aborted value never hides a committed one.
+    stable_offset: int = -1
+    aborted: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -440,7 +440,8 @@ class CompactionMixin(SqlBase):
         ``delete_before_ms`` (retention.ms) and past the oldest batches while the
         partition holds more than ``max_bytes`` (retention.bytes), then removes up
         to ``max_batches`` batch rows below the log start offset (whatever moved
-        it: this pass, DeleteRecords) and retires objects left unreferenced.
+        it: this pass, DeleteRecords) and the aborted-transaction ranges ending
+        below it, and retires objects left unreferenced.
         """
         now = self.now_ms()
         p = s.partitions.c
@@ -498,6 +499,14 @@ class CompactionMixin(SqlBase):
                     .values(log_start_offset=target)
                 )
                 lso = target
+            # Aborted ranges wholly below the log start (marker included) no longer
+            # concern any reader: prune them with the data.
+            a = s.aborted_txns.c
+            await conn.execute(
+                delete(s.aborted_txns).where(
+                    a.topic_id == topic_id, a.partition == partition, a.last_offset < lso
+                )
+            )
             doomed = list(
                 await conn.execute(
                     select(_B.last_offset, _B.byte_len, _B.object_id)

@@ -318,3 +318,74 @@ def test_parquet_conversion_keeps_transactions(agent_factory: Callable[..., Any]
     )
     rows, _ = read_all(FloeBatchReader(opts))
     assert sorted(r[4] for r in rows) == sorted(expected)
+
+
+def _read(bootstrap: str, topic: str, isolation: str, timeout: float = 30) -> list[tuple[int, bytes | None, bytes | None]]:
+    """(offset, key, value) of everything readable under ``isolation``, to the end."""
+    from confluent_kafka import Consumer
+
+    c = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": "txn-compact", "enable.auto.commit": False,
+        "isolation.level": isolation, "enable.partition.eof": True, "fetch.wait.max.ms": 50,
+    })  # fmt: skip
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        out: list[tuple[int, bytes | None, bytes | None]] = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is None:
+                continue
+            if m.error() is not None:
+                if m.error().code() == -191:  # _PARTITION_EOF: at the end
+                    return out
+                continue
+            out.append((m.offset(), m.key(), m.value()))
+        raise AssertionError(f"no end of {topic} under {isolation}: {out}")
+    finally:
+        c.close()
+
+
+def test_compaction_with_transactions(agent_factory: Callable[..., Any]) -> None:
+    """Key compaction never lets an aborted value hide (or replace) a committed one,
+    drops aborted batches, leaves an open transaction's batches alone, keeps the
+    markers; read_committed and read_uncommitted readers see the right values after."""
+    from confluent_kafka import Producer
+
+    agent = agent_factory(flush_interval_ms=5)
+    create_topic(agent.bootstrap, "tcmp", 1, **{"cleanup.policy": "compact", "delete.retention.ms": "0"})
+    produce(agent.bootstrap, "tcmp", [(0, b"k%d" % k, b"plain-%d" % k) for k in range(4)])
+    p = Producer({"bootstrap.servers": agent.bootstrap, "transactional.id": "tcmp-tx", "linger.ms": 0})
+    p.init_transactions(30)
+    p.begin_transaction()
+    for k in range(2):
+        p.produce("tcmp", b"committed-%d" % k, key=b"k%d" % k, partition=0)
+    p.commit_transaction(30)
+    p.begin_transaction()
+    for k in range(4):
+        p.produce("tcmp", b"aborted-%d" % k, key=b"k%d" % k, partition=0)
+    p.flush(30)
+    p.abort_transaction(30)
+    p.begin_transaction()
+    p.produce("tcmp", b"open-3", key=b"k3", partition=0)
+    p.flush(30)  # left open across the compaction
+    comp = SyncCompactor(agent, CompactorConfig(l0_trigger=1, l1_trigger=1, delete_grace_ms=0))
+    try:
+        s = comp.run_pass(force=True)
+        assert s.phases["merge L1->L2"].records_dropped >= 4 + 2  # the aborted ones, k0/k1 plain
+        rc = {k: v for _, k, v in _read(agent.bootstrap, "tcmp", "read_committed")}
+        assert rc == {b"k0": b"committed-0", b"k1": b"committed-1", b"k2": b"plain-2", b"k3": b"plain-3"}
+        ru = _read(agent.bootstrap, "tcmp", "read_uncommitted")
+        assert not [v for _, _, v in ru if v is not None and v.startswith(b"aborted")], ru
+        assert {k: v for _, k, v in ru}[b"k3"] == b"open-3"
+        p.commit_transaction(30)
+        rc = {k: v for _, k, v in _read(agent.bootstrap, "tcmp", "read_committed")}
+        assert rc[b"k3"] == b"open-3"
+        comp.run_pass(force=True)  # the transaction is stable now: k3's plain value goes
+        after = _read(agent.bootstrap, "tcmp", "read_committed")
+        assert {k: v for _, k, v in after} == {
+            b"k0": b"committed-0", b"k1": b"committed-1", b"k2": b"plain-2", b"k3": b"open-3"
+        }
+        assert len(after) == 4
+    finally:
+        comp.close()
