@@ -41,6 +41,12 @@ ALLOW: tuple[Allow, ...] = (
         "Kafka's controller creates it asynchronously and answers UNKNOWN_TOPIC_OR_PARTITION first",
     ),
     Allow(
+        "api_version_probe", "0.v[012]",
+        "Kafka 4 advertises Produce v0-2 (for librdkafka's version checks) but closes the "
+        "connection on them; Floe answers each partition UNSUPPORTED_FOR_MESSAGE_FORMAT "
+        "(DESIGN: a Kafka error code rather than a dropped connection where one exists)",
+    ),
+    Allow(
         "lo_max_after_delete_records", ".0.*",
         "Kafka answers MAX_TIMESTAMP from log segments not yet deleted, so after DeleteRecords it "
         "may name an offset below the log start (2 < 5 here); Floe answers only readable records",
