@@ -49,7 +49,7 @@ class Worker(threading.Thread):
         self.tp = TopicPartition("jin", part)
         self.stop = threading.Event()
         self.done = threading.Event()
-        self.commits = self.aborts = self.restarts = 0
+        self.commits = self.aborts = self.restarts = self.pos = 0
         self.errors: list[str] = []
 
     def _producer(self) -> Producer:
@@ -85,6 +85,7 @@ class Worker(threading.Thread):
             p = self._producer()
             pos = self._rewind(c)
             while not self.stop.is_set() and pos < PER_PART:
+                self.pos = pos
                 msgs = [m for m in c.consume(self.rng.randint(1, 6), 0.3) if not m.error()]
                 if not msgs:
                     continue
@@ -189,7 +190,11 @@ def test_consume_transform_produce_through_agent_kill(tmp_path: Path, pg_file: B
         a1.kill()  # SIGKILL while transactions are in flight
         wait_for(lambda: len(brokers(a0)) == 1, 30, "the ring to drop the killed agent")
         a1.start()
-        wait_for(lambda: all(w.done.is_set() or not w.is_alive() for w in workers), 150, "workers to finish")
+        try:
+            wait_for(lambda: all(w.done.is_set() or not w.is_alive() for w in workers), 150, "workers to finish")
+        except AssertionError as e:
+            state = [(w.part, w.pos, w.commits, w.aborts, w.restarts, w.errors[-3:]) for w in workers]
+            raise AssertionError(f"{e}: (part, pos, commits, aborts, restarts, last errors) {state}") from None
         for w in workers:
             w.stop.set()
             w.join(30)
