@@ -12,7 +12,9 @@ The v3+ generation, member id and group instance id are checked against the
 group like Kafka's classic group does (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
 FENCED_INSTANCE_ID; ``GroupCoordinator.validate_txn_commit``), so a consumer
 that lost its partitions in a rebalance cannot commit their offsets in a
-transaction (KIP-447).
+transaction (KIP-447). For a KIP-848 consumer group the generation is the
+member epoch (UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, STALE_MEMBER_EPOCH); a
+commit naming no member at all is accepted, as Kafka's ConsumerGroup does.
 
 v5 comes from clients on transaction version 2 (KIP-890 part 2), which send no
 AddOffsetsToTxn: the group joins the producer's transaction here first.
@@ -39,6 +41,16 @@ RespTopic = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
 RespPartition = RespTopic.TxnOffsetCommitResponsePartition
 
 
+async def _check_committer(broker: Broker, group_id: str, generation: int, member: str, instance: str | None) -> int:
+    consumer = await broker.consumer_groups.group(group_id)
+    if consumer is None:
+        return await broker.groups.validate_txn_commit(group_id, generation, member, instance)
+    if generation < 0 and not member and instance is None:
+        return ErrorCode.NONE  # TxnOffsetCommit v0-2 carry no member
+    code = await broker.consumer_groups.validate_commit(group_id, member, generation, 9)
+    return ErrorCode.NONE if code is None else code
+
+
 @handler(TxnOffsetCommitRequest)
 async def handle(broker: Broker, ctx: RequestContext, req: TxnOffsetCommitRequest) -> Deferred:
     return Deferred(_handle(broker, ctx.header.api_version, req))
@@ -62,7 +74,7 @@ async def _handle(broker: Broker, v: int, req: TxnOffsetCommitRequest) -> TxnOff
     if top == ErrorCode.NONE:
         instance = req.group_instance_id if v >= 3 else None
         generation, member = (req.generation_id, req.member_id) if v >= 3 else (-1, "")
-        top = await broker.groups.validate_txn_commit(req.group_id, generation, member, instance)
+        top = await _check_committer(broker, req.group_id, generation, member, instance)
     if top == ErrorCode.NONE and offsets:
         try:
             if v >= 5:

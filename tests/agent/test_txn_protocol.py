@@ -182,6 +182,35 @@ def test_txn_offset_commit_checks_the_group_and_require_stable(floe_agent):
         assert _offset_fetch(c, "g-gen", "tp-gen", True) == (0, 5)
 
 
+def test_txn_offset_commit_kip848_consumer_group(floe_agent):
+    """A KIP-848 consumer group's member commits in a transaction with its member
+    id and member epoch; a wrong epoch or member is refused like OffsetCommit v9+
+    would be; a commit naming no member (v0-2 form) is accepted."""
+    with RawConn(floe_agent.port) as c:
+        _create(c, "tp-848", 1)
+        member = "m-848-1"
+        hb = c.request(
+            M.ConsumerGroupHeartbeatRequest(group_id="g-848", member_id=member, member_epoch=0, rebalance_timeout_ms=30_000,
+                                            subscribed_topic_names=["tp-848"], topic_partitions=[]),
+            M.ConsumerGroupHeartbeatResponse, 0,
+        )  # fmt: skip
+        assert hb.error_code == 0, hb
+        member, epoch = hb.member_id or member, hb.member_epoch
+        pid, ep = _init(c, "tp-848-tx")
+        r = c.request(
+            M.AddOffsetsToTxnRequest(transactional_id="tp-848-tx", producer_id=pid, producer_epoch=ep, group_id="g-848"),
+            M.AddOffsetsToTxnResponse, 3,
+        )  # fmt: skip
+        assert r.error_code == 0
+        args = (c, "tp-848-tx", "g-848", pid, ep, "tp-848")
+        assert _txn_commit(*args, gen=epoch + 1, member=member) == ErrorCode.FENCED_MEMBER_EPOCH
+        assert _txn_commit(*args, gen=epoch, member="nobody") == ErrorCode.UNKNOWN_MEMBER_ID
+        assert _txn_commit(*args, gen=epoch, member=member) == 0
+        assert _txn_commit(*args, version=2) == 0
+        assert _end(c, "tp-848-tx", pid, ep, True) == 0
+        assert _offset_fetch(c, "g-848", "tp-848", True) == (0, 5)
+
+
 def _produce_v(conn: RawConn, tid: str, topic: str, part: int, pid: int, epoch: int, seq: int, version: int) -> int:
     b = RecordBatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=seq, is_transactional=True)
     b.append(None, b"v")
