@@ -90,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     from floe_cli.topics import add_topics_parser
 
     add_topics_parser(sub)
+    from floe_cli.groups import add_groups_parser
+
+    add_groups_parser(sub)
     from floe_cli.compactor_cmd import add_compactor_parser
 
     add_compactor_parser(sub)
@@ -246,6 +249,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from floe_cli.topics import run_topics
 
         return run_topics(args)
+    if args.command == "groups":
+        from floe_cli.groups import run_groups
+
+        return run_groups(args)
     if args.command == "compactor":
         from floe_cli.compactor_cmd import run_compactor
 

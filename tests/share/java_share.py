@@ -9,7 +9,10 @@ topic and sets group configs through IncrementalAlterConfigs (GROUP resource);
 count> <value>`` per record. In ``explicit`` mode values starting ``rej`` are
 rejected, ``rel`` released, others accepted, then commitSync; ``hold`` prints
 ``HELD`` after its first records and then sleeps without acknowledging (to be
-killed). Every consumer prints ``READY`` after its first poll.
+killed). Every consumer prints ``READY`` after its first poll; in ``explicit``
+mode ``ACKOK <epoch ms> <partition> <offset> <type>`` for each acknowledgement
+commitSync reported stored. An optional 9th argument sleeps that many ms after
+each non-empty poll (slow consumers).
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ public class FloeShare {
         String topic = a[2], group = a[3], ack = a[4];
         int maxPoll = Integer.parseInt(a[5]);
         long idleExit = Long.parseLong(a[6]), maxRun = Long.parseLong(a[7]);
+        long pollDelay = a.length > 8 ? Long.parseLong(a[8]) : 0;
         Properties c = new Properties();
         c.put("bootstrap.servers", bs);
         c.put("group.id", group);
@@ -84,6 +88,7 @@ public class FloeShare {
             while (System.currentTimeMillis() - start < maxRun) {
                 ConsumerRecords<String, String> recs = cons.poll(Duration.ofMillis(200));
                 if (!ready) { System.out.println("READY"); System.out.flush(); ready = true; }
+                List<String> acked = new ArrayList<>();
                 for (ConsumerRecord<String, String> r : recs) {
                     System.out.println("REC " + System.currentTimeMillis() + " " + r.partition() + " " + r.offset() + " "
                         + r.deliveryCount().orElse((short) -1) + " " + r.value());
@@ -91,13 +96,27 @@ public class FloeShare {
                         AcknowledgeType t = r.value().startsWith("rej") ? AcknowledgeType.REJECT
                             : r.value().startsWith("rel") ? AcknowledgeType.RELEASE : AcknowledgeType.ACCEPT;
                         cons.acknowledge(r, t);
+                        acked.add(r.partition() + " " + r.offset() + " " + t);
                     }
                 }
                 System.out.flush();
                 if (!recs.isEmpty()) {
                     last = System.currentTimeMillis();
                     if (ack.equals("hold")) { System.out.println("HELD"); System.out.flush(); Thread.sleep(Long.MAX_VALUE); }
-                    if (ack.equals("explicit")) cons.commitSync();
+                    if (ack.equals("explicit")) {
+                        Set<Integer> failed = new HashSet<>();
+                        try {
+                            cons.commitSync().forEach((tp, err) -> { if (err.isPresent()) failed.add(tp.partition()); });
+                        } catch (Exception e) {
+                            for (ConsumerRecord<String, String> r : recs) failed.add(r.partition());
+                        }
+                        long now = System.currentTimeMillis();
+                        for (String x : acked) {
+                            if (!failed.contains(Integer.parseInt(x.split(" ")[0]))) System.out.println("ACKOK " + now + " " + x);
+                        }
+                        System.out.flush();
+                    }
+                    if (pollDelay > 0) Thread.sleep(pollDelay);
                 } else if (last > 0 && System.currentTimeMillis() - last > idleExit) {
                     break;
                 }
@@ -139,3 +158,13 @@ def records(out: str) -> list[tuple[int, int, int, int, str]]:
             _, ts, p, off, dc, value = line.split(" ", 5)
             out_recs.append((int(ts), int(p), int(off), int(dc), value))
     return out_recs
+
+
+def acks(out: str) -> list[tuple[int, int, int, str]]:
+    """(epoch ms, partition, offset, type) of every ACKOK line."""
+    res = []
+    for line in out.splitlines():
+        if line.startswith("ACKOK "):
+            _, ts, p, off, t = line.split(" ")
+            res.append((int(ts), int(p), int(off), t))
+    return res

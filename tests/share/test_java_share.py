@@ -15,6 +15,8 @@ import time
 
 import pytest
 
+from kafka_protocol import messages as M
+from tests.interop._raw import RawConn
 from tests.share import java_share as js
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -23,6 +25,17 @@ pytestmark = [pytest.mark.interop, pytest.mark.slow, pytest.mark.timeout(300)]
 @pytest.fixture(scope="module")
 def java(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     return js.build(tmp_path_factory.mktemp("java-share"))
+
+
+def _wait_members(port: int, group: str, n: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with RawConn(port) as c:
+            g = c.request(M.ShareGroupDescribeRequest(group_ids=[group]), M.ShareGroupDescribeResponse, 1).groups[0]
+        if len(g.members) == n:
+            return
+        time.sleep(0.1)  # bounded poll on a real condition
+    raise AssertionError(f"{group} never had {n} members")
 
 
 def _finish(procs: list, timeout: float = 90) -> list[str]:
@@ -74,7 +87,7 @@ def test_explicit_accept_reject_release_until_archived(floe_agent, java) -> None
 def test_killed_consumer_records_redelivered_after_lock(floe_agent, java) -> None:
     j, cp = java
     bs = floe_agent.bootstrap
-    lock_ms = 3000
+    lock_ms = 10_000  # long enough for the second consumer to join on a loaded box before the kill
     js.run(
         j, cp, "setup", bs, "kill", "1", "gk", "share.auto.offset.reset=earliest",
         f"share.record.lock.duration.ms={lock_ms}",
@@ -90,9 +103,13 @@ def test_killed_consumer_records_redelivered_after_lock(floe_agent, java) -> Non
             break
     held_values = {r[4] for r in js.records("".join(held))}
     assert held_values == {f"h-{i}" for i in range(20)}
+    from agent.metrics import METRICS  # the agent runs in this process: its /metrics registry
+
+    assert METRICS.registry.get_sample_value("floe_share_group_records", {"group": "gk", "state": "acquired"}) == 20
     other = js.start(j, cp, "consume", bs, "kill", "gk", "implicit", "100", "2000", "30000")
     assert other.stdout is not None
     assert other.stdout.readline().strip() == "READY"
+    _wait_members(floe_agent.port, "gk", 2)  # the second consumer has joined and has its assignment
     killed_at = time.time() * 1000
     holder.kill()
     holder.wait()

@@ -12,6 +12,10 @@ out again, and records a dead consumer held come back when their lock expires
 (expiry is evaluated on every read, against the injected clock).
 
 Group configs (``share.*``) come from the metastore, cached for a second.
+
+/metrics: ``floe_share_group_records{group,state}`` counts the in-flight records
+(available, acquired, acknowledged, archived between SPSO and SPEO) of the share
+partitions this agent last wrote, updated on every write.
 """
 
 from __future__ import annotations
@@ -25,8 +29,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from prometheus_client import Gauge
+
 from agent.fetch import reader_for
 from agent.groups.share import partition as sp
+from agent.metrics import METRICS
 from kafka_protocol.errors import ErrorCode
 from metastore import MetastoreError
 from metastore.types import ErrorCode as MetaError
@@ -86,6 +93,15 @@ class FetchResult:
     error: int = 0
     records: bytes = b""
     acquired: list[tuple[int, int, int]] = field(default_factory=list)
+
+
+RECORDS = Gauge(
+    "floe_share_group_records",
+    "In-flight records of share groups by state (share partitions this agent last wrote)",
+    ["group", "state"],
+    registry=METRICS.registry,
+)
+STATE_NAMES = {sp.AVAILABLE: "available", sp.ACQUIRED: "acquired", sp.ACKNOWLEDGED: "acknowledged", sp.ARCHIVED: "archived"}
 
 
 class Conflict(MetastoreError):
@@ -151,6 +167,15 @@ class SharePartitionManager:
             self._states[key] = st
         return st
 
+    def _gauge(self, group_id: str) -> None:
+        totals = dict.fromkeys(STATE_NAMES, 0)
+        for k, st in self._states.items():
+            if k[0] == group_id:
+                for state, n in sp.counts(st).items():
+                    totals[state] = totals.get(state, 0) + n
+        for state, name in STATE_NAMES.items():
+            RECORDS.labels(group_id, name).set(totals[state])
+
     def cached(self) -> dict[Key, SharePartitionState]:
         return dict(self._states)
 
@@ -181,6 +206,7 @@ class SharePartitionManager:
                     return result
                 if await self.meta.share_partition_cas(new, st.version):
                     self._states[key] = dataclasses.replace(new, version=st.version + 1)
+                    self._gauge(key[0])
                     return result
                 self._states.pop(key, None)
                 fresh = True
