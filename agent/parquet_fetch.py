@@ -24,7 +24,14 @@ from typing import Any
 
 from agent.cache import BlockCache
 from metastore.types import BatchLocation
-from objectstore.parquet_batches import EncodedRows, SpanMismatch, build_batch, encode_rows
+from objectstore.parquet import BATCHES_KEY, decode_batch_infos
+from objectstore.parquet_batches import (
+    BatchHeader,
+    EncodedRows,
+    SpanMismatch,
+    build_batch,
+    encode_rows,
+)
 from objectstore.rangefile import RangeFile
 
 log = logging.getLogger(__name__)
@@ -44,6 +51,9 @@ class _Layout:
     size: int
     groups: tuple[tuple[int, int, int, int, int], ...]
     spans: tuple[tuple[int, int], ...]
+    # The producer fields and codec of each batch (by base offset), from the footer;
+    # empty for files written before the compactor kept them.
+    headers: dict[int, BatchHeader]
 
 
 class ParquetFetcher:
@@ -126,7 +136,10 @@ class ParquetFetcher:
                     starts.append(first)
                     ends.append(first + cc.total_compressed_size)
                 groups.append((i, int(lo), int(hi), min(starts), max(ends)))
-            return _Layout(md, size, tuple(groups), tuple(sorted(spans)))
+            kv = md.metadata or {}
+            infos = decode_batch_infos(kv.get(BATCHES_KEY.encode()))
+            headers = {base: BatchHeader.from_info(i) for base, i in infos.items()}
+            return _Layout(md, size, tuple(groups), tuple(sorted(spans)), headers)
 
         layout: _Layout = await self._once((key, -1), lambda: asyncio.to_thread(load))
         self._layouts[key] = layout
@@ -194,18 +207,19 @@ class ParquetFetcher:
         if not parts:
             return b""
         self._read_ahead(b.object_key, layout, wanted[-1])
+        header = layout.headers.get(b.base_offset)
         try:
-            return self._build(parts, b)
+            return self._build(parts, b, header)
         except SpanMismatch:
             parts = [await self._group(b.object_key, layout, i, spans=False) for i in wanted]
-            return self._build(parts, b)
+            return self._build(parts, b, header)
 
     @staticmethod
-    def _build(parts: list[EncodedRows], b: BatchLocation) -> bytes:
+    def _build(parts: list[EncodedRows], b: BatchLocation, header: BatchHeader | None) -> bytes:
         if len(parts) > 1:  # a batch straddling row groups: join just its rows
             parts = [p.rows(*p.span(b.base_offset, b.last_offset)) for p in parts]
         rows = EncodedRows.concat(parts)
         i0, i1 = rows.span(b.base_offset, b.last_offset)
         if i1 <= i0:
             return b""
-        return build_batch(rows, i0, i1, b.base_offset, b.last_offset)
+        return build_batch(rows, i0, i1, b.base_offset, b.last_offset, header)

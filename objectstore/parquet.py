@@ -96,6 +96,81 @@ class DecodedBatch:
     last_offset: int
     timestamp_type: int
     records: list[Record]
+    # The producer's header fields, kept in the file's footer (:data:`BATCHES_KEY`)
+    # so rebuilt batches carry them and the original codec.
+    header: BatchInfo | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BatchInfo:
+    """What a rebuilt batch needs beyond the rows: the original header fields."""
+
+    base_offset: int
+    attributes: int  # codec | timestampType | transactional (control batches have no rows)
+    producer_id: int = -1
+    producer_epoch: int = -1
+    base_sequence: int = -1
+    partition_leader_epoch: int = 0
+    base_timestamp: int = -1
+    max_timestamp: int = -1
+
+
+BATCHES_KEY = "floe.batches"
+_INFO_DTYPE = [
+    ("base_offset", "<i8"),
+    ("attributes", "<i2"),
+    ("producer_id", "<i8"),
+    ("producer_epoch", "<i2"),
+    ("base_sequence", "<i4"),
+    ("partition_leader_epoch", "<i4"),
+    ("base_timestamp", "<i8"),
+    ("max_timestamp", "<i8"),
+]
+
+
+def encode_batch_infos(infos: Sequence[BatchInfo]) -> str:
+    """The footer value of ``infos``: a little-endian record array, zstd, base64."""
+    import base64
+
+    import cramjam
+    import numpy as np
+
+    arr = np.array(
+        [
+            (
+                i.base_offset,
+                i.attributes,
+                i.producer_id,
+                i.producer_epoch,
+                i.base_sequence,
+                i.partition_leader_epoch,
+                i.base_timestamp,
+                i.max_timestamp,
+            )
+            for i in infos
+        ],
+        dtype=_INFO_DTYPE,
+    )
+    return "1:" + base64.b64encode(bytes(cramjam.zstd.compress(arr.tobytes()))).decode()
+
+
+def decode_batch_infos(text: str | bytes | None) -> dict[int, BatchInfo]:
+    """``base_offset -> BatchInfo`` from a footer value (empty when absent or unknown)."""
+    import base64
+
+    import cramjam
+    import numpy as np
+
+    if not text:
+        return {}
+    if isinstance(text, bytes):
+        text = text.decode()
+    version, _, body = text.partition(":")
+    if version != "1":
+        return {}
+    raw = bytes(cramjam.zstd.decompress(base64.b64decode(body)))
+    arr = np.frombuffer(raw, dtype=_INFO_DTYPE)
+    return {int(r[0]): BatchInfo(*(int(x) for x in r)) for r in arr.tolist()}
 
 
 def decode_batch(data: bytes | memoryview, base_offset: int) -> DecodedBatch:
@@ -107,7 +182,17 @@ def decode_batch(data: bytes | memoryview, base_offset: int) -> DecodedBatch:
         records: list[Record] = []
     else:
         records = list(view.records())
-    return DecodedBatch(base_offset, view.last_offset, view.timestamp_type, records)
+    info = BatchInfo(
+        base_offset,
+        view.attributes & 0x17,  # codec (0-2), timestamp type (3), transactional (4)
+        view.producer_id,
+        view.producer_epoch,
+        view.base_sequence,
+        view.partition_leader_epoch,
+        view.base_timestamp,
+        view.max_timestamp,
+    )
+    return DecodedBatch(base_offset, view.last_offset, view.timestamp_type, records, info)
 
 
 def batches_to_table(topic: str, partition: int, batches: Iterable[DecodedBatch]) -> pa.Table:
@@ -196,19 +281,25 @@ def read_offset_range(data: bytes, first: int, last: int) -> pa.Table:
     return table.filter(mask)
 
 
-def rebuild_batches(table: pa.Table, spans: Sequence[tuple[int, int]]) -> list[bytes | None]:
+def rebuild_batches(
+    table: pa.Table,
+    spans: Sequence[tuple[int, int]],
+    infos: dict[int, BatchInfo] | None = None,
+) -> list[bytes | None]:
     """One Kafka record batch per ``(base_offset, last_offset)`` span from rows.
 
-    Offsets, timestamps, keys, values and headers are the original ones; the
-    batch is uncompressed and carries no producer id. ``lastOffsetDelta`` is the
+    Offsets, timestamps, keys, values and headers are the original ones; with
+    ``infos`` (the file footer's :data:`BATCHES_KEY`) so are the codec and the
+    producer fields, else the batch is uncompressed and carries no producer id. ``lastOffsetDelta`` is the
     span's, so a batch whose tail was compacted away still ends where it did. A
     span without rows gives None. Vectorised: :mod:`objectstore.parquet_batches`.
     """
-    from objectstore.parquet_batches import batches_for_spans, encode_rows
+    from objectstore.parquet_batches import BatchHeader, batches_for_spans, encode_rows
 
     if table.num_rows == 0:
         return [None for _ in spans]
-    return batches_for_spans(encode_rows(table), list(spans))
+    headers = {b: BatchHeader.from_info(i) for b, i in (infos or {}).items()}
+    return batches_for_spans(encode_rows(table), list(spans), headers=headers)
 
 
 def table_stats(table: pa.Table) -> tuple[int, int, int, int]:

@@ -58,6 +58,23 @@ class BatchHeader:
     is_transactional: bool = False
     codec: Compression = Compression.NONE
     partition_leader_epoch: int = 0
+    # The original header timestamps (None: the rows' first and largest).
+    base_timestamp: int | None = None
+    max_timestamp: int | None = None
+
+    @classmethod
+    def from_info(cls, info: Any) -> BatchHeader:
+        """From an :class:`objectstore.parquet.BatchInfo` kept in the file's footer."""
+        return cls(
+            info.producer_id,
+            info.producer_epoch,
+            info.base_sequence,
+            bool(info.attributes & ATTR_TRANSACTIONAL),
+            Compression(info.attributes & 0x07),
+            info.partition_leader_epoch,
+            info.base_timestamp if info.base_timestamp >= 0 else None,
+            info.max_timestamp if info.max_timestamp >= 0 else None,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,7 +340,7 @@ def build_batch(
         base_ts = int(rows.rec_base_ts[i0])
         recs = rows.records.slice(i0, n)
     elif rows.pieces:
-        base_ts = int(ts[0])
+        base_ts = int(ts[0]) if h.base_timestamp is None or append else h.base_timestamp
         tail_len = rows.tail_len[i0:i1]
         heads = _heads(
             rows.offsets[i0:i1] - base_offset,
@@ -354,7 +371,7 @@ def build_batch(
         attributes,
         last_offset - base_offset,
         base_ts,
-        int(ts.max()),
+        int(ts.max()) if h.max_timestamp is None else h.max_timestamp,
         h.producer_id,
         h.producer_epoch,
         h.base_sequence,
@@ -367,11 +384,16 @@ def build_batch(
 
 
 def batches_for_spans(
-    rows: EncodedRows, spans: list[tuple[int, int]], header: BatchHeader | None = None
+    rows: EncodedRows,
+    spans: list[tuple[int, int]],
+    header: BatchHeader | None = None,
+    headers: dict[int, BatchHeader] | None = None,
 ) -> list[bytes | None]:
-    """One batch per ``(base, last)`` span (None where the span has no row)."""
+    """One batch per ``(base, last)`` span (None where the span has no row);
+    ``headers`` (by base offset) override ``header``."""
     out: list[bytes | None] = []
     for base, last in spans:
         i0, i1 = rows.span(base, last)
-        out.append(build_batch(rows, i0, i1, base, last, header) if i1 > i0 else None)
+        h = (headers or {}).get(base, header)
+        out.append(build_batch(rows, i0, i1, base, last, h) if i1 > i0 else None)
     return out
