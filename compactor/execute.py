@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from compactor.rewrite import compact_partition
 from compactor.tasks import MergeTask, ParquetTask, PoisonedBatch, Task, TaskResult
 from kafka_protocol.exceptions import DecodeError
+from kafka_protocol.records import Record
 from metastore.types import NewObject, ParquetFileInfo, StoredBatch
 from objectstore import parquet as pq
 from objectstore.base import ObjectStore
@@ -225,8 +226,38 @@ async def run_parquet(task: ParquetTask, store: ObjectStore) -> TaskResult:
             records_dropped=dropped,
             poisoned=poisoned,
         )
+    groups = _by_day(decoded) if task.split_days else {None: decoded}
+    replacements: list[StoredBatch] = []
+    infos: list[ParquetFileInfo] = []
+    for group in groups.values():
+        obj, rows_out, info = await _write_parquet(task, store, group)
+        new_objects.append(obj)
+        replacements.extend(rows_out)
+        infos.append(info)
+    return TaskResult(
+        task.task_id,
+        new_objects,
+        replacements + carried,
+        infos,
+        bytes_read=nread,
+        bytes_written=sum(o.size for o in new_objects),
+        records_dropped=dropped,
+        poisoned=poisoned,
+    )
+
+
+async def _write_parquet(
+    task: ParquetTask, store: ObjectStore, decoded: Sequence[tuple[StoredBatch, pq.DecodedBatch]]
+) -> tuple[NewObject, list[StoredBatch], ParquetFileInfo]:
+    """One Parquet object of ``decoded`` (offset order); the footer keeps each
+    batch's producer fields and codec so the agent rebuilds it as produced."""
     table = pq.batches_to_table(task.topic, task.partition, (d for _, d in decoded))
+    if task.value_format == "json":
+        from objectstore.json_values import add_json_columns
+
+        table = add_json_columns(table, task.value_schema)
     first, last, min_ts, max_ts = pq.table_stats(table)
+    headers = [d.header for _, d in decoded if d.header is not None]
     data = pq.write_table(
         table,
         row_group_rows=task.row_group_rows,
@@ -236,6 +267,7 @@ async def run_parquet(task: ParquetTask, store: ObjectStore) -> TaskResult:
             "floe.partition": str(task.partition),
             "floe.base_offset": str(first),
             "floe.last_offset": str(last),
+            pq.BATCHES_KEY: pq.encode_batch_infos(headers),
         },
     )
     key = (
@@ -252,17 +284,73 @@ async def run_parquet(task: ParquetTask, store: ObjectStore) -> TaskResult:
     info = ParquetFileInfo(
         key, task.topic_id, task.partition, first, last, table.num_rows, min_ts, max_ts
     )
-    new_objects.append(NewObject(key, len(data), PARQUET_LEVEL, "parquet"))
-    return TaskResult(
-        task.task_id,
-        new_objects,
-        replacements + carried,
-        [info],
-        bytes_read=nread,
-        bytes_written=sum(o.size for o in new_objects),
-        records_dropped=dropped,
-        poisoned=poisoned,
-    )
+    return NewObject(key, len(data), PARQUET_LEVEL, "parquet"), replacements, info
+
+
+DAY_MS = 86_400_000
+
+
+def _by_day(
+    decoded: Sequence[tuple[StoredBatch, pq.DecodedBatch]],
+) -> dict[int, list[tuple[StoredBatch, pq.DecodedBatch]]]:
+    """Rows grouped by the UTC day of their timestamp, one Parquet file (one Iceberg
+    partition value of ``day(timestamp)``) per group. A batch whose records fall on
+    several days (one across midnight, or out-of-order timestamps) is cut into
+    sub-batches of consecutive same-day records: each gets a batch row of its own
+    (offsets tile the original batch, byte length shared out, base sequence moved
+    with its first offset), so the Kafka view keeps every record at its offset."""
+    out: dict[int, list[tuple[StoredBatch, pq.DecodedBatch]]] = {}
+    for b, d in decoded:
+        runs: list[list[Record]] = []
+        days: list[int] = []
+        for r in d.records:
+            day = r.timestamp // DAY_MS
+            if not days or days[-1] != day:
+                runs.append([])
+                days.append(day)
+            runs[-1].append(r)
+        if len(runs) == 1:
+            out.setdefault(days[0], []).append((b, d))
+            continue
+        total = len(d.records)
+        left = b.byte_len
+        append = d.timestamp_type == 1
+        for i, (day, recs) in enumerate(zip(days, runs, strict=True)):
+            base = b.base_offset if i == 0 else recs[0].offset
+            last = b.last_offset if i == len(runs) - 1 else runs[i + 1][0].offset - 1
+            share = left if i == len(runs) - 1 else max(1, b.byte_len * len(recs) // total)
+            left -= share
+            seq = b.base_sequence + (base - b.base_offset) if b.base_sequence >= 0 else -1
+            base_ts = b.base_timestamp if append else recs[0].timestamp
+            max_ts = b.max_timestamp if append else max(r.timestamp for r in recs)
+            row = dataclasses.replace(
+                b,
+                base_offset=base,
+                last_offset=last,
+                byte_len=max(1, share),
+                record_count=len(recs),
+                base_timestamp=base_ts,
+                max_timestamp=max_ts,
+                base_sequence=seq,
+            )
+            h = d.header
+            header = (
+                dataclasses.replace(
+                    h,
+                    base_offset=base,
+                    base_sequence=h.base_sequence + (base - b.base_offset)
+                    if h.base_sequence >= 0
+                    else -1,
+                    base_timestamp=base_ts,
+                    max_timestamp=max_ts,
+                )
+                if h is not None
+                else None
+            )
+            out.setdefault(day, []).append(
+                (row, pq.DecodedBatch(base, last, d.timestamp_type, recs, header))
+            )
+    return out
 
 
 async def execute_task(task: Task, store: ObjectStore) -> TaskResult:

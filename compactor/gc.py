@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -74,11 +74,21 @@ async def retention_pass(
     return out
 
 
+BeforeDelete = Callable[[Sequence[str]], Awaitable[None]]
+
+
 async def delete_retired(
-    meta: Metastore, store: ObjectStore, now_ms: int, grace_ms: int, limit: int = 1000
+    meta: Metastore,
+    store: ObjectStore,
+    now_ms: int,
+    grace_ms: int,
+    limit: int = 1000,
+    *,
+    before_delete: BeforeDelete | None = None,
 ) -> list[str]:
     """Delete objects retired more than ``grace_ms`` ago and under no live read lease;
-    returns their keys."""
+    returns their keys. ``before_delete`` runs first (the Iceberg step expires the
+    snapshots that still name them: metadata first, files after)."""
     await meta.mark_objects_deleting(created_before_ms=now_ms - grace_ms)
     deleted: list[str] = []
     while True:
@@ -86,6 +96,8 @@ async def delete_retired(
         if not due:
             return deleted
         keys = [o.key for o in due]
+        if before_delete is not None:
+            await before_delete(keys)
         await store.delete_many(keys)
         await meta.delete_object_rows(keys)
         deleted.extend(keys)
@@ -100,8 +112,10 @@ async def find_orphans(
     *,
     prefix: str = "",
     now: datetime | None = None,
+    exclude: Sequence[str] = (),
 ) -> list[ObjectInfo]:
-    """Objects under ``prefix`` unknown to the metastore and older than ``grace_ms``."""
+    """Objects under ``prefix`` unknown to the metastore and older than ``grace_ms``
+    (keys under an ``exclude`` prefix, e.g. Iceberg metadata, are not considered)."""
     cutoff = (now or datetime.now(UTC)).timestamp() - grace_ms / 1000.0
     orphans: list[ObjectInfo] = []
     page: list[ObjectInfo] = []
@@ -114,6 +128,8 @@ async def find_orphans(
         page.clear()
 
     async for info in store.list(prefix):
+        if exclude and info.key.startswith(tuple(exclude)):
+            continue
         page.append(info)
         if len(page) >= _LIST_PAGE:
             await check()
@@ -123,13 +139,22 @@ async def find_orphans(
 
 
 async def collect_orphans(
-    meta: Metastore, store: ObjectStore, grace_ms: int, *, prefix: str = "", dry_run: bool = False
+    meta: Metastore,
+    store: ObjectStore,
+    grace_ms: int,
+    *,
+    prefix: str = "",
+    dry_run: bool = False,
+    exclude: Sequence[str] = (),
+    before_delete: BeforeDelete | None = None,
 ) -> list[ObjectInfo]:
-    orphans = await find_orphans(meta, store, grace_ms, prefix=prefix)
+    orphans = await find_orphans(meta, store, grace_ms, prefix=prefix, exclude=exclude)
     if orphans and not dry_run:
         # Re-check right before deleting: a commit may have registered one meanwhile.
         known = await meta.registered_keys([o.key for o in orphans])
         orphans = [o for o in orphans if o.key not in known]
+        if before_delete is not None and orphans:
+            await before_delete([o.key for o in orphans])
         await store.delete_many([o.key for o in orphans])
     return orphans
 

@@ -35,8 +35,15 @@ def is_compacted(topic: TopicInfo) -> bool:
     return "compact" in [p.strip() for p in topic_setting(topic, "cleanup.policy").split(",")]
 
 
+def iceberg_enabled(topic: TopicInfo) -> bool:
+    return topic_setting(topic, "floe.iceberg.enable").strip().lower() == "true"
+
+
 def parquet_enabled(topic: TopicInfo) -> bool:
-    return topic_setting(topic, "floe.parquet.enable").strip().lower() == "true"
+    return (
+        topic_setting(topic, "floe.parquet.enable").strip().lower() == "true"
+        or iceberg_enabled(topic)
+    )
 
 
 async def _compact_spec(
@@ -158,6 +165,9 @@ async def plan_parquet(
                     cfg.parquet_prefix,
                     spec,
                     cfg.read_concurrency,
+                    split_days=iceberg_enabled(topic),
+                    value_format=topic_setting(topic, "floe.value.format"),
+                    value_schema=topic_setting(topic, "floe.value.json.schema") or None,
                 )
             )
     return tasks

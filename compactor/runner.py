@@ -12,13 +12,21 @@ cluster), and every result is committed from the driver with
 retention step, DeleteRecords, topic deletion or another compactor) leaves the
 log untouched; the phase is re-planned up to ``max_attempts`` times.
 
+With an :class:`~compactor.iceberg.IcebergSync`, topics with
+``floe.iceberg.enable=true`` are also Iceberg tables: the table is reconciled
+with the live Parquet objects after retention and after the Parquet phase, each
+Parquet phase commits its snapshot between the PUTs and the swaps, and
+snapshots naming an object are expired before the object is deleted.
+
 ``fail_point`` lets tests crash the compactor at ``after_put`` (new objects
-written, nothing swapped) and ``after_swap`` (swapped, inputs not yet deleted).
+written, nothing swapped), ``after_snapshot`` (the Iceberg snapshot committed,
+nothing swapped) and ``after_swap`` (swapped, inputs not yet deleted).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -30,8 +38,9 @@ from compactor import metrics
 from compactor.config import CompactorConfig
 from compactor.execute import execute_task
 from compactor.gc import collect_orphans, delete_retired, retention_pass
-from compactor.planner import plan_merges, plan_parquet
-from compactor.tasks import Task, TaskResult
+from compactor.iceberg import WAREHOUSE_PREFIX, IcebergSync
+from compactor.planner import iceberg_enabled, plan_merges, plan_parquet
+from compactor.tasks import ParquetTask, Task, TaskResult
 from metastore.base import Clock, system_clock_ms
 from metastore.protocol import Metastore
 from metastore.types import TopicInfo
@@ -126,6 +135,7 @@ class Compactor:
         now_ms: Clock | None = None,
         fail_point: Callable[[str], None] | None = None,
         progress: Progress | None = None,
+        iceberg: IcebergSync | None = None,
     ) -> None:
         self.meta = meta
         self.store = store
@@ -135,12 +145,34 @@ class Compactor:
         metrics.LAST_PROGRESS.set(self.now_ms() / 1000.0)  # starting counts as progress
         self.fail_point = fail_point or (lambda _name: None)
         self.progress = progress
+        self.iceberg = iceberg
         self._topic_names: dict[uuid.UUID, str] = {}
+        self._topics_seen: dict[uuid.UUID, TopicInfo] = {}
 
     async def _topics(self) -> dict[uuid.UUID, TopicInfo]:
         topics = {t.id: t for t in await self.meta.list_topics()}
         self._topic_names = {t.id: t.name for t in topics.values()}
+        self._topics_seen = topics
         return topics
+
+    async def _plan_parquet(self, topics: dict[uuid.UUID, TopicInfo]) -> list[ParquetTask]:
+        tasks = await plan_parquet(self.meta, self.config, topics, self.now_ms())
+        if self.iceberg is None:
+            return tasks
+        out = []
+        for t in tasks:
+            topic = topics.get(t.topic_id)
+            if topic is not None and iceberg_enabled(topic) and t.value_format == "json":
+                # Known fields keep the table's types; new ones are inferred.
+                t = dataclasses.replace(
+                    t, value_schema=await self.iceberg.task_value_schema(topic)
+                )
+            out.append(t)
+        return out
+
+    async def _before_delete(self, keys: Sequence[str]) -> None:
+        if self.iceberg is not None:
+            await self.iceberg.expire_for(self._topics_seen.values(), keys)
 
     async def run_phase(
         self, name: str, plan: Callable[[], Awaitable[Sequence[Task]]], summary: PassSummary
@@ -155,6 +187,9 @@ class Compactor:
                 self.progress(name, 0, len(tasks))
             results = await self.executor.run(tasks)
             self.fail_point("after_put")
+            if self.iceberg is not None and name == "parquet":
+                await self.iceberg.commit_parquet(self._topics_seen, tasks, results)
+                self.fail_point("after_snapshot")
             conflicts = 0
             for i, (task, res) in enumerate(zip(tasks, results, strict=True), 1):
                 if isinstance(res, BaseException):
@@ -215,21 +250,31 @@ class Compactor:
         summary.retention_batches = r.batches_removed
         summary.retention_bytes = r.bytes_removed
         summary.objects_retired += len(r.objects_retired)
+        if self.iceberg is not None:
+            # Retention/DeleteRecords (and a crash's leftovers) first leave the table.
+            await self.iceberg.reconcile(topics.values())
 
         await self.run_phase(
             "merge L0->L1",
             lambda: plan_merges(self.meta, 0, cfg, topics, self.now_ms(), force=force),
             summary,
         )
-        await self.run_phase(
-            "parquet", lambda: plan_parquet(self.meta, cfg, topics, self.now_ms()), summary
-        )
+        await self.run_phase("parquet", lambda: self._plan_parquet(topics), summary)
+        if self.iceberg is not None:
+            # Files whose swap conflicted leave the table again.
+            await self.iceberg.reconcile(topics.values())
         await self.run_phase(
             "merge L1->L2",
             lambda: plan_merges(self.meta, 1, cfg, topics, self.now_ms(), force=force),
             summary,
         )
-        deleted = await delete_retired(self.meta, self.store, self.now_ms(), cfg.delete_grace_ms)
+        deleted = await delete_retired(
+            self.meta,
+            self.store,
+            self.now_ms(),
+            cfg.delete_grace_ms,
+            before_delete=self._before_delete,
+        )
         summary.objects_deleted = len(deleted)
         metrics.DELETED.inc(len(deleted))
         summary.objects_leased = await self.meta.leased_object_count()
@@ -238,7 +283,12 @@ class Compactor:
             log.info("compactor: %d retired object(s) held by read leases", summary.objects_leased)
         if orphans:
             found = await collect_orphans(
-                self.meta, self.store, cfg.orphan_grace_ms, prefix=cfg.orphan_prefix
+                self.meta,
+                self.store,
+                cfg.orphan_grace_ms,
+                prefix=cfg.orphan_prefix,
+                exclude=(WAREHOUSE_PREFIX,),
+                before_delete=self._before_delete,
             )
             summary.orphans = [o.key for o in found]
         if not force:

@@ -65,6 +65,11 @@ class ParquetTask:
     key_prefix: str
     compact: CompactSpec | None = None
     read_concurrency: int = 8
+    # Iceberg topics: one file per UTC day of the records' timestamps (the table is
+    # partitioned by day(timestamp)); typed value columns for ``value_format=json``.
+    split_days: bool = False
+    value_format: str = ""
+    value_schema: str | None = None
 
     @property
     def kind(self) -> str:

@@ -22,7 +22,7 @@ _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 @dataclass(frozen=True, slots=True)
 class ConfigKey:
     default: str
-    kind: str  # "long", "int", "bool", "double", "enum", "list"
+    kind: str  # "long", "int", "bool", "double", "enum", "list", "string"
     minimum: int | float | None = None
     choices: tuple[str, ...] = ()
 
@@ -63,6 +63,12 @@ TOPIC_CONFIG_KEYS: dict[str, ConfigKey] = {
     "unclean.leader.election.enable": ConfigKey("false", "bool"),
     # Floe: the compactor also keeps the topic as Parquet (Spark's Kafka schema).
     "floe.parquet.enable": ConfigKey("false", "bool"),
+    # Floe: ...and commits those Parquet files to an Iceberg table (implies Parquet).
+    "floe.iceberg.enable": ConfigKey("false", "bool"),
+    # Floe: the values' format; "json" gives the table typed columns (value_json).
+    "floe.value.format": ConfigKey("binary", "enum", choices=("binary", "json")),
+    # Floe: a JSON Schema for json values (empty: inferred from the records).
+    "floe.value.json.schema": ConfigKey("", "string"),
 }
 
 _INT_BOUNDS = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
@@ -107,6 +113,16 @@ def validate_config_value(key: str, value: str) -> str | None:
     elif spec.kind == "enum":
         if value not in spec.choices:
             return f"Invalid value {value!r} for {key}: expected one of {', '.join(spec.choices)}"
+    elif spec.kind == "string":
+        if key == "floe.value.json.schema" and value.strip():
+            import json
+
+            try:
+                doc = json.loads(value)
+            except ValueError as e:
+                return f"Invalid value for {key}: not JSON ({e})"
+            if not isinstance(doc, dict) or doc.get("type", "object") != "object":
+                return f"Invalid value for {key}: expected a JSON Schema of type object"
     elif spec.kind == "list":
         items = [item.strip() for item in value.split(",")]
         if not items or any(item not in spec.choices for item in items):
