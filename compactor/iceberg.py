@@ -126,12 +126,25 @@ class IcebergSync:
         *,
         namespace: str = layout.DEFAULT_NAMESPACE,
     ) -> None:
+        """``catalog``: a pyiceberg catalog, or a callable opening one on first use
+        (so a compactor with no Iceberg topic never creates the catalog's tables)."""
         self.meta = meta
-        self.catalog = catalog
+        self._catalog = catalog
         self.objects_url = objects_url
         self.namespace = namespace
         self.summary = IcebergSummary()
-        self._tables: dict[str, Any] = {}
+
+    @classmethod
+    def from_urls(
+        cls, meta: Metastore, catalog_url: str, metastore_url: str, objects_url: str
+    ) -> IcebergSync:
+        return cls(meta, lambda: open_catalog(catalog_url, metastore_url, objects_url), objects_url)
+
+    @property
+    def catalog(self) -> Any:
+        if callable(self._catalog) and not hasattr(self._catalog, "load_table"):
+            self._catalog = self._catalog()
+        return self._catalog
 
     # -- tables ---------------------------------------------------------------------
 

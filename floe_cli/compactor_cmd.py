@@ -6,6 +6,8 @@ are `floe dev`'s ./floe-data), runs passes in-process, or with ``--spark`` hands
 each phase's tasks to a PySpark job (``--spark-master``, default local[*]) and
 commits from this process. Shows a rich progress bar per phase and a summary
 per pass. ``floe compactor orphans`` lists (or deletes) unregistered objects.
+Topics with ``floe.iceberg.enable=true`` are committed to the Iceberg catalog of
+``--iceberg-catalog`` (default: the SQL catalog in the metastore's database).
 """
 
 from __future__ import annotations
@@ -52,6 +54,11 @@ def add_compactor_parser(sub: Any) -> None:
     run.add_argument("--orphan-grace-ms", type=int, default=None)
     run.add_argument(
         "--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port"
+    )
+    run.add_argument(
+        "--iceberg-catalog", default=os.environ.get("FLOE_ICEBERG_CATALOG", ""),
+        help="Iceberg catalog of floe.iceberg.enable topics: '' or 'sql' (the metastore's own"
+        " database), sql+<sqlalchemy url>, rest+https://host/path, glue://?region=... (env FLOE_ICEBERG_CATALOG)",
     )
     health = csub.add_parser(
         "health",
@@ -136,7 +143,12 @@ async def _main(args: argparse.Namespace) -> int:
                     bars[phase] = progress.add_task(phase, total=total)
                 progress.update(bars[phase], completed=done, total=total)
 
-            comp = Compactor(meta, store, cfg, executor=executor, progress=on_progress)
+            from compactor.iceberg import IcebergSync
+
+            iceberg = IcebergSync.from_urls(meta, args.iceberg_catalog, meta_url, objects_url)
+            comp = Compactor(
+                meta, store, cfg, executor=executor, progress=on_progress, iceberg=iceberg
+            )
 
             def report(s: PassSummary) -> None:
                 for line in s.lines():

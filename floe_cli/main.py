@@ -3,7 +3,7 @@
 No part of Floe imports this package; it is the only place that knows about
 all of them.
 
-    floe dev                 # everything in one process on embedded defaults
+    floe dev                 # everything in one process on embedded defaults (+ compactor)
     floe agent --metastore postgresql://... --objects s3://bucket/prefix?endpoint=...
     floe version
 """
@@ -85,6 +85,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--data-dir", default="floe-data", help="where the SQLite metastore and objects live (default ./floe-data)"
     )
     _agent_flags(dev, workers_default="auto")
+    dev.add_argument(
+        "--no-compactor", action="store_true",
+        help="do not run the compactor (merges, retention, Parquet, Iceberg) in this process",
+    )
+    dev.add_argument(
+        "--compactor-interval-ms", type=int,
+        default=int(os.environ.get("FLOE_COMPACTOR_INTERVAL_MS", "10000")),
+        help="pause between compactor passes (env FLOE_COMPACTOR_INTERVAL_MS, default 10000)",
+    )
     agent = sub.add_parser("agent", help="run one agent")
     _agent_flags(agent)
     from floe_cli.topics import add_topics_parser
@@ -242,7 +251,20 @@ def _dispatch(args: argparse.Namespace) -> int:
         os.environ.setdefault("FLOE_SQLITE_SYNCHRONOUS", "NORMAL")
         if not os.environ.get("FLOE_AUTO_CREATE_TOPICS"):
             kw.setdefault("auto_create_topics", True)  # floe dev: on; floe agent: off
-        return _run_or_supervise(args, kw)
+        if args.no_compactor:
+            return _run_or_supervise(args, kw)
+        from floe_cli.dev_compactor import DevCompactor
+        from floe_cli.topics import ensure_sqlite_dir
+
+        ensure_sqlite_dir(kw["metastore"])
+        compactor = DevCompactor(
+            kw["metastore"], kw["objects"], args.compactor_interval_ms,
+            os.environ.get("FLOE_ICEBERG_CATALOG", ""),
+        ).start()
+        try:
+            return _run_or_supervise(args, kw)
+        finally:
+            compactor.stop()
     if args.command == "agent":
         return _run_or_supervise(args, kw)
     if args.command == "topics":
