@@ -54,17 +54,26 @@ async def _checks(kw: dict[str, Any], timeout: float) -> list[tuple[str, bool, s
     out.append(("config", True, f"agent id {cfg.agent_id}, cluster id {cfg.cluster_id or '(from the metastore)'}"))
 
     meta = None
+    meta_ok = False
     try:
         meta = await _deadline(open_metastore(cfg.metastore, auto_migrate=False), timeout)
-        await _deadline(meta.live_agents(0), timeout)
-        out.append(("metastore", True, "reachable"))
-        out.append(await _cluster_id_check(meta, cfg.cluster_id, timeout))
+        try:
+            await _deadline(meta.live_agents(0), timeout)
+            schema = True
+        except Exception as e:
+            if not _no_schema(e):
+                raise
+            schema = False  # reachable; the migrations line says what to run
+        out.append(("metastore", True, "reachable" if schema else "reachable (no Floe schema yet)"))
+        meta_ok = True
+        if schema:
+            out.append(await _cluster_id_check(meta, cfg.cluster_id, timeout))
     except Exception as e:
         out.append(("metastore", False, f"cannot use the metastore: {_one_line(e)}"))
     finally:
         if meta is not None:
             await meta.close()
-    if out[-1][1] and "://" in cfg.metastore and not cfg.metastore.startswith(("http://", "https://")):
+    if meta_ok and "://" in cfg.metastore and not cfg.metastore.startswith(("http://", "https://")):
         from metastore.migrate import current_revision, head_revision
 
         try:
@@ -72,7 +81,8 @@ async def _checks(kw: dict[str, Any], timeout: float) -> list[tuple[str, bool, s
             if cur == head:
                 out.append(("migrations", True, f"schema at {head}"))
             else:
-                out.append(("migrations", False, f"schema at {cur}, this release needs {head}: run `floe metastore migrate`"))
+                at = f"schema at {cur}" if cur else "no schema"
+                out.append(("migrations", False, f"{at}, this release needs {head}: run `floe metastore migrate`"))
         except Exception as e:
             out.append(("migrations", False, _one_line(e)))
 
@@ -106,6 +116,12 @@ async def _checks(kw: dict[str, Any], timeout: float) -> list[tuple[str, bool, s
         except OSError as e:
             out.append((name, False, f"cannot bind {cfg.host}:{port}: {e.strerror or e} (another process uses it?)"))
     return out
+
+
+def _no_schema(e: BaseException) -> bool:
+    """A query failed because Floe's tables do not exist (Postgres or SQLite wording)."""
+    text = str(e)
+    return "does not exist" in text or "no such table" in text
 
 
 async def _cluster_id_check(meta: Any, configured: str, timeout: float) -> tuple[str, bool, str]:  # noqa: ASYNC109

@@ -140,6 +140,13 @@ def test_cluster_id_required_and_checked(tmp_path: Path) -> None:
     _fails(doc, "cluster id", "configured 'prod-us' but the metastore holds 'prod-eu'")
     doc = doctor("--metastore", db, "--objects", f"file://{tmp_path / 'objects'}", "--port", "0", "--admin-port", "0")
     assert "ok   cluster id: prod-eu (stored in the metastore)" in doc.stdout, doc.stdout
+    # An empty database: reachable, and the one failing line says which command to run.
+    empty = f"sqlite:///{tmp_path / 'empty.db'}"
+    doc = doctor("--metastore", empty, "--objects", f"file://{tmp_path / 'objects'}", "--port", "0",
+                 "--admin-port", "0", "--cluster-id", "x")  # fmt: skip
+    assert "ok   metastore: reachable (no Floe schema yet)" in doc.stdout, doc.stdout
+    _fails(doc, "migrations", "no schema, this release needs")
+    assert "floe metastore migrate" in doc.stdout
 
 
 def test_cli_errors_are_one_line(tmp_path: Path) -> None:
