@@ -7,8 +7,10 @@ member epoch under the consumer protocol):
     ASSIGN <ts> <epoch> <p,p,...>     onPartitionsAssigned (after the coordinator gave them)
     POS <ts> <partition> <offset>     where it starts reading an assigned partition (committed offset)
     REVOKE <ts> <epoch> <p,...>       onPartitionsRevoked (after committing what it consumed)
+    (``topic`` ``re2:<pattern>`` subscribes with a SubscriptionPattern: the
+    coordinator resolves the RE2 regex, KIP-848)
     LOST <ts> <epoch> <p,...>         onPartitionsLost
-    REC <partition> <offset> <key>    a record consumed
+    REC <partition> <offset> <key>    a record consumed (the key carries the topic for a regex)
     COMMIT <ts> <partition> <offset>  after commitSync returned
     CLOSED <ts>                       after close() (SIGTERM leaves the group cleanly)
 """
@@ -63,7 +65,7 @@ public class Member848 {
             consumer.wakeup();
             try { main.join(20000); } catch (InterruptedException e) { }
         }));
-        consumer.subscribe(List.of(topic), new ConsumerRebalanceListener() {
+        ConsumerRebalanceListener listener = new ConsumerRebalanceListener() {
             public void onPartitionsRevoked(Collection<TopicPartition> ps) {
                 commit(consumer, pending, ps);
                 log("REVOKE " + System.currentTimeMillis() + " " + consumer.groupMetadata().generationId() + " " + parts(ps));
@@ -77,7 +79,9 @@ public class Member848 {
                 log("LOST " + System.currentTimeMillis() + " " + consumer.groupMetadata().generationId() + " " + parts(ps));
                 for (TopicPartition tp : ps) pending.remove(tp);
             }
-        });
+        };
+        if (topic.startsWith("re2:")) consumer.subscribe(new SubscriptionPattern(topic.substring(4)), listener);
+        else consumer.subscribe(List.of(topic), listener);
         try {
             while (!stop.get()) {
                 ConsumerRecords<String, String> recs = consumer.poll(Duration.ofMillis(200));
@@ -210,3 +214,29 @@ def check_resume(members: list[Member], killed: Member | None) -> int:
                 assert pos == last[2], f"{m.name} started partition {p} at {pos}, last commit {last}"
             checked += 1
     return checked
+
+
+ADMIN_SOURCE = r"""
+import java.util.*;
+import org.apache.kafka.clients.admin.*;
+import org.apache.kafka.common.TopicPartition;
+
+public class Admin848 {
+    public static void main(String[] a) throws Exception {
+        try (Admin admin = Admin.create(Map.of("bootstrap.servers", a[0]))) {
+            ConsumerGroupDescription d = admin.describeConsumerGroups(List.of(a[1])).all().get().get(a[1]);
+            System.out.println("DESCRIBE " + d.type() + " " + d.groupState() + " " + d.partitionAssignor()
+                + " " + d.members().size() + " " + d.groupEpoch().orElse(-1) + " " + d.targetAssignmentEpoch().orElse(-1));
+            for (MemberDescription m : d.members()) {
+                List<String> tps = new ArrayList<>();
+                for (TopicPartition tp : m.assignment().topicPartitions()) tps.add(tp.topic() + "-" + tp.partition());
+                Collections.sort(tps);
+                System.out.println("MEMBER " + m.clientId() + " " + m.memberEpoch().orElse(-1) + " " + String.join(",", tps));
+            }
+            for (GroupListing g : admin.listGroups().all().get())
+                System.out.println("LISTED " + g.groupId() + " " + g.type().map(Object::toString).orElse("?")
+                    + " " + g.groupState().map(Object::toString).orElse("?"));
+        }
+    }
+}
+"""

@@ -15,6 +15,7 @@ Postgres + moto S3 (the agent as its own process, session timeout 6 s).
 from __future__ import annotations
 
 import itertools
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -25,7 +26,14 @@ from confluent_kafka import TopicPartition as TP
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.fixtures.java import SLF4J_SIMPLE, compile_java, java_binary, maven_classpath
-from tests.interop.kip848_member import SOURCE, Member, check_resume, intervals, wait_for
+from tests.interop.kip848_member import (
+    ADMIN_SOURCE,
+    SOURCE,
+    Member,
+    check_resume,
+    intervals,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -126,3 +134,53 @@ def test_java_consumer_protocol_join_leave_crash(agent_process_factory, member_c
         f"epochs {epochs}, commit failures {len(fails)}, killed member's partitions taken over after {gaps} s, "
         f"{elapsed:.1f} s"
     )
+
+
+def test_java_regex_subscription_range_assignor_and_admin(agent_process_factory, member_cp, tmp_path: Path) -> None:
+    """A SubscriptionPattern (RE2, resolved by the coordinator) with group.remote.assignor=range;
+    the Java Admin's describeConsumerGroups (ConsumerGroupDescribe) and listGroups see it."""
+    agent = agent_process_factory(consumer_group_session_timeout_ms=6000, consumer_group_heartbeat_interval_ms=500)
+    bs = agent.bootstrap
+    admin = AdminClient({"bootstrap.servers": bs})
+    for t in ("orders-eu", "orders-us", "payments"):
+        admin.create_topics([NewTopic(t, 2, 1)])[t].result(30)
+    p = Producer({"bootstrap.servers": bs})
+    for t in ("orders-eu", "orders-us", "payments"):
+        for i in range(50):
+            p.produce(t, key=f"{t}:{i}", value=b"v", partition=i % 2)
+    assert p.flush(30) == 0
+    cp = maven_classpath(["org.apache.kafka:kafka-clients:4.1.0", SLF4J_SIMPLE])
+    admin_cp = compile_java(ADMIN_SOURCE, cp, tmp_path)
+    members = [Member(member_cp, bs, f"r{i}", tmp_path, "re2:orders-.*", "regex-group", "range") for i in (1, 2)]
+    try:
+        keys = lambda: {x[3] for m in members for x in m.lines() if x[0] == "REC"}  # noqa: E731
+        wait_for(lambda: len(keys()) == 100, "every orders-* record", 90)
+        assert {k.split(":")[0] for k in keys()} == {"orders-eu", "orders-us"}
+        wait_for(lambda: all(m.has("ASSIGN", lambda x: x[3] != "-") for m in members), "both members assigned")
+
+        def described() -> str:
+            res = subprocess.run([member_cp[0], "-cp", admin_cp, "Admin848", bs, "regex-group"],
+                                 capture_output=True, text=True, timeout=60)  # fmt: skip
+            assert res.returncode == 0, res.stderr[-3000:]
+            return res.stdout
+
+        out = ""
+
+        def stable() -> bool:
+            nonlocal out
+            out = described()
+            return "DESCRIBE Consumer Stable range 2" in out
+
+        try:
+            wait_for(stable, "the group to be Stable with two members", 60)
+        except AssertionError as e:
+            raise AssertionError(f"{e}; Admin848 printed:\n{out}") from None
+        assigned = [ln.split(" ")[3].split(",") for ln in out.splitlines() if ln.startswith("MEMBER ")]
+        # range: each topic's 2 partitions split one per member (sorted member ids)
+        assert sorted(len(a) for a in assigned) == [2, 2] and sorted(x for a in assigned for x in a) == [
+            "orders-eu-0", "orders-eu-1", "orders-us-0", "orders-us-1"]  # fmt: skip
+        assert "LISTED regex-group Consumer Stable" in out
+        print("KIP848 admin:\n" + out)
+    finally:
+        for m in members:
+            m.stop()
