@@ -32,6 +32,7 @@ import struct
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import google_crc32c
 
@@ -51,9 +52,12 @@ DEFAULT_TAIL_GUESS = 64 * 1024  # ~900 entries in one GET
 _RB_HEADER = struct.Struct(">qiiBIhiqqqhii")  # Kafka RecordBatch v2 header, 61 bytes
 
 
-@dataclass(frozen=True, slots=True)
-class BatchMeta:
-    """Fields of a RecordBatch header the index keeps (so fetch need not parse batches)."""
+class BatchMeta(NamedTuple):
+    """Fields of a RecordBatch header the index keeps (so fetch need not parse batches).
+
+    A NamedTuple rather than a frozen dataclass: the produce path builds one per
+    batch, and a tuple is built in one step (a frozen dataclass sets each field
+    through ``object.__setattr__``)."""
 
     record_count: int
     max_timestamp: int
