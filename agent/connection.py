@@ -53,6 +53,7 @@ _MIN_CHUNK = 64 * 1024
 # not more: 3,000 connections each declaring 1 MiB and sending nothing used to
 # cost 3 GiB at 1 MiB (issue 15); now 3,000 x 64 KiB.
 _EAGER_ALLOC = _MIN_CHUNK
+_NOTHING = object()
 
 
 class Reply:
@@ -86,12 +87,48 @@ class CloseAfter:
 
 
 class Deferred:
-    """A response that will be ready later; the writer awaits it in order."""
+    """A response that will be ready later; the writer awaits it in order.
 
-    __slots__ = ("awaitable",)
+    ``Deferred(future, then)``: the response is ``then(future.result())``. The
+    writer calls ``then`` directly once the future is done, so a produce request
+    costs no coroutine, and every response already complete goes out in the
+    same write. :attr:`awaitable` is still the one way to await any Deferred.
+    """
 
-    def __init__(self, awaitable: Awaitable[Any]) -> None:
-        self.awaitable = awaitable
+    __slots__ = ("_aw", "on_error", "then")
+
+    def __init__(self, awaitable: Awaitable[Any], then: Callable[[Any], Any] | None = None) -> None:
+        self._aw = awaitable
+        self.then = then
+        # With ``then``: called with the exception if the future or ``then`` fails;
+        # returns the response to send instead, or raises.
+        self.on_error: Callable[[Exception], Any] | None = None
+
+    @property
+    def awaitable(self) -> Awaitable[Any]:
+        return self._aw if self.then is None else self._resolve()
+
+    async def _resolve(self) -> Any:
+        assert self.then is not None
+        try:
+            return self.then(await self._aw)
+        except Exception as e:
+            if self.on_error is None:
+                raise
+            return self.on_error(e)
+
+    def ready(self) -> bool:
+        """The response can be had now, without awaiting (:meth:`result_now`)."""
+        return self.then is not None and self._aw.done()  # type: ignore[attr-defined]
+
+    def result_now(self) -> Any:
+        assert self.then is not None
+        try:
+            return self.then(self._aw.result())  # type: ignore[attr-defined]
+        except Exception as e:
+            if self.on_error is None:
+                raise
+            return self.on_error(e)
 
 
 @dataclass(slots=True)
@@ -172,6 +209,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._closed = False
         self._tasks: list[asyncio.Task[None]] = []
         self.peer = ""
+        self._client_host = ""
         self.attrs: dict[str, Any] = {}
         # Authenticated identity (TLS client certificate or SASL); ANONYMOUS until then.
         self.principal: KafkaPrincipal = ANONYMOUS
@@ -192,6 +230,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self._client_host = self.peer.rsplit(":", 1)[0]
         self.last_active = self._clock()
         if self._limits is not None:
             if not self._limits.admit(self.client_ip):
@@ -319,7 +358,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         # do not warn "never awaited" (their work, e.g. a commit, is unaffected).
         while not self._out.empty():
             item = self._out.get_nowait()
-            if item is not None and isinstance(item[1], Deferred):
+            if item is not None and isinstance(item[1], Deferred) and item[1].then is None:
                 close = getattr(item[1].awaitable, "close", None)
                 if close is not None:
                     close()
@@ -385,7 +424,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     log.warning("closing %s: bad request header: %s", self.peer, e)
                     self.close()
                     return
-                ctx = RequestContext(header=header, conn=self, client_host=self.peer.rsplit(":", 1)[0])
+                ctx = RequestContext(header=header, conn=self, client_host=self._client_host)
                 try:
                     result = await self._dispatch(ctx, mv, body_at)
                 except (DecodeError, ProtocolError) as e:
@@ -408,38 +447,45 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     async def _write_loop(self) -> None:
         try:
+            carry: Any = _NOTHING  # taken from the queue, not ready yet: awaited next
             while True:
-                item = await self._out.get()
+                if carry is _NOTHING:
+                    item = await self._out.get()
+                else:
+                    item, carry = carry, _NOTHING
                 if item is None or self._closed:
                     return
                 header, result = item
                 if isinstance(result, Deferred):
                     try:
-                        result = await result.awaitable
+                        result = result.result_now() if result.ready() else await result.awaitable
                     except Exception:
                         log.exception("closing %s: deferred response failed", self.peer)
                         self.close()
                         return
-                self._pending -= 1
-                if self._pending == 0 and not self._frames:
-                    self._all_answered.set()
-                if self._reading_paused and self._pending < self._max_inflight // 2 and self._can_write.is_set():
-                    self._set_reading(True)
-                close_after = isinstance(result, CloseAfter)
-                if close_after:
-                    result = result.response
-                if result is None:  # acks=0
-                    continue
+                out: list[bytes | memoryview] = []
+                close_after = self._answered(header, result, out)
+                # Every following response that is already complete goes out in the
+                # same write (a commit answers a whole segment's requests at once).
+                while not close_after and not self._out.empty():
+                    nxt = self._out.get_nowait()
+                    if nxt is None or (isinstance(nxt[1], Deferred) and not nxt[1].ready()):
+                        carry = nxt
+                        break
+                    header, result = nxt
+                    if isinstance(result, Deferred):
+                        try:
+                            result = result.result_now()
+                        except Exception:
+                            log.exception("closing %s: deferred response failed", self.peer)
+                            self.close()
+                            return
+                    close_after = self._answered(header, result, out)
                 if self._closed or self._transport is None:
                     return
-                if isinstance(result, Reply):
-                    parts = encode_response(header.correlation_id, result.response, result.version)
-                elif isinstance(result, RawFrame):  # relayed: the owner's response frame
-                    parts = [result.data]
-                else:
-                    parts = encode_response(header.correlation_id, result, header.api_version)
-                self._transport.writelines(parts)
-                self.last_active = self._clock()
+                if out:
+                    self._transport.writelines(out)
+                    self.last_active = self._clock()
                 if close_after:
                     self.close()  # the transport sends what it buffered first
                     return
@@ -451,3 +497,24 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     await self._can_write.wait()
         except asyncio.CancelledError:
             pass
+
+    def _answered(self, header: RequestHeader, result: Any, out: list[bytes | memoryview]) -> bool:
+        """Account for one answered request and append its encoded response to
+        ``out``; True when the connection is to be closed after it (CloseAfter)."""
+        self._pending -= 1
+        if self._pending == 0 and not self._frames:
+            self._all_answered.set()
+        if self._reading_paused and self._pending < self._max_inflight // 2 and self._can_write.is_set():
+            self._set_reading(True)
+        close_after = isinstance(result, CloseAfter)
+        if close_after:
+            result = result.response
+        if result is None:  # acks=0
+            return close_after
+        if isinstance(result, Reply):
+            out += encode_response(header.correlation_id, result.response, result.version)
+        elif isinstance(result, RawFrame):  # relayed: the owner's response frame
+            out.append(result.data)
+        else:
+            out += encode_response(header.correlation_id, result, header.api_version)
+        return close_after

@@ -83,10 +83,19 @@ def make_dispatcher(broker: Broker) -> Any:
                 raise
             return unavailable_response(spec, request, h.api_key, e)
         if isinstance(result, Deferred):
+            if result.then is not None:  # no coroutine: the writer calls on_error
+                result.on_error = functools.partial(_unavailable_or_raise, spec, request, h.api_key)
+                return result
             return Deferred(_guarded(result.awaitable, spec, request, h.api_key))
         return result
 
     return dispatch
+
+
+def _unavailable_or_raise(spec: HandlerSpec, request: Any, api_key: int, e: Exception) -> Any:
+    if not metastore_unavailable(e):
+        raise e
+    return unavailable_response(spec, request, api_key, e)
 
 
 async def _guarded(awaitable: Any, spec: HandlerSpec, request: Any, api_key: int) -> Any:

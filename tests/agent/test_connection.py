@@ -151,3 +151,52 @@ async def test_declared_size_is_not_preallocated():
     conn.buffer_updated(10)
     assert len(conn.get_buffer(-1)) <= 128 * 1024
     conn.connection_lost(None)
+
+
+async def test_ready_responses_leave_in_one_write_in_order():
+    """Deferred(future, then) responses complete together (a commit answers a
+    segment's requests at once): they go out in request order, in one write."""
+    import asyncio
+
+    from agent.connection import Deferred
+
+    loop = asyncio.get_running_loop()
+    futures: list[asyncio.Future[int]] = []
+
+    async def dispatch(ctx, frame, at):
+        fut = loop.create_future()
+        futures.append(fut)
+        cid = ctx.header.correlation_id
+        return Deferred(fut, lambda v, cid=cid: ApiVersionsResponse(error_code=v + cid))
+
+    conn = KafkaConnection(dispatch, max_frame_bytes=1 << 20)
+    t = _FakeTransport()
+    conn.connection_made(t)  # type: ignore[arg-type]
+    for cid in range(5):
+        frame = encode_request(RequestHeader(18, 0, cid, "t"), ApiVersionsRequest())
+        buf = conn.get_buffer(-1)
+        buf[:4] = frame[:4]
+        conn.buffer_updated(4)
+        body = frame[4:]
+        conn.get_buffer(-1)[: len(body)] = body
+        conn.buffer_updated(len(body))
+    for _ in range(50):
+        if len(futures) == 5:
+            break
+        await asyncio.sleep(0)
+    assert len(futures) == 5
+    for fut in reversed(futures):  # completion order does not matter
+        fut.set_result(100)
+    for _ in range(50):
+        if t.written:
+            break
+        await asyncio.sleep(0)
+    assert len(t.written) == 1, "ready responses were written one by one"
+    data, seen = t.written[0], []
+    while data:
+        (size,) = struct.unpack(">i", data[:4])
+        cid = struct.unpack(">i", data[4:8])[0]
+        seen.append((cid, ApiVersionsResponse.decode(data[8 : 4 + size], 0).error_code))
+        data = data[4 + size :]
+    assert seen == [(c, 100 + c) for c in range(5)]
+    conn.connection_lost(None)
