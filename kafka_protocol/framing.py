@@ -38,6 +38,9 @@ __all__ = [
 DEFAULT_MAX_FRAME_SIZE = 104_857_600
 
 _hhi = struct.Struct(">hhi")
+_hhih = struct.Struct(">hhih")
+# (api key, version) -> request header version, filled as requests arrive
+_HEADER_VERSIONS: dict[tuple[int, int], int] = {}
 _i = struct.Struct(">i")
 
 
@@ -69,11 +72,23 @@ def parse_request_header(frame: memoryview | bytes) -> tuple[RequestHeader, int]
     """
     buf = frame if isinstance(frame, memoryview) else memoryview(frame)
     try:
-        api_key, api_version, correlation_id = _hhi.unpack_from(buf, 0)
+        api_key, api_version, correlation_id, n = _hhih.unpack_from(buf, 0)
         # client_id is a nullable *non-compact* string in both v1 and v2
-        client_id, pos = read_nullable_string(buf, 8)
-        if request_header_version(api_key, api_version) >= 2:
-            pos = skip_tagged_fields(buf, pos)
+        if 0 <= n <= len(buf) - 10:
+            pos = 10 + n
+            client_id: str | None = str(buf[10:pos], "utf-8")
+        else:
+            client_id, pos = read_nullable_string(buf, 8)
+        hv = _HEADER_VERSIONS.get((api_key, api_version))
+        if hv is None:
+            hv = request_header_version(api_key, api_version)
+            if api_key in REQUESTS and len(_HEADER_VERSIONS) < 4096:  # bounded: known keys only
+                _HEADER_VERSIONS[(api_key, api_version)] = hv
+        if hv >= 2:
+            if pos < len(buf) and buf[pos] == 0:  # no tagged fields, the usual case
+                pos += 1
+            else:
+                pos = skip_tagged_fields(buf, pos)
     except DecodeError:
         raise
     except DECODE_ERRORS as e:
