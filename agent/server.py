@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import logging
 import os
 import signal
@@ -33,6 +34,9 @@ from agent.security.setup import Security
 from metastore.internal_auth import internal_auth_middleware, is_loopback
 
 log = logging.getLogger(__name__)
+
+# First-generation GC threshold of an agent process (CPython's default is 700).
+GC_GEN0_THRESHOLD = 20_000
 
 
 class AgentServer:
@@ -246,11 +250,28 @@ class AgentServer:
         await self.broker.close()
 
 
+def tune_gc() -> None:
+    """Make the cyclic GC cheap for a server that churns small objects (issue 13).
+
+    Called once the agent is up: ``gc.freeze()`` moves everything allocated so
+    far (modules, SQLAlchemy, the broker's state) to the permanent generation, so
+    full collections stop re-scanning it; and a larger first-generation threshold
+    lets the objects of a request (decoded request, response, futures) die by
+    reference count before a collection has to traverse and promote them. At
+    librdkafka's defaults (one record per Produce request) collections triggered
+    by the default threshold of 700 were ~10% of the event loop.
+    """
+    gc.freeze()
+    _g0, g1, g2 = gc.get_threshold()
+    gc.set_threshold(GC_GEN0_THRESHOLD, g1, g2)
+
+
 async def run_agent(config: AgentConfig, *, ready: asyncio.Event | None = None) -> None:
     """Run until SIGINT/SIGTERM; flush and commit buffered produce data on the way out."""
     broker = await Broker.open(config)
     server = AgentServer(broker)
     await server.start()
+    tune_gc()
     print(f"floe agent listening on {config.host}:{server.port} (admin http://{config.host}:{server.admin_port})", flush=True)
     if ready is not None:
         ready.set()
