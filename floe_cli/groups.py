@@ -1,9 +1,11 @@
 """`floe groups list|describe`: consumer groups straight from the metastore.
 
-``list`` prints one line per group: id, type (classic or share), state and, for
-share groups, the records in flight (acquired + available between the
+``list`` prints one line per group: id, type (classic, consumer or share), state;
+for KIP-848 consumer groups the group epoch, members and lag
+(:mod:`floe_cli.consumer_groups`); for share groups the records in flight (acquired + available between the
 share-partition start and end offsets) and archived in flight. ``describe``
-prints JSON: a classic group's committed offsets with lag, a share group's
+prints JSON: a classic group's committed offsets with lag, a consumer group's
+epochs, members with their current and target assignments and offsets with lag, a share group's
 share partitions (start offset, end offset, records per state, lag). Works with
 or without a running agent; the metastore URL as for ``floe topics``.
 """
@@ -66,11 +68,16 @@ async def _groups(args: argparse.Namespace) -> int:
         print(f"floe: cannot open the metastore at {url}: {e}", file=sys.stderr)
         return 1
     try:
+        from floe_cli import consumer_groups
+
         share_ids = {g.group_id for g in await meta.share_groups_list()}
+        consumer_ids = {g.group_id for g in await meta.list_consumer_groups()}
         if args.groups_command == "list":
             for g in await meta.list_groups():
-                if g.group_id not in share_ids:
+                if g.group_id not in share_ids | consumer_ids:
                     print(f"{g.group_id}\tclassic\t{g.state}")
+            for line in await consumer_groups.list_rows(meta):
+                print(line)
             for gid in sorted(share_ids):
                 parts = await share_partitions(meta, gid)
                 inflight = sum(p["available"] + p["acquired"] for p in parts)
@@ -78,6 +85,9 @@ async def _groups(args: argparse.Namespace) -> int:
                 print(f"{gid}\tshare\tin-flight={inflight}\tarchived={archived}\tpartitions={len(parts)}")
             return 0
         gid = args.group
+        if gid in consumer_ids:
+            print(json.dumps(await consumer_groups.describe(meta, gid), indent=2))
+            return 0
         if gid in share_ids:
             print(json.dumps({"group": gid, "type": "share", "partitions": await share_partitions(meta, gid)}, indent=2))
             return 0

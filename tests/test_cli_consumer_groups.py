@@ -3,10 +3,15 @@ type, state, epochs, members with their assignments by topic name, and lag."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import uuid
 from pathlib import Path
 
+import pytest
+
 from floe_cli.consumer_groups import describe, list_rows
+from floe_cli.main import main
 from metastore import open_metastore
 from metastore.types import ConsumerGroupRecord, ConsumerMemberRecord, GroupOffset
 from tests.metastore.helpers import batch
@@ -33,3 +38,30 @@ async def test_list_and_describe_consumer_group(tmp_path: Path) -> None:
         assert await describe(meta, "nope") is None
     finally:
         await meta.close()
+
+
+def test_floe_groups_shows_consumer_groups(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path / 'meta.db'}"
+
+    async def seed() -> None:
+        meta = await open_metastore(url)
+        try:
+            t = (await meta.create_topic("t", 1)).topic
+            assert t is not None
+            await meta.commit_offsets("classic-g", [GroupOffset(t.id, 0, 0)])
+            await meta.commit_offsets("kip848-g", [GroupOffset(t.id, 0, 0)])  # also leaves a classic row
+            m = ConsumerMemberRecord("m", None, None, "c", "/h", 2, 1, "stable", 1000, None, ["t"], None,
+                                     {t.id: [0]}, {}, {t.id: [0]})  # fmt: skip
+            await meta.save_consumer_group(ConsumerGroupRecord("kip848-g", 2, 2, "range", {"t": 1}, [m]))
+        finally:
+            await meta.close()
+
+    asyncio.run(seed())
+    assert main(["groups", "--metastore", url, "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "classic-g\tclassic\tEmpty" in lines
+    assert "kip848-g\tconsumer\tStable\tepoch=2\tmembers=1\tlag=0" in lines
+    assert not any(ln.startswith("kip848-g\tclassic") for ln in lines)
+    assert main(["groups", "--metastore", url, "describe", "kip848-g"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert (d["type"], d["assignor"], d["members"][0]["assignment"]) == ("consumer", "range", {"t": [0]})
