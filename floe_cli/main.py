@@ -94,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=int(os.environ.get("FLOE_COMPACTOR_INTERVAL_MS", "10000")),
         help="pause between compactor passes (env FLOE_COMPACTOR_INTERVAL_MS, default 10000)",
     )
+    dev.add_argument("--sasl", action="store_true", help="also a SASL_PLAINTEXT listener (port+1) with a printed dev user")
+    dev.add_argument("--tls", action="store_true", help="also an SSL listener (port+2; with --sasl SASL_SSL on port+3), self-signed cert in --data-dir")
     agent = sub.add_parser("agent", help="run one agent")
     _agent_flags(agent)
     from floe_cli.topics import add_topics_parser
@@ -102,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     from floe_cli.groups import add_groups_parser
 
     add_groups_parser(sub)
+    from floe_cli.users import add_users_parser
+
+    add_users_parser(sub)
     from floe_cli.compactor_cmd import add_compactor_parser
 
     add_compactor_parser(sub)
@@ -251,6 +256,12 @@ def _dispatch(args: argparse.Namespace) -> int:
         os.environ.setdefault("FLOE_SQLITE_SYNCHRONOUS", "NORMAL")
         if not os.environ.get("FLOE_AUTO_CREATE_TOPICS"):
             kw.setdefault("auto_create_topics", True)  # floe dev: on; floe agent: off
+        if args.sasl or args.tls:
+            from floe_cli.dev_security import dev_security
+
+            for line in dev_security(kw, data, sasl=args.sasl, tls=args.tls):
+                print(line, flush=True)
+            args.workers = "1"  # extra listeners are per process
         if args.no_compactor:
             return _run_or_supervise(args, kw)
         from floe_cli.dev_compactor import DevCompactor
@@ -275,6 +286,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from floe_cli.groups import run_groups
 
         return run_groups(args)
+    if args.command == "users":
+        from floe_cli.users import run_users
+
+        return run_users(args)
     if args.command == "compactor":
         from floe_cli.compactor_cmd import run_compactor
 

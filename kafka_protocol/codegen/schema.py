@@ -37,7 +37,8 @@ APIS: list[tuple[str, list[str]]] = [
         "DescribeProducers DescribeTransactions ListTransactions "
         "ConsumerGroupHeartbeat ConsumerGroupDescribe "
         "ShareGroupHeartbeat ShareGroupDescribe ShareFetch ShareAcknowledge "
-        "DescribeShareGroupOffsets AlterShareGroupOffsets DeleteShareGroupOffsets"
+        "DescribeShareGroupOffsets AlterShareGroupOffsets DeleteShareGroupOffsets "
+        "DescribeUserScramCredentials AlterUserScramCredentials"
     ).split()
 ] + [("consumer_protocol", ["ConsumerProtocolSubscription", "ConsumerProtocolAssignment"])]
 

@@ -110,6 +110,14 @@ from kafka_protocol.messages.delete_share_group_offsets import (
     DeleteShareGroupOffsetsRequest,
     DeleteShareGroupOffsetsResponse,
 )
+from kafka_protocol.messages.describe_user_scram_credentials import (
+    DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
+)
+from kafka_protocol.messages.alter_user_scram_credentials import (
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
+)
 from kafka_protocol.messages.consumer_protocol import (
     ConsumerProtocolSubscription,
     ConsumerProtocolAssignment,
@@ -151,6 +159,8 @@ REQUESTS: dict[int, type] = {
     42: DeleteGroupsRequest,
     44: IncrementalAlterConfigsRequest,
     47: OffsetDeleteRequest,
+    50: DescribeUserScramCredentialsRequest,
+    51: AlterUserScramCredentialsRequest,
     60: DescribeClusterRequest,
     61: DescribeProducersRequest,
     65: DescribeTransactionsRequest,
@@ -201,6 +211,8 @@ RESPONSES: dict[int, type] = {
     42: DeleteGroupsResponse,
     44: IncrementalAlterConfigsResponse,
     47: OffsetDeleteResponse,
+    50: DescribeUserScramCredentialsResponse,
+    51: AlterUserScramCredentialsResponse,
     60: DescribeClusterResponse,
     61: DescribeProducersResponse,
     65: DescribeTransactionsResponse,
@@ -227,6 +239,8 @@ __all__ = [
     "AlterConfigsResponse",
     "AlterShareGroupOffsetsRequest",
     "AlterShareGroupOffsetsResponse",
+    "AlterUserScramCredentialsRequest",
+    "AlterUserScramCredentialsResponse",
     "ApiVersionsRequest",
     "ApiVersionsResponse",
     "ConsumerGroupDescribeRequest",
@@ -265,6 +279,8 @@ __all__ = [
     "DescribeShareGroupOffsetsResponse",
     "DescribeTransactionsRequest",
     "DescribeTransactionsResponse",
+    "DescribeUserScramCredentialsRequest",
+    "DescribeUserScramCredentialsResponse",
     "EndTxnRequest",
     "EndTxnResponse",
     "FetchRequest",

@@ -57,3 +57,26 @@ def test_peer_endpoint_per_listener() -> None:
     assert p.endpoint("PLAINTEXT") == ("10.0.0.1", 9092)
     assert p.endpoint("SSL") == ("10.0.0.1", 9092)  # unknown listener: the primary address
     assert Peer("b", "h", 1, None, None).endpoint("SASL_SSL") == ("h", 1)
+
+
+def test_floe_dev_sasl_tls_flags(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`floe dev --sasl --tls`: SASL_PLAINTEXT, SSL and SASL_SSL beside PLAINTEXT, a
+    printed dev user, a self-signed cert in the data dir that the agent config accepts."""
+    import ssl
+
+    from floe_cli.dev_security import DEV_USER, dev_security
+
+    kw: dict[str, object] = {"host": "127.0.0.1", "port": 9092}
+    lines = dev_security(kw, tmp_path, sasl=True, tls=True)
+    assert kw["listeners"] == (
+        "PLAINTEXT://127.0.0.1:9092,SASL_PLAINTEXT://127.0.0.1:9093,SSL://127.0.0.1:9094,SASL_SSL://127.0.0.1:9095"
+    )
+    password = str(kw["sasl_users"]).split(":", 1)[1]
+    assert f"sasl.username={DEV_USER} sasl.password={password}" in lines[0]
+    cfg = AgentConfig(**kw)  # type: ignore[arg-type]
+    assert [x.name for x in parse_listeners(cfg)] == ["PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL"]
+    ctx = ssl.create_default_context(cafile=cfg.ssl_certfile)  # the self-signed cert verifies as its own CA
+    ctx.load_cert_chain(cfg.ssl_certfile, cfg.ssl_keyfile)
+    plain: dict[str, object] = {}
+    assert dev_security(plain, tmp_path, sasl=False, tls=False) == []
+    assert plain == {"listeners": "PLAINTEXT://127.0.0.1:9092"}
