@@ -15,7 +15,9 @@ read-only set of static broker configs derived from the agent's options
 (``num.partitions`` = ``default_partitions``, ``auto.create.topics.enable``,
 ``message.max.bytes``, retention defaults, ...; ``floe.planning.url``, the
 planning API Spark drivers use). Another broker id, broker
-loggers (8) and other resource types get INVALID_REQUEST.
+loggers (8) and other resource types get INVALID_REQUEST. Group resources (32)
+list the share-group configs (``share.*``) with the group's value
+(DYNAMIC_GROUP_CONFIG) or the default.
 
 Versions: 0-4 (v4+ flexible).
 """
@@ -37,6 +39,8 @@ if TYPE_CHECKING:
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 RESOURCE_BROKER_LOGGER = 8
+RESOURCE_GROUP = 32
+SOURCE_DYNAMIC_GROUP_CONFIG = 8  # Kafka's ConfigSource.DYNAMIC_GROUP_CONFIG
 
 # ConfigSource (DescribeConfigs v1+).
 SOURCE_DYNAMIC_TOPIC_CONFIG = 1
@@ -223,6 +227,29 @@ def _describe_broker(
     )
 
 
+async def _describe_group(broker: Broker, res: DescribeConfigsRequest.DescribeConfigsResource) -> Result:
+    from agent.groups.share.configs import describe_group_configs
+
+    wanted = set(res.configuration_keys) if res.configuration_keys else None
+    configs = [
+        Entry(
+            name=name,
+            value=value,
+            read_only=False,
+            config_source=SOURCE_DEFAULT_CONFIG if is_default else SOURCE_DYNAMIC_GROUP_CONFIG,
+            is_default=is_default,
+            is_sensitive=False,
+            synonyms=[],
+            config_type=TYPE_STRING,
+        )
+        for name, (value, is_default) in (await describe_group_configs(broker, res.resource_name)).items()
+        if wanted is None or name in wanted
+    ]
+    return Result(
+        error_code=0, error_message=None, resource_type=res.resource_type, resource_name=res.resource_name, configs=configs
+    )
+
+
 @handler(DescribeConfigsRequest)
 async def handle(
     broker: Broker, ctx: RequestContext, req: DescribeConfigsRequest
@@ -236,6 +263,8 @@ async def handle(
             results.append(await _describe_topic(broker, res, synonyms, docs))
         elif res.resource_type == RESOURCE_BROKER:
             results.append(_describe_broker(broker, res, synonyms, docs))
+        elif res.resource_type == RESOURCE_GROUP:  # share-group configs (KIP-932)
+            results.append(await _describe_group(broker, res))
         else:
             results.append(
                 _error(res, ErrorCode.INVALID_REQUEST, f"Describing resource type {res.resource_type} is not supported")

@@ -114,6 +114,12 @@ def test_group_configs_validated(floe_agent) -> None:
     assert alter("share.auto.offset.reset", "sideways") == ErrorCode.INVALID_CONFIG
     assert alter("no.such.config", "1") == ErrorCode.INVALID_CONFIG
     assert floe_agent.call(floe_agent.broker.meta.group_config_get("cg")) == {"share.record.lock.duration.ms": "1500"}
+    D = M.DescribeConfigsRequest
+    with RawConn(floe_agent.port) as c:
+        r = c.request(D(resources=[D.DescribeConfigsResource(resource_type=32, resource_name="cg")]), M.DescribeConfigsResponse, 4)
+    got = {e.name: (e.value, e.config_source) for e in r.results[0].configs}
+    assert got["share.record.lock.duration.ms"] == ("1500", 8)  # DYNAMIC_GROUP_CONFIG
+    assert got["share.delivery.count.limit"] == ("5", 5)  # DEFAULT_CONFIG
 
 
 SHARE_REQUESTS = [
