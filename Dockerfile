@@ -2,6 +2,10 @@
 #   docker run -e FLOE_CLUSTER_ID=demo -p 9092:9092 -p 9644:9644 floe:0.1.0   # embedded SQLite + ./data (a demo)
 #   docker run -e FLOE_METASTORE=postgresql://... -e FLOE_OBJECTS=s3://bucket/prefix?region=... \
 #              -e FLOE_CLUSTER_ID=<cluster id> -e FLOE_ADVERTISED_HOST=<address clients use> floe:0.1.0
+# TLS/SASL (docs/operations.md "Security"): FLOE_LISTENERS=SASL_SSL://0.0.0.0:9092 with
+#   FLOE_SSL_CERTFILE/FLOE_SSL_KEYFILE paths; given TLS_CERT_PEM/TLS_KEY_PEM (what ECS injects
+#   from Secrets Manager) `floe agent` writes the PEMs to those paths (0600) first.
+#   FLOE_INTERNAL_TOKEN (shared by all agents) guards the admin port's internal routes.
 # Configuration is the FLOE_* environment (docs/operations.md); the same image
 # runs the compactor (`floe compactor run`) and the CLI (`floe topics ...`).
 
@@ -61,7 +65,7 @@ ENV PATH=/opt/floe/bin:$PATH \
 WORKDIR /var/lib/floe
 USER 10001:10001
 
-# Kafka listener, admin HTTP (/healthz, /metrics).
+# Kafka listener, admin HTTP (/healthz, /readyz, /metrics open; /blocks, /kafka, planning need FLOE_INTERNAL_TOKEN).
 EXPOSE 9092 9644
 
 HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \

@@ -237,11 +237,42 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+# Secrets delivered as environment (ECS injects Secrets Manager values that way)
+# whose content the agent reads from a file: PEM variable -> the FLOE_* path it goes to.
+PEM_SECRETS = (
+    ("TLS_CERT_PEM", "FLOE_SSL_CERTFILE"),
+    ("TLS_KEY_PEM", "FLOE_SSL_KEYFILE"),
+    ("TLS_CA_PEM", "FLOE_SSL_CAFILE"),
+)
+
+
+def write_pem_secrets(environ: dict[str, str] | None = None) -> list[str]:
+    """Write each PEM secret present in the environment to the file its FLOE_*
+    variable names (mode 0600 in a 0700 directory); the paths written."""
+    env = os.environ if environ is None else environ
+    written = []
+    for pem_var, path_var in PEM_SECRETS:
+        pem, path = env.get(pem_var, ""), env.get(path_var, "")
+        if not pem or not path:
+            continue
+        target = Path(path)
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(pem if pem.endswith("\n") else pem + "\n")
+        os.replace(tmp, target)  # atomic: a reloading listener never sees half a file
+        written.append(str(target))
+    return written
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command in (None, "version"):
         print(f"floe {floe_version()}")
         return 0
     kw = _config_kwargs(args) if args.command in ("dev", "agent") else {}
+    if args.command in ("dev", "agent"):
+        write_pem_secrets()
     if args.command == "dev":
         data = Path(args.data_dir).resolve()
         (data / "objects").mkdir(parents=True, exist_ok=True)

@@ -44,3 +44,24 @@ def test_topics_create_list_describe_delete(tmp_path, capsys):
 def test_agent_rejects_bad_config(capsys):
     assert main(["agent", "--objects", "not-a-url"]) == 2
     assert "invalid configuration" in capsys.readouterr().err
+
+
+def test_pem_secrets_are_written_to_the_configured_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The Terraform module injects TLS_CERT_PEM/TLS_KEY_PEM from Secrets Manager and
+    points FLOE_SSL_CERTFILE/FLOE_SSL_KEYFILE at files: floe agent writes them (0600)."""
+    import stat
+
+    from floe_cli.main import write_pem_secrets
+
+    env = {
+        "TLS_CERT_PEM": "-----BEGIN CERTIFICATE-----\nabc\n-----END CERTIFICATE-----",
+        "TLS_KEY_PEM": "-----BEGIN PRIVATE KEY-----\nxyz\n-----END PRIVATE KEY-----\n",
+        "FLOE_SSL_CERTFILE": str(tmp_path / "tls" / "cert.pem"),
+        "FLOE_SSL_KEYFILE": str(tmp_path / "tls" / "key.pem"),
+    }
+    assert write_pem_secrets(env) == [env["FLOE_SSL_CERTFILE"], env["FLOE_SSL_KEYFILE"]]
+    cert = tmp_path / "tls" / "cert.pem"
+    assert cert.read_text().endswith("-----END CERTIFICATE-----\n")
+    assert stat.S_IMODE((tmp_path / "tls" / "key.pem").stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "tls").stat().st_mode) == 0o700
+    assert write_pem_secrets({"TLS_CERT_PEM": "x"}) == []  # no path configured: nothing written

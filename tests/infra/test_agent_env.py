@@ -53,6 +53,8 @@ pytestmark = [
 
 ZONE = "us-east-1a"
 TEST_OVERRIDES = (
+    "FLOE_LISTENERS",
+    "FLOE_ADVERTISED_LISTENERS",
     "FLOE_HOST",
     "FLOE_PORT",
     "FLOE_ADMIN_PORT",
@@ -84,7 +86,13 @@ def rendered_environment(
         "cluster_id": variables.get("cluster_id") or variables["name"],
         "db_address": db["host"],
         "db_port": db["port"],
+        # enable_tls = enable_sasl = false (the defaults): one PLAINTEXT listener.
+        "security_protocol": "PLAINTEXT",
+        "tls_certfile": "",
+        "tls_keyfile": "",
+        "sasl_mechanisms": "",
     }
+    assert not variables["enable_tls"] and not variables["enable_sasl"]
     env = {
         k: render(str(v), variables, locals_) for k, v in locals_src["agent_environment"].items()
     }
@@ -211,7 +219,10 @@ def test_module_environment_boots_a_real_agent(
     assert env["FLOE_ZONE"] == ZONE
 
     port, admin_port = free_port(), free_port()
+    assert env["FLOE_LISTENERS"] == "PLAINTEXT://0.0.0.0:9092"
     test_env = {
+        "FLOE_LISTENERS": f"PLAINTEXT://127.0.0.1:{port}",
+        "FLOE_ADVERTISED_LISTENERS": f"PLAINTEXT://127.0.0.1:{port}",
         "FLOE_HOST": "127.0.0.1",
         "FLOE_PORT": str(port),
         "FLOE_ADMIN_PORT": str(admin_port),
@@ -294,6 +305,8 @@ def test_module_environment_peer_cache_hit(
             agent_env = {
                 **env, **secrets,
                 "FLOE_PORT": str(port), "FLOE_ADMIN_PORT": str(admin_port),
+                "FLOE_LISTENERS": f"PLAINTEXT://0.0.0.0:{port}",
+                "FLOE_ADVERTISED_LISTENERS": f"PLAINTEXT://127.0.0.1:{port}",
                 "FLOE_ADVERTISED_HOST": "127.0.0.1", "FLOE_ADVERTISED_PORT": str(port),
             }  # fmt: skip
             agent_env["FLOE_OBJECTS"] += f"&endpoint={moto_server}"

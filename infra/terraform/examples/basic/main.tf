@@ -39,6 +39,10 @@ module "floe" {
   enable_sasl      = var.enable_sasl
   sasl_users_json  = var.sasl_users_json
 
+  enable_tls          = var.enable_tls
+  tls_certificate_pem = var.tls_certificate_pem
+  tls_private_key_pem = var.tls_private_key_pem
+
   enable_alarms               = var.enable_alarms
   alarm_emails                = var.alarm_emails
   alarm_db_cpu_percent        = var.alarm_db_cpu_percent

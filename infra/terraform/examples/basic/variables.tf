@@ -67,13 +67,35 @@ variable "enable_compactor" {
 }
 
 variable "enable_sasl" {
-  description = "Store SASL users in Secrets Manager and inject them into the agents (see the module's variable description: not read by the agent yet)."
+  description = "Authenticate clients with SASL (PLAIN users from sasl_users_json, SCRAM users in the metastore)."
   type        = bool
   default     = false
 }
 
 variable "sasl_users_json" {
   description = "SASL users as a JSON object {\"user\": \"password\"}; pass with TF_VAR_sasl_users_json. Ephemeral: never stored in state."
+  type        = string
+  default     = null
+  sensitive   = true
+  ephemeral   = true
+}
+
+variable "enable_tls" {
+  description = "TLS on the agents' Kafka listener (SSL, or SASL_SSL with enable_sasl); needs tls_certificate_pem and tls_private_key_pem."
+  type        = bool
+  default     = false
+}
+
+variable "tls_certificate_pem" {
+  description = "PEM certificate chain naming the NLB's DNS names (incl. <az>.<nlb dns>); pass with TF_VAR_tls_certificate_pem. Ephemeral."
+  type        = string
+  default     = null
+  sensitive   = true
+  ephemeral   = true
+}
+
+variable "tls_private_key_pem" {
+  description = "PEM private key of tls_certificate_pem; pass with TF_VAR_tls_private_key_pem. Ephemeral."
   type        = string
   default     = null
   sensitive   = true

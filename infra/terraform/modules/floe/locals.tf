@@ -18,6 +18,13 @@ locals {
   object_prefix = trim(var.object_prefix, "/")
   objects_url   = local.agent_environment["FLOE_OBJECTS"]
 
+  # The agents' one Kafka listener: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.
+  # TLS terminates on the agents (the NLB is TCP pass-through).
+  security_protocol = var.enable_sasl ? (var.enable_tls ? "SASL_SSL" : "SASL_PLAINTEXT") : (var.enable_tls ? "SSL" : "PLAINTEXT")
+  tls_certfile      = var.enable_tls ? "/var/lib/floe/tls/cert.pem" : ""
+  tls_keyfile       = var.enable_tls ? "/var/lib/floe/tls/key.pem" : ""
+  sasl_mechanisms   = var.enable_sasl ? var.sasl_mechanisms : ""
+
   db_address = local.aurora ? aws_rds_cluster.metastore[0].endpoint : aws_db_instance.metastore[0].address
   db_port    = local.aurora ? aws_rds_cluster.metastore[0].port : aws_db_instance.metastore[0].port
 
@@ -42,6 +49,12 @@ locals {
     # Metrics for scaling and alarms: Embedded Metric Format lines on stdout (awslogs).
     FLOE_CLOUDWATCH_EMF_INTERVAL_S = "60"
     FLOE_CLOUDWATCH_NAMESPACE      = tostring(var.cloudwatch_namespace)
+    # Security (enable_tls, enable_sasl): the listener's protocol, the TLS files
+    # (written from the TLS_* secrets at start) and the SASL mechanisms.
+    FLOE_LISTENERS       = "${local.security_protocol}://0.0.0.0:${var.kafka_port}"
+    FLOE_SSL_CERTFILE    = local.tls_certfile
+    FLOE_SSL_KEYFILE     = local.tls_keyfile
+    FLOE_SASL_MECHANISMS = local.sasl_mechanisms
   }
 
   # Per zone: the zone itself and the address clients are sent to after
@@ -52,6 +65,8 @@ locals {
       FLOE_ZONE            = zone
       FLOE_ADVERTISED_HOST = "${zone}.${aws_lb.kafka.dns_name}"
       FLOE_ADVERTISED_PORT = tostring(local.zone_ports[zone])
+      # The listener's advertised endpoint (same address, with its security protocol).
+      FLOE_ADVERTISED_LISTENERS = "${local.security_protocol}://${zone}.${aws_lb.kafka.dns_name}:${local.zone_ports[zone]}"
     }
   }
 
@@ -63,6 +78,10 @@ locals {
       FLOE_INTERNAL_TOKEN = aws_secretsmanager_secret.internal_token.arn
     },
     var.enable_sasl ? { FLOE_SASL_USERS = aws_secretsmanager_secret.sasl_users[0].arn } : {},
+    var.enable_tls ? {
+      TLS_CERT_PEM = aws_secretsmanager_secret.tls["certificate"].arn
+      TLS_KEY_PEM  = aws_secretsmanager_secret.tls["private-key"].arn
+    } : {},
   )
 
   # ECS wants environment and secrets as sorted lists of {name, value|valueFrom}.

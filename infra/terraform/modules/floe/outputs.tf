@@ -1,3 +1,8 @@
+output "security_protocol" {
+  description = "security.protocol clients must use: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (enable_tls, enable_sasl)."
+  value       = local.security_protocol
+}
+
 output "bootstrap_servers" {
   description = "Kafka bootstrap address (bootstrap.servers) through the NLB, any zone."
   value       = "${aws_lb.kafka.dns_name}:${var.kafka_port}"

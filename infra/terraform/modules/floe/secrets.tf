@@ -32,6 +32,34 @@ resource "aws_secretsmanager_secret_version" "internal_token" {
   secret_string_wo_version = var.internal_token_version
 }
 
+# TLS certificate and key of the agents' listener (enable_tls): injected as
+# TLS_CERT_PEM / TLS_KEY_PEM, which `floe agent` writes to FLOE_SSL_CERTFILE /
+# FLOE_SSL_KEYFILE (files only the agent's user can read) before it starts.
+resource "aws_secretsmanager_secret" "tls" {
+  for_each = var.enable_tls ? toset(["certificate", "private-key"]) : toset([])
+
+  name_prefix             = "${var.name}/tls-${each.key}-"
+  description             = "Floe agents' TLS ${each.key} (PEM), read as ${each.key == "certificate" ? "TLS_CERT_PEM" : "TLS_KEY_PEM"}"
+  kms_key_id              = var.kms_key_arn
+  recovery_window_in_days = var.secret_recovery_window_days
+  tags                    = local.tags
+}
+
+resource "aws_secretsmanager_secret_version" "tls" {
+  for_each = var.enable_tls ? toset(["certificate", "private-key"]) : toset([])
+
+  secret_id                = aws_secretsmanager_secret.tls[each.key].id
+  secret_string_wo         = each.key == "certificate" ? var.tls_certificate_pem : var.tls_private_key_pem
+  secret_string_wo_version = var.tls_version
+
+  lifecycle {
+    precondition {
+      condition     = var.tls_certificate_pem != null && var.tls_private_key_pem != null
+      error_message = "enable_tls = true needs tls_certificate_pem and tls_private_key_pem."
+    }
+  }
+}
+
 resource "aws_secretsmanager_secret" "sasl_users" {
   count = var.enable_sasl ? 1 : 0
 

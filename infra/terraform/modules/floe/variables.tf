@@ -581,9 +581,53 @@ variable "compactor_memory" {
 }
 
 variable "enable_sasl" {
-  description = "Store SASL users in Secrets Manager and inject them into the agents as FLOE_SASL_USERS. NOTE: the agent does not read FLOE_SASL_USERS yet (SASL is a separate issue); until it does, clients are NOT authenticated. Restrict client_cidr_blocks meanwhile."
+  description = "Authenticate Kafka clients with SASL: the agents' listener becomes SASL_PLAINTEXT (SASL_SSL with enable_tls), the PLAIN users come from Secrets Manager (sasl_users_json -> FLOE_SASL_USERS), SCRAM credentials from the metastore (managed with AlterUserScramCredentials)."
   type        = bool
   default     = false
+}
+
+variable "sasl_mechanisms" {
+  description = "FLOE_SASL_MECHANISMS: SASL mechanisms the agents accept when enable_sasl is on (OAUTHBEARER also needs FLOE_OAUTH_* settings)."
+  type        = string
+  default     = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
+
+  validation {
+    condition     = alltrue([for m in split(",", var.sasl_mechanisms) : contains(["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"], trimspace(m))])
+    error_message = "sasl_mechanisms: a comma-separated list of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER."
+  }
+}
+
+variable "enable_tls" {
+  description = "Encrypt Kafka traffic with TLS terminated on the agents (the NLB passes TCP through, so SASL and client certificates reach the agents): the listener becomes SSL (SASL_SSL with enable_sasl). The certificate and key come from Secrets Manager (tls_certificate_pem, tls_private_key_pem); the certificate must name the NLB's DNS names (or your alias of them) that clients connect to, including the zonal ones (<az>.<nlb dns>)."
+  type        = bool
+  default     = false
+}
+
+variable "tls_certificate_pem" {
+  description = "PEM certificate chain of the agents' TLS listener (used when enable_tls). Ephemeral and write-only (never in state); written when tls_version changes."
+  type        = string
+  default     = null
+  sensitive   = true
+  ephemeral   = true
+}
+
+variable "tls_private_key_pem" {
+  description = "PEM private key of tls_certificate_pem (used when enable_tls). Ephemeral and write-only (never in state)."
+  type        = string
+  default     = null
+  sensitive   = true
+  ephemeral   = true
+}
+
+variable "tls_version" {
+  description = "Bump to rewrite the TLS certificate and key secrets (agents pick them up on their next start)."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.tls_version >= 1 && floor(var.tls_version) == var.tls_version
+    error_message = "tls_version must be a positive integer."
+  }
 }
 
 variable "sasl_users_json" {

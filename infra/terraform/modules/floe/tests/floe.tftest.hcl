@@ -90,10 +90,12 @@ variables {
     "us-east-1b" = "subnet-0bbbbbbbbbbbbbbbb"
     "us-east-1c" = "subnet-0cccccccccccccccc"
   }
-  client_cidr_blocks = ["10.0.0.0/8"]
-  agent_image        = "123456789012.dkr.ecr.us-east-1.amazonaws.com/floe:0.1.0"
-  db_password        = "test-password-0123456789"
-  internal_token     = "test-internal-token-0123456789abcdef"
+  client_cidr_blocks  = ["10.0.0.0/8"]
+  agent_image         = "123456789012.dkr.ecr.us-east-1.amazonaws.com/floe:0.1.0"
+  db_password         = "test-password-0123456789"
+  internal_token      = "test-internal-token-0123456789abcdef"
+  tls_certificate_pem = "-----BEGIN CERTIFICATE-----\ntest\n-----END CERTIFICATE-----\n"
+  tls_private_key_pem = "-----BEGIN PRIVATE KEY-----\ntest\n-----END PRIVATE KEY-----\n"
   # Ephemeral inputs must be set in both the plan and apply phases of a test run.
   sasl_users_json = "{}"
 }
@@ -290,6 +292,67 @@ run "compactor_memory_too_small_for_its_concurrency" {
   }
 
   expect_failures = [aws_ecs_task_definition.compactor]
+}
+
+run "tls_and_sasl" {
+  command = apply
+
+  variables {
+    enable_tls      = true
+    enable_sasl     = true
+    sasl_users_json = "{\"alice\":\"secret\"}"
+  }
+
+  assert {
+    condition     = output.security_protocol == "SASL_SSL"
+    error_message = "enable_tls + enable_sasl = SASL_SSL"
+  }
+
+  assert {
+    condition = alltrue([
+      for zone, port in { "us-east-1a" = "9093", "us-east-1b" = "9094", "us-east-1c" = "9095" } :
+      contains(jsondecode(aws_ecs_task_definition.agent[zone].container_definitions)[0].environment, { name = "FLOE_LISTENERS", value = "SASL_SSL://0.0.0.0:9092" })
+      && contains(jsondecode(aws_ecs_task_definition.agent[zone].container_definitions)[0].environment, { name = "FLOE_ADVERTISED_LISTENERS", value = "SASL_SSL://${zone}.floe-nlb-0123456789.elb.us-east-1.amazonaws.com:${port}" })
+      && contains(jsondecode(aws_ecs_task_definition.agent[zone].container_definitions)[0].environment, { name = "FLOE_SSL_CERTFILE", value = "/var/lib/floe/tls/cert.pem" })
+      && contains(jsondecode(aws_ecs_task_definition.agent[zone].container_definitions)[0].environment, { name = "FLOE_SASL_MECHANISMS", value = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512" })
+    ])
+    error_message = "every zone's agents listen with SASL_SSL on kafka_port and advertise it on their zone's NLB listener"
+  }
+
+  assert {
+    condition = (
+      [for s in jsondecode(aws_ecs_task_definition.agent["us-east-1a"].container_definitions)[0].secrets : s.name]
+      == ["FLOE_INTERNAL_TOKEN", "FLOE_METASTORE", "FLOE_SASL_USERS", "TLS_CERT_PEM", "TLS_KEY_PEM"]
+    )
+    error_message = "the TLS certificate and key, the SASL users, the internal token and the DSN come from Secrets Manager"
+  }
+
+  assert {
+    condition     = length(aws_secretsmanager_secret.tls) == 2 && aws_lb_listener.bootstrap.protocol == "TCP"
+    error_message = "two TLS secrets; the NLB passes TCP through (TLS ends on the agents)"
+  }
+}
+
+run "tls_only" {
+  command = plan
+
+  variables {
+    enable_tls = true
+  }
+
+  assert {
+    condition     = output.security_protocol == "SSL" && local.agent_environment["FLOE_SASL_MECHANISMS"] == ""
+    error_message = "enable_tls alone = SSL, no SASL mechanisms"
+  }
+}
+
+run "plaintext_by_default" {
+  command = plan
+
+  assert {
+    condition     = output.security_protocol == "PLAINTEXT" && local.agent_environment["FLOE_LISTENERS"] == "PLAINTEXT://0.0.0.0:9092" && local.agent_environment["FLOE_SSL_CERTFILE"] == ""
+    error_message = "no TLS, no SASL: one PLAINTEXT listener"
+  }
 }
 
 run "rejects_non_az_zone_keys" {
