@@ -334,6 +334,45 @@ class IcebergSync:
             table.maintenance.expire_snapshots().by_ids(doomed).commit()
         return len(doomed)
 
+    async def collect_metadata_orphans(
+        self, topics: Iterable[TopicInfo], grace_ms: int, now_ms: int
+    ) -> list[str]:
+        """Delete the metadata files under each table's ``metadata/`` that no metadata
+        JSON, snapshot or manifest of the table reaches any more (expired snapshots'
+        manifest lists and manifests) and that are older than ``grace_ms``: the
+        orphan GC of Iceberg files. Data files are metastore objects (their own GC)."""
+        out: list[str] = []
+        for topic in topics:
+            if not iceberg_enabled(topic):
+                continue
+            try:
+                out += await asyncio.to_thread(self._metadata_orphans, topic, grace_ms, now_ms)
+            except Exception as e:
+                log.warning("iceberg: metadata GC %s: %r", topic.name, e)
+                self.summary.errors.append(f"{topic.name}: {e!r}")
+        return out
+
+    def _metadata_orphans(self, topic: TopicInfo, grace_ms: int, now_ms: int) -> list[str]:
+        from pyarrow.fs import FileSelector, FileType
+
+        table = self._table(topic)
+        keep = {_norm(x) for x in self.referenced_metadata([topic])}
+        scheme, netloc, path = table.io.parse_location(table.location())
+        fs = table.io.fs_by_scheme(scheme, netloc)
+        base = f"{path.rstrip('/')}/metadata"
+        infos = fs.get_file_info(FileSelector(base, recursive=True, allow_not_found=True))
+        doomed = []
+        for info in infos:
+            if info.type != FileType.File:
+                continue
+            mtime = info.mtime.timestamp() * 1000 if info.mtime is not None else now_ms
+            if _norm(info.path) in keep or mtime > now_ms - grace_ms:
+                continue
+            doomed.append(info.path)
+        for p in doomed:
+            fs.delete_file(p)
+        return doomed
+
     def referenced_metadata(self, topics: Iterable[TopicInfo]) -> set[str]:
         """Locations of every metadata file the tables still reach (metadata JSONs
         in their logs, manifest lists, manifests)."""
@@ -349,6 +388,14 @@ class IcebergSync:
                 out.add(snap.manifest_list)
                 out.update(m.manifest_path for m in snap.manifests(table.io))
         return out
+
+
+def _norm(location: str) -> str:
+    """A location without its scheme and authority (``file:///a/b`` -> ``/a/b``,
+    ``s3://bucket/k`` -> ``bucket/k``), as pyarrow file systems name files."""
+    if "://" not in location:
+        return location
+    return location.split("://", 1)[1]
 
 
 def _covers(have: Any, want: Any) -> bool:

@@ -164,9 +164,7 @@ class Compactor:
             topic = topics.get(t.topic_id)
             if topic is not None and iceberg_enabled(topic) and t.value_format == "json":
                 # Known fields keep the table's types; new ones are inferred.
-                t = dataclasses.replace(
-                    t, value_schema=await self.iceberg.task_value_schema(topic)
-                )
+                t = dataclasses.replace(t, value_schema=await self.iceberg.task_value_schema(topic))
             out.append(t)
         return out
 
@@ -291,6 +289,12 @@ class Compactor:
                 before_delete=self._before_delete,
             )
             summary.orphans = [o.key for o in found]
+            if self.iceberg is not None:
+                # Manifests and manifest lists of expired snapshots (wall clock: the
+                # store's mtimes are).
+                summary.orphans += await self.iceberg.collect_metadata_orphans(
+                    topics.values(), cfg.orphan_grace_ms, int(time.time() * 1000)
+                )
         if not force:
             for level, trigger in ((0, cfg.l0_trigger), (1, cfg.l1_trigger)):
                 waiting = len(await self.meta.list_compaction_objects(level, limit=trigger))

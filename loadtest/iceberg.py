@@ -125,7 +125,7 @@ async def run_one(base: Path, mode: str, records: int, partitions: int) -> dict[
             await inner(*a)
             commit_s[0] += time.perf_counter() - t
 
-        iceberg.commit_parquet = timed  # type: ignore[method-assign]
+        iceberg.commit_parquet = timed  # type: ignore[method-assign,assignment]
     comp = Compactor(meta, store, cfg, now_ms=lambda: clock[0], iceberg=iceberg)
     t0 = time.perf_counter()
     s = await comp.run_pass()
@@ -133,7 +133,7 @@ async def run_one(base: Path, mode: str, records: int, partitions: int) -> dict[
     ph = s.phases["parquet"]
     clock[0] += 2000
     await comp.run_pass()  # the replaced segments go (grace passed)
-    out = {
+    out: dict[str, Any] = {
         "mode": mode,
         "records": records,
         "produced_bytes": produced,
@@ -151,7 +151,7 @@ async def run_one(base: Path, mode: str, records: int, partitions: int) -> dict[
         if (d / "objects" / "iceberg").exists()
         else 0,
     }
-    out["stored_over_produced"] = round(out["stored_bytes"] / produced, 3)
+    out["stored_over_produced"] = round(int(out["stored_bytes"]) / produced, 3)
     await store.close()
     await meta.close()
     return out
@@ -170,9 +170,10 @@ def scans(base: Path, spark: bool) -> dict[str, Any]:
     paths = [f.file.file_path for f in table.scan().plan_files()]
     plan_s = time.perf_counter() - t
     t = time.perf_counter()
-    n, vbytes, qty = duckdb.sql(
+    rel: Any = duckdb.sql(
         f"select count(*), sum(octet_length(value)), sum(value_json.qty) from read_parquet({paths!r})"
-    ).fetchall()[0]
+    )
+    n, vbytes, qty = rel.fetchall()[0]
     out["duckdb_iceberg_s"] = round(time.perf_counter() - t + plan_s, 3)
     out["duckdb_rows"] = n
     t = time.perf_counter()
@@ -190,7 +191,7 @@ def scans(base: Path, spark: bool) -> dict[str, Any]:
             .config("spark.sql.session.timeZone", "UTC").getOrCreate()
         )  # fmt: skip
         s.sparkContext.setLogLevel("ERROR")
-        agg = "count(*) as n, sum(length(value)) as b"
+        agg = ("count(*) as n", "sum(length(value)) as b")
         floe = (
             s.read.format("floe").option("metastore", f"sqlite:///{d / 'meta.db'}")
             .option("objects", f"file://{d / 'objects'}").option("subscribe", "bench").load()
@@ -198,7 +199,7 @@ def scans(base: Path, spark: bool) -> dict[str, Any]:
         ice = s.read.parquet(*paths)
         for name, df in (("floe", floe), ("iceberg_files", ice)) * 2:  # second round: warm
             t = time.perf_counter()
-            r = df.selectExpr(agg).collect()[0]
+            r = df.selectExpr(*agg).collect()[0]
             out[f"spark_{name}_s"] = round(time.perf_counter() - t, 3)
             assert r["n"] == n and r["b"] == vbytes, (name, r, n, vbytes)
         s.stop()
