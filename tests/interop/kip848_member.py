@@ -45,6 +45,7 @@ public class Member848 {
 
     public static void main(String[] a) throws Exception {
         String bs = a[0], topic = a[1], group = a[2], name = a[3], assignor = a.length > 4 ? a[4] : "";
+        String instance = a.length > 5 ? a[5] : "";
         Properties c = new Properties();
         c.put("bootstrap.servers", bs);
         c.put("group.id", group);
@@ -56,6 +57,7 @@ public class Member848 {
         c.put("key.deserializer", StringDeserializer.class.getName());
         c.put("value.deserializer", StringDeserializer.class.getName());
         if (!assignor.isEmpty()) c.put("group.remote.assignor", assignor);
+        if (!instance.isEmpty()) c.put("group.instance.id", instance);
         KafkaConsumer<String, String> consumer = new KafkaConsumer<>(c);
         Map<TopicPartition, OffsetAndMetadata> pending = new HashMap<>();
         AtomicBoolean stop = new AtomicBoolean();
@@ -122,13 +124,14 @@ public class Member848 {
 
 class Member:
     def __init__(
-        self, java: tuple[str, str], bootstrap: str, name: str, log_dir: Path, topic: str, group: str, assignor: str = ""
+        self, java: tuple[str, str], bootstrap: str, name: str, log_dir: Path, topic: str, group: str,
+        assignor: str = "", instance: str = "",
     ) -> None:
         self.name = name
         self.path = log_dir / f"{name}.log"
         self.err = log_dir / f"{name}.err"
         cmd = [java[0], "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", java[1], "Member848",
-               bootstrap, topic, group, name, assignor]  # fmt: skip
+               bootstrap, topic, group, name, assignor, instance]  # fmt: skip
         with self.path.open("w") as out, self.err.open("w") as err:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=err)
         self.killed_at: int | None = None

@@ -19,6 +19,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer
@@ -181,6 +182,57 @@ def test_java_regex_subscription_range_assignor_and_admin(agent_process_factory,
             "orders-eu-0", "orders-eu-1", "orders-us-0", "orders-us-1"]  # fmt: skip
         assert "LISTED regex-group Consumer Stable" in out
         print("KIP848 admin:\n" + out)
+    finally:
+        for m in members:
+            m.stop()
+
+
+def test_java_static_member_leaves_and_returns(agent_process_factory, member_cp, tmp_path: Path) -> None:
+    """group.instance.id: a static member that closes leaves with epoch -2, keeps its partitions
+    (no rebalance: the group epoch does not move, the other member does not get them) and its
+    successor process with the same instance id gets them back."""
+    agent = agent_process_factory(consumer_group_session_timeout_ms=30000, consumer_group_heartbeat_interval_ms=500)
+    bs = agent.bootstrap
+    admin = AdminClient({"bootstrap.servers": bs})
+    admin.create_topics([NewTopic("static-t", 4, 1)])["static-t"].result(30)
+    cp = maven_classpath(["org.apache.kafka:kafka-clients:4.1.0", SLF4J_SIMPLE])
+    admin_cp = compile_java(ADMIN_SOURCE, cp, tmp_path)
+
+    def describe(check: bool = True) -> tuple[list[str], dict[str, tuple[int, str]]]:
+        res = subprocess.run([member_cp[0], "-cp", admin_cp, "Admin848", bs, "static-group"],
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+        if not check and res.returncode != 0:
+            return ["DESCRIBE", "?", "?", "?", "0", "0"], {}
+        assert res.returncode == 0, res.stderr[-3000:]
+        lines = res.stdout.splitlines()
+        head = next(ln.split(" ") for ln in lines if ln.startswith("DESCRIBE "))
+        members = {x[1]: (int(x[2]), x[3] if len(x) > 3 else "") for x in (ln.split(" ") for ln in lines) if x[0] == "MEMBER"}
+        return head, members
+
+    s1 = Member(member_cp, bs, "s1", tmp_path, "static-t", "static-group", "", "inst-1")
+    s2 = Member(member_cp, bs, "s2", tmp_path, "static-t", "static-group", "", "inst-2")
+    members = [s1, s2]
+    try:
+        state: dict[str, Any] = {}
+
+        def stable() -> bool:
+            head, ms = describe(check=False)  # the group may not exist yet
+            state["head"], state["members"] = head, ms
+            return head[2] == "Stable" and len(ms) == 2 and all(a for _, a in ms.values())
+
+        wait_for(stable, "a stable group of two static members", 60)
+        epoch, held = int(state["head"][5]), state["members"]["s1"][1]
+        s1.stop()
+        assert s1.has("CLOSED")
+        head, ms = describe()
+        assert int(head[5]) == epoch, "a static leave must not bump the group epoch"
+        assert ms["s1"][0] == -2 and ms["s1"][1] == held and ms["s2"] == state["members"]["s2"], ms
+        s1b = Member(member_cp, bs, "s1b", tmp_path, "static-t", "static-group", "", "inst-1")
+        members.append(s1b)
+        wait_for(lambda: s1b.has("ASSIGN", lambda x: x[3] != "-"), "the returning static member assigned", 60)
+        head, ms = describe()
+        assert "s1" not in ms and ms["s1b"][1] == held and int(head[5]) == epoch, (head, ms)
+        print(f"KIP848 static: group epoch {epoch} kept across the leave and return; {held} went back to inst-1")
     finally:
         for m in members:
             m.stop()
