@@ -46,7 +46,7 @@ messages = st.one_of(
     st.binary(max_size=300),
     st.text(max_size=200).map(str.encode),
     st.sampled_from([b"n,,n=u,r=abc", b"n,,n=u,r=", b"y,a=x,n=u,r=1", b"c=biws,r=abc,p=AAAA", b"\x00u\x00pw",
-                     b"n,,\x01auth=Bearer x.y.z\x01\x01", b"n,,\x01\x01", b"p=,c=,r=", b"n=,r=a,=b"]),  # fmt: skip
+                     b"n,,\x01auth=Bearer x.y.z\x01\x01", b"n,,\x01\x01", b"p=,c=,r=", b"n=,r=a,=b"]),
 )
 
 
