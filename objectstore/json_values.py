@@ -121,6 +121,26 @@ def _learn(schema: dict[str, Any], key: str, value: Any) -> None:
     props[key] = _infer(value)
 
 
+def _clean(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` without the fields only ever seen null (no type known yet)."""
+    if "properties" in schema:
+        props = {}
+        for k, v in (schema["properties"] or {}).items():
+            # Empty or dotted names are no column names (Iceberg nests with '.').
+            if v is None or not k or "." in k:
+                continue
+            v = _clean(v)
+            if v.get("type") == "object" and not v.get("properties"):
+                continue  # an object without known fields yet: no empty struct column
+            props[k] = v
+        schema["properties"] = props
+    if isinstance(schema.get("items"), dict):
+        schema["items"] = _clean(schema["items"])
+        if schema["items"].get("type") == "object" and not schema["items"].get("properties"):
+            schema["items"] = {"type": "string"}
+    return schema
+
+
 def _check(v: Any, schema: dict[str, Any], path: str) -> Any:
     """``v`` fitted to ``schema`` (raises :class:`_Mismatch` when it does not fit)."""
     if v is None:
@@ -195,7 +215,7 @@ def parse_values(
                     _merge(cur, _infer(v))
         docs.append(doc)
         errors.append(None)
-    schema["properties"] = {k: v for k, v in schema["properties"].items() if v is not None}
+    schema = _clean(schema)
     rows: list[dict[str, Any] | None] = []
     for i, doc in enumerate(docs):
         if doc is None:

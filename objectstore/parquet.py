@@ -168,8 +168,11 @@ def decode_batch_infos(text: str | bytes | None) -> dict[int, BatchInfo]:
     version, _, body = text.partition(":")
     if version != "1":
         return {}
-    raw = bytes(cramjam.zstd.decompress(base64.b64decode(body)))
-    arr = np.frombuffer(raw, dtype=_INFO_DTYPE)
+    try:
+        raw = bytes(cramjam.zstd.decompress(base64.b64decode(body, validate=True)))
+        arr = np.frombuffer(raw, dtype=_INFO_DTYPE)
+    except Exception:  # a damaged footer: batches are rebuilt without the producer fields
+        return {}
     return {int(r[0]): BatchInfo(*(int(x) for x in r)) for r in arr.tolist()}
 
 

@@ -70,7 +70,9 @@ class BatchHeader:
             info.producer_epoch,
             info.base_sequence,
             bool(info.attributes & ATTR_TRANSACTIONAL),
-            Compression(info.attributes & 0x07),
+            Compression(info.attributes & 0x07)
+            if info.attributes & 0x07 <= 4
+            else Compression.NONE,
             info.partition_leader_epoch,
             info.base_timestamp if info.base_timestamp >= 0 else None,
             info.max_timestamp if info.max_timestamp >= 0 else None,
@@ -94,6 +96,7 @@ class EncodedRows:
     records: Any = None  # pa.BinaryArray
     rec_base: np.ndarray | None = None  # int64, base offset each record was encoded for
     rec_base_ts: np.ndarray | None = None  # int64, base timestamp used
+
     @property
     def nbytes(self) -> int:
         """Memory held (buffer sizes: O(1), unlike ``Array.nbytes``)."""
@@ -136,8 +139,7 @@ class EncodedRows:
             np.concatenate([p.timestamps for p in parts]),
             np.concatenate([p.log_append for p in parts]),
             tuple(
-                pa.concat_arrays([p.pieces[j] for p in parts])
-                for j in range(len(parts[0].pieces))
+                pa.concat_arrays([p.pieces[j] for p in parts]) for j in range(len(parts[0].pieces))
             ),
             np.concatenate([p.tail_len for p in parts]),
             None
@@ -256,9 +258,7 @@ def _headers(headers: pa.Array) -> pa.Array:
     return _join(_varint_array(counts), joined)
 
 
-def encode_rows(
-    table: pa.Table, spans: Sequence[tuple[int, int]] | None = None
-) -> EncodedRows:
+def encode_rows(table: pa.Table, spans: Sequence[tuple[int, int]] | None = None) -> EncodedRows:
     """The records of ``table`` (Kafka schema, offset order), encoded.
 
     Without ``spans``: each record's tail (what does not depend on its batch).
@@ -297,9 +297,7 @@ def encode_rows(
     rec_base, rec_base_ts = bases[idx], base_ts[idx]
     heads = _heads(offsets - rec_base, np.where(append, 0, stamps - rec_base_ts), tail_len)
     records = _join(heads, *pieces)
-    return EncodedRows(
-        offsets, stamps, append, (), tail_len, records, rec_base, rec_base_ts
-    )
+    return EncodedRows(offsets, stamps, append, (), tail_len, records, rec_base, rec_base_ts)
 
 
 def _heads(off_delta: np.ndarray, ts_delta: np.ndarray, tail_len: np.ndarray) -> pa.Array:
