@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from metastore.types import (
+    AclBinding,
+    AclBindingFilter,
     AgentInfo,
     BatchToCommit,
     CommitResult,
@@ -286,5 +288,11 @@ class Metastore(Protocol):
     async def group_config_alter(
         self, group_id: str, set_values: Mapping[str, str], delete_names: Sequence[str] = ()
     ) -> None: ...
+
+    # ACLs (issue 15)
+    async def create_acls(self, bindings: Sequence[AclBinding]) -> int: ...
+    async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[list[AclBinding]]: ...
+    async def list_acls(self, flt: AclBindingFilter | None = None) -> tuple[int, list[AclBinding]]: ...
+    async def acl_version(self) -> int: ...
 
     async def close(self) -> None: ...

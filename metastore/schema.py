@@ -23,6 +23,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
     Uuid,
     text,
 )
@@ -400,4 +401,32 @@ scram_credentials = Table(
     Column("server_key", LargeBinary, nullable=False),
     Column("iterations", Integer, nullable=False),
     Column("updated_at", BigInteger, nullable=False),
+)
+
+# 0012: ACLs (issue 15), Kafka's codes as they are on the wire; one row per
+# binding (creating an existing one is a no-op). ``acl_version`` counts changes,
+# so agents refresh their ACL cache when it moves (a cheap poll).
+acls = Table(
+    "acls",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("resource_type", SmallInteger, nullable=False),
+    Column("resource_name", String(1024), nullable=False),
+    Column("pattern_type", SmallInteger, nullable=False),
+    Column("principal", String(1024), nullable=False),
+    Column("host", String(255), nullable=False),
+    Column("operation", SmallInteger, nullable=False),
+    Column("permission", SmallInteger, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    UniqueConstraint(
+        "resource_type", "resource_name", "pattern_type", "principal", "host", "operation", "permission",
+        name="uq_acls_binding",
+    ),
+)
+
+acl_version = Table(
+    "acl_version",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("version", BigInteger, nullable=False),
 )

@@ -6,6 +6,7 @@ where ``PostgresMetastore`` replaces the two hot paths with raw asyncpg.
 
 from __future__ import annotations
 
+from metastore.acls import AclsMixin
 from metastore.compaction import CompactionMixin
 from metastore.consumer_groups import ConsumerGroupsMixin
 from metastore.leases import LeasesMixin
@@ -20,5 +21,6 @@ from metastore.txn import TxnMixin
 class SqlMetastore(
     TxnMixin, TopicsMixin, LogMixin, RegistryMixin, ConsumerGroupsMixin, CompactionMixin, LeasesMixin, ShareMixin,
     ScramMixin,
+    AclsMixin,
 ):
     """All operations over one SQLAlchemy async engine."""

@@ -549,3 +549,65 @@ class ShareGroupRecord:
     group_id: str
     group_epoch: int
     updated_at_ms: int = 0
+
+# -- ACLs (issue 15) ---------------------------------------------------------------------
+# Kafka's codes, stored and sent as they are on the wire (the agent's
+# agent.security.acl names them): resource type TOPIC 2, GROUP 3, CLUSTER 4,
+# TRANSACTIONAL_ID 5; pattern type ANY 1, MATCH 2, LITERAL 3, PREFIXED 4;
+# operation ANY 1, ALL 2, READ 3, ...; permission ANY 1, DENY 2, ALLOW 3.
+ACL_ANY = 1
+ACL_MATCH = 2
+ACL_LITERAL = 3
+ACL_PREFIXED = 4
+ACL_WILDCARD = "*"
+
+
+class AclBinding(NamedTuple):
+    """One ACL: "principal is allowed/denied operation from host on resources matching the pattern"."""
+
+    resource_type: int
+    resource_name: str
+    pattern_type: int  # LITERAL or PREFIXED
+    principal: str  # "User:alice", "User:*"
+    host: str  # an address or "*"
+    operation: int
+    permission: int  # DENY or ALLOW
+
+
+class AclBindingFilter(NamedTuple):
+    """A filter of Describe/DeleteAcls: None (names, principal, host) and ANY (codes) match
+    everything; pattern type MATCH matches the literal, wildcard and prefixed patterns
+    that would apply to the named resource (Kafka's ResourcePatternFilter/AccessControlEntryFilter)."""
+
+    resource_type: int
+    resource_name: str | None
+    pattern_type: int
+    principal: str | None
+    host: str | None
+    operation: int
+    permission: int
+
+    def matches(self, b: AclBinding) -> bool:
+        if self.resource_type != ACL_ANY and self.resource_type != b.resource_type:
+            return False
+        if self.pattern_type not in (ACL_ANY, ACL_MATCH) and self.pattern_type != b.pattern_type:
+            return False
+        if self.resource_name is not None:
+            if self.pattern_type != ACL_MATCH or b.pattern_type == self.pattern_type:
+                if self.resource_name != b.resource_name:
+                    return False
+            elif b.pattern_type == ACL_LITERAL:
+                if b.resource_name not in (self.resource_name, ACL_WILDCARD):
+                    return False
+            elif b.pattern_type == ACL_PREFIXED:
+                if not self.resource_name.startswith(b.resource_name):
+                    return False
+            else:
+                return False
+        if self.principal is not None and self.principal != b.principal:
+            return False
+        if self.host is not None and self.host != b.host:
+            return False
+        if self.operation != ACL_ANY and self.operation != b.operation:
+            return False
+        return self.permission == ACL_ANY or self.permission == b.permission
