@@ -25,6 +25,7 @@ from agent.metadata_cache import MetadataCache
 from agent.metrics import METRICS
 from agent.notify import CommitNotifier
 from agent.produce_pipeline import ProducePipeline
+from agent.security.authorizer import Authorizer, parse_super_users
 from agent.txn import TxnCoordinator
 from metastore import Metastore, TopicInfo, open_metastore
 from metastore.types import ErrorCode as MetaError
@@ -147,6 +148,15 @@ class Broker:
             classic_members=self._classic_members,
         )
         self.cluster.ring_listeners = [self.consumer_groups.release_unowned]
+        # ACLs (agent.security.authorizer); None: everyone may do everything.
+        self.authorizer: Authorizer | None = None
+        if config.authorizer == "acl":
+            self.authorizer = Authorizer(
+                metastore,
+                super_users=parse_super_users(config.super_users),
+                allow_everyone_if_no_acl_found=config.allow_everyone_if_no_acl_found,
+                refresh_s=config.acl_refresh_ms / 1000,
+            )
         # Transactions: the ids this agent owns on the ring (like groups), state in
         # the metastore, markers through the pipeline (agent.txn).
         self.txn = TxnCoordinator(
@@ -175,6 +185,8 @@ class Broker:
         self.groups.start()
         self.consumer_groups.start()
         self.txn.start()
+        if self.authorizer is not None:
+            self.authorizer.start()
 
     def set_endpoints(self, endpoints: dict[str, tuple[str, int]], primary: str) -> None:
         """The advertised endpoint of every listener (agent.security.listeners) once
@@ -199,6 +211,8 @@ class Broker:
             self.cluster.set_me(dataclasses.replace(self.cluster.me, port=port))
 
     async def close(self) -> None:
+        if self.authorizer is not None:
+            await self.authorizer.stop()
         await self.txn.close()
         await self.cluster.stop()
         await self.consumer_groups.close()

@@ -203,6 +203,24 @@ class AgentConfig(BaseSettings):
         30_000, gt=0, description="Not ready when a sealed segment waits longer than this for upload + commit"
     )
 
+    authorizer: str = Field(
+        "none",
+        pattern=r"^(none|acl)$",
+        description=(
+            "none: every client may do everything (floe dev); acl: Kafka ACLs from the metastore"
+            " are enforced in every handler (CreateAcls/DescribeAcls/DeleteAcls manage them)"
+        ),
+    )
+    super_users: str = Field(
+        "", description="Principals allowed everything with authorizer=acl (super.users), e.g. User:admin;User:floe"
+    )
+    allow_everyone_if_no_acl_found: bool = Field(
+        False, description="With authorizer=acl, allow a resource that has no ACL at all (allow.everyone.if.no.acl.found)"
+    )
+    acl_refresh_ms: int = Field(
+        500, gt=0, le=1000, description="How often an agent checks the metastore for ACL changes (<= 1 s)"
+    )
+
     cloudwatch_emf_interval_s: float = Field(
         0,
         ge=0,

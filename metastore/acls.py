@@ -13,7 +13,7 @@ transaction; a binding matched by several filters is reported under the first.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import delete, select, update
@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from metastore import schema as s
 from metastore.base import SqlBase
-from metastore.types import AclBinding, AclBindingFilter
+from metastore.types import ACL_MATCH, ACL_WILDCARD, AclBinding, AclBindingFilter
 
 _COLUMNS = (
     s.acls.c.resource_type,
@@ -41,6 +41,43 @@ def _binding(row: Any) -> AclBinding:
         int(row.resource_type), row.resource_name, int(row.pattern_type), row.principal, row.host,
         int(row.operation), int(row.permission),
     )  # fmt: skip
+
+
+def _claim(
+    rows: list[tuple[int, AclBinding]],
+    filters: Sequence[AclBindingFilter],
+    out: list[list[AclBinding]],
+) -> list[int]:
+    """Ids of the rows some filter matches; each binding goes to ``out`` of the first
+    filter matching it. Rows are looked up by name for filters that name a resource
+    (exactly, or with MATCH: the name, ``*`` and its prefixes), so many filters over
+    many ACLs cost one scan each only for filters without a name."""
+    by_name: dict[str, list[tuple[int, AclBinding]]] = {}
+    for r in rows:
+        by_name.setdefault(r[1].resource_name, []).append(r)
+    lengths = {
+        len(n) for n in by_name
+    }  # only prefixes some ACL has (not every prefix of a long name)
+    claimed: set[int] = set()
+    seen: set[AclBindingFilter] = set()
+    for i, f in enumerate(filters):
+        f = AclBindingFilter(*f)
+        if f in seen:  # an identical earlier filter claimed all it matches
+            continue
+        seen.add(f)
+        if f.resource_name is None:
+            candidates: Iterable[tuple[int, AclBinding]] = rows
+        elif f.pattern_type == ACL_MATCH:
+            name = f.resource_name
+            keys = {name[:n] for n in lengths if n <= len(name)} | {ACL_WILDCARD}
+            candidates = [r for k in keys for r in by_name.get(k, ())]
+        else:
+            candidates = by_name.get(f.resource_name, ())
+        for row_id, b in candidates:
+            if row_id not in claimed and f.matches(b):
+                claimed.add(row_id)
+                out[i].append(b)
+    return sorted(claimed)
 
 
 class AclsMixin(SqlBase):
@@ -82,14 +119,7 @@ class AclsMixin(SqlBase):
             v = s.acl_version.c
             await conn.execute(select(v.version).where(v.id == 1).with_for_update())
             rows = (await conn.execute(select(s.acls.c.id, *_COLUMNS))).all()
-            doomed: list[int] = []
-            for row in rows:
-                b = _binding(row)
-                for i, f in enumerate(filters):
-                    if AclBindingFilter(*f).matches(b):
-                        out[i].append(b)
-                        doomed.append(row.id)
-                        break
+            doomed = _claim([(row.id, _binding(row)) for row in rows], filters, out)
             for start in range(0, len(doomed), 500):
                 await conn.execute(
                     delete(s.acls).where(s.acls.c.id.in_(doomed[start : start + 500]))

@@ -17,6 +17,7 @@ from agent.connection import Deferred, Reply, RequestContext
 from agent.handlers._unavailable import unavailable_response
 from agent.handlers.registry import REGISTRY, HandlerSpec
 from agent.metrics import METRICS
+from agent.security.authorizer import may_relay
 from kafka_protocol.exceptions import UnsupportedVersion
 from kafka_protocol.messages import ApiVersionsResponse
 from metastore.unavailable import metastore_unavailable
@@ -69,7 +70,9 @@ def make_dispatcher(broker: Broker) -> Any:
             # coordinator itself, so relay the request to it (agent.cluster.forward).
             fw = broker.cluster.forwarder
             owner = fw.target(h.api_key, request)
-            if owner is not None:
+            # The owner does not learn the principal: authorize here first, and answer a
+            # refused request here (the handler gives the exact authorization errors).
+            if owner is not None and await may_relay(broker, ctx, h.api_key, request):
 
                 async def local() -> Any:
                     result = await spec.func(broker, ctx, request)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from agent.connection import Deferred
 from agent.handlers.add_partitions_to_txn import fenced_code
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import AddOffsetsToTxnRequest, AddOffsetsToTxnResponse
 from metastore.types import MetastoreError
@@ -28,10 +29,15 @@ if TYPE_CHECKING:
 
 @handler(AddOffsetsToTxnRequest)
 async def handle(broker: Broker, ctx: RequestContext, req: AddOffsetsToTxnRequest) -> Deferred:
-    return Deferred(_handle(broker, ctx.header.api_version, req))
+    return Deferred(_handle(broker, ctx, req))
 
 
-async def _handle(broker: Broker, v: int, req: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
+async def _handle(broker: Broker, ctx: RequestContext, req: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
+    v = ctx.header.api_version
+    if not allowed(broker, ctx, Op.WRITE, RT.TRANSACTIONAL_ID, req.transactional_id):
+        return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if not allowed(broker, ctx, Op.READ, RT.GROUP, req.group_id):
+        return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     if not broker.cluster.owns_group(req.transactional_id):
         return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=ErrorCode.NOT_COORDINATOR)
     if not req.group_id:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent.connection import Deferred
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed, cluster_allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import AddPartitionsToTxnRequest, AddPartitionsToTxnResponse
 from metastore.types import TXN_ONGOING, MetastoreError
@@ -56,7 +57,19 @@ def _results(topics: Any, code_of: Any) -> list[Any]:
     ]
 
 
-async def _one(broker: Broker, v: int, tid: str, pid: int, epoch: int, topics: Any, verify_only: bool) -> list[Any]:
+async def _one(
+    broker: Broker, ctx: RequestContext, tid: str, pid: int, epoch: int, topics: Any, verify_only: bool
+) -> list[Any]:
+    v = ctx.header.api_version
+    # WRITE on the transactional id, then on each topic (the others: OPERATION_NOT_ATTEMPTED).
+    if not allowed(broker, ctx, Op.WRITE, RT.TRANSACTIONAL_ID, tid):
+        return _results(topics, lambda _t, _p: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    denied = {t.name for t in topics if not allowed(broker, ctx, Op.WRITE, RT.TOPIC, t.name)}
+    if denied:
+        return _results(
+            topics,
+            lambda t, _p: ErrorCode.TOPIC_AUTHORIZATION_FAILED if t in denied else ErrorCode.OPERATION_NOT_ATTEMPTED,
+        )
     if not broker.cluster.owns_group(tid):
         return _results(topics, lambda _t, _p: ErrorCode.NOT_COORDINATOR)
     refs: dict[tuple[str, int], Any] = {}
@@ -93,20 +106,23 @@ async def _one(broker: Broker, v: int, tid: str, pid: int, epoch: int, topics: A
 
 @handler(AddPartitionsToTxnRequest)
 async def handle(broker: Broker, ctx: RequestContext, req: AddPartitionsToTxnRequest) -> Deferred:
-    return Deferred(_handle(broker, ctx.header.api_version, req))
+    return Deferred(_handle(broker, ctx, req))
 
 
-async def _handle(broker: Broker, v: int, req: AddPartitionsToTxnRequest) -> AddPartitionsToTxnResponse:
+async def _handle(broker: Broker, ctx: RequestContext, req: AddPartitionsToTxnRequest) -> AddPartitionsToTxnResponse:
+    v = ctx.header.api_version
     if v <= 3:
         results = await _one(
-            broker, v, req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
+            broker, ctx, req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
             req.v3_and_below_producer_epoch, req.v3_and_below_topics, False,
         )  # fmt: skip
         return Resp(throttle_time_ms=0, results_by_topic_v3_and_below=results)
+    if not cluster_allowed(broker, ctx, Op.CLUSTER_ACTION):  # v4+ is broker-to-broker
+        return Resp(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, results_by_transaction=[])
     out = []
     for txn in req.transactions:
         results = await _one(
-            broker, v, txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics, txn.verify_only
+            broker, ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics, txn.verify_only
         )
         out.append(Resp.AddPartitionsToTxnResult(transactional_id=txn.transactional_id, topic_results=results))
     return Resp(throttle_time_ms=0, error_code=0, results_by_transaction=out)

@@ -18,8 +18,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from agent.handlers.describe_configs import RESOURCE_BROKER, RESOURCE_TOPIC
+from agent.handlers.describe_configs import RESOURCE_BROKER, RESOURCE_TOPIC, config_denied
 from agent.handlers.registry import handler
+from agent.security.authorizer import Op
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import AlterConfigsRequest, AlterConfigsResponse
 from metastore.topic_config import validate_topic_name
@@ -76,6 +77,7 @@ async def _alter(
 
 async def alter_each(
     broker: Broker,
+    ctx: RequestContext,
     resources: Sequence[R],
     validate_only: bool,
     alter: Callable[[Broker, R, bool], Awaitable[tuple[int, str | None]]],
@@ -87,7 +89,10 @@ async def alter_each(
     changed = False
     try:
         for res in resources:
-            code, message = await alter(broker, res, validate_only)
+            code: int = config_denied(broker, ctx, Op.ALTER_CONFIGS, res.resource_type, res.resource_name)
+            message: str | None = "Authorization failed." if code else None
+            if not code:
+                code, message = await alter(broker, res, validate_only)
             changed |= code == 0 and not validate_only
             responses.append(
                 result(
@@ -105,5 +110,5 @@ async def alter_each(
 
 @handler(AlterConfigsRequest)
 async def handle(broker: Broker, ctx: RequestContext, req: AlterConfigsRequest) -> AlterConfigsResponse:
-    responses = await alter_each(broker, req.resources, req.validate_only, _alter, Result)
+    responses = await alter_each(broker, ctx, req.resources, req.validate_only, _alter, Result)
     return AlterConfigsResponse(throttle_time_ms=0, responses=responses)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from agent.handlers.create_topics import each_topic_once
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import CreatePartitionsRequest, CreatePartitionsResponse
 
@@ -45,11 +46,16 @@ async def _grow(
 async def handle(
     broker: Broker, ctx: RequestContext, req: CreatePartitionsRequest
 ) -> CreatePartitionsResponse:
+    async def grow(b: Broker, topic: CreatePartitionsRequest.CreatePartitionsTopic, validate_only: bool) -> Result:
+        if not allowed(b, ctx, Op.ALTER, RT.TOPIC, topic.name):  # ALTER on the topic
+            return Result(name=topic.name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, error_message="Authorization failed.")
+        return await _grow(b, topic, validate_only)
+
     results = await each_topic_once(
         broker,
         req.topics,
         req.validate_only,
-        _grow,
+        grow,
         lambda name: Result(name=name, error_code=ErrorCode.INVALID_REQUEST, error_message="Duplicate topic in request."),
     )
     return CreatePartitionsResponse(throttle_time_ms=0, results=results)

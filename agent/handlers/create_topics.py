@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from agent.handlers.describe_configs import SOURCE_DEFAULT_CONFIG, SOURCE_DYNAMIC_TOPIC_CONFIG
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed, cluster_allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import CreateTopicsRequest, CreateTopicsResponse
 from metastore.topic_config import effective_config
@@ -147,11 +148,19 @@ async def _create(
 
 @handler(CreateTopicsRequest)
 async def handle(broker: Broker, ctx: RequestContext, req: CreateTopicsRequest) -> CreateTopicsResponse:
+    # CREATE on the cluster, or else on each topic (TOPIC_AUTHORIZATION_FAILED).
+    on_cluster = cluster_allowed(broker, ctx, Op.CREATE)
+
+    async def create(b: Broker, topic: CreateTopicsRequest.CreatableTopic, validate_only: bool) -> Result:
+        if not on_cluster and not allowed(b, ctx, Op.CREATE, RT.TOPIC, topic.name):
+            return _error(topic.name, ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
+        return await _create(b, topic, validate_only)
+
     results = await each_topic_once(
         broker,
         req.topics,
         req.validate_only,
-        _create,
+        create,
         lambda name: _error(
             name, ErrorCode.INVALID_REQUEST, f"Create topics request contains multiple entries for topic {name}"
         ),

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import DeleteGroupsRequest, DeleteGroupsResponse
 from metastore import MetastoreError
@@ -29,6 +30,9 @@ async def handle(broker: Broker, ctx: RequestContext, req: DeleteGroupsRequest) 
     for group_id in req.groups_names:
         if not group_id:
             results.append(Result(group_id=group_id, error_code=ErrorCode.INVALID_GROUP_ID))
+            continue
+        if not allowed(broker, ctx, Op.DELETE, RT.GROUP, group_id):
+            results.append(Result(group_id=group_id, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED))
             continue
         try:
             error = await broker.consumer_groups.delete(group_id)  # a KIP-848 group: checked here

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import DeleteRecordsRequest, DeleteRecordsResponse
 
@@ -33,8 +34,11 @@ async def handle(broker: Broker, ctx: RequestContext, req: DeleteRecordsRequest)
     for t in req.topics:
         info = await broker.topic(t.name)
         partitions: list[PartitionResult] = []
+        denied = not allowed(broker, ctx, Op.DELETE, RT.TOPIC, t.name)
         for p in t.partitions:
-            if info is None or not 0 <= p.partition_index < info.partitions:
+            if denied:
+                code, low = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED), -1
+            elif info is None or not 0 <= p.partition_index < info.partitions:
                 code, low = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), -1
             elif p.offset < -1:
                 code, low = int(ErrorCode.OFFSET_OUT_OF_RANGE), -1

@@ -18,6 +18,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import DeleteTopicsRequest, DeleteTopicsResponse
 from kafka_protocol.messages._runtime import ZERO_UUID
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 Result = DeleteTopicsResponse.DeletableTopicResult
 
 
-async def _delete(broker: Broker, name: str | None, topic_id: uuid.UUID) -> Result:
+async def _delete(broker: Broker, ctx: RequestContext, name: str | None, topic_id: uuid.UUID) -> Result:
     if name and topic_id != ZERO_UUID:
         return Result(
             name=name,
@@ -47,6 +48,12 @@ async def _delete(broker: Broker, name: str | None, topic_id: uuid.UUID) -> Resu
                 error_code=ErrorCode.INVALID_REQUEST,
                 error_message="Neither topic name nor id were specified",
             )
+        info = await broker.topic_by_id(topic_id)
+        if info is not None and not allowed(broker, ctx, Op.DELETE, RT.TOPIC, info.name):
+            code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            if not allowed(broker, ctx, Op.DESCRIBE, RT.TOPIC, info.name):  # do not reveal the name
+                return Result(name=None, topic_id=topic_id, error_code=code, error_message="Authorization failed.")
+            return Result(name=info.name, topic_id=topic_id, error_code=code, error_message="Authorization failed.")
         res = await broker.meta.delete_topic(topic_id)
         if res.error or res.topic is None:
             return Result(
@@ -56,6 +63,8 @@ async def _delete(broker: Broker, name: str | None, topic_id: uuid.UUID) -> Resu
                 error_message="This server does not host this topic ID.",
             )
         return Result(name=res.topic.name, topic_id=topic_id, error_code=0, error_message=None)
+    if not allowed(broker, ctx, Op.DELETE, RT.TOPIC, name):
+        return Result(name=name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, error_message="Authorization failed.")
     bad = validate_topic_name(name)
     if bad is not None:
         # Kafka answers an illegal name like an unknown one.
@@ -82,7 +91,7 @@ async def handle(broker: Broker, ctx: RequestContext, req: DeleteTopicsRequest) 
     deleted = False
     try:
         for name, topic_id in wanted:
-            result = await _delete(broker, name, topic_id)
+            result = await _delete(broker, ctx, name, topic_id)
             deleted |= result.error_code == 0
             results.append(result)
     finally:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, authorized_operations
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import DescribeClusterRequest, DescribeClusterResponse
 
@@ -63,6 +64,8 @@ async def handle(
             if (ep := p.endpoint(ctx.listener_name))
         ],
         cluster_authorized_operations=(
-            CLUSTER_OPERATIONS if req.include_cluster_authorized_operations else NOT_REQUESTED
+            (CLUSTER_OPERATIONS if broker.authorizer is None else authorized_operations(broker, ctx, RT.CLUSTER, "kafka-cluster"))
+            if req.include_cluster_authorized_operations
+            else NOT_REQUESTED
         ),
     )

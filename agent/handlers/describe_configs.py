@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from agent.broker import DEFAULT_MAX_MESSAGE_BYTES
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed, cluster_allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import DescribeConfigsRequest, DescribeConfigsResponse
 from metastore.topic_config import TOPIC_CONFIG_KEYS, validate_topic_name
@@ -250,6 +251,19 @@ async def _describe_group(broker: Broker, res: DescribeConfigsRequest.DescribeCo
     )
 
 
+def config_denied(broker: Broker, ctx: RequestContext, op: int, rtype: int, name: str) -> int:
+    """The error for a config resource the caller may not ``op`` (DESCRIBE_CONFIGS /
+    ALTER_CONFIGS): on the topic for a topic, on the cluster for a broker or broker
+    logger; 0 when allowed."""
+    if rtype == RESOURCE_TOPIC:
+        return 0 if allowed(broker, ctx, op, RT.TOPIC, name) else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    if rtype == RESOURCE_GROUP:
+        return 0 if allowed(broker, ctx, op, RT.GROUP, name) else ErrorCode.GROUP_AUTHORIZATION_FAILED
+    if rtype in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER):
+        return 0 if cluster_allowed(broker, ctx, op) else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    return 0  # a type we do not serve: the handler answers INVALID_REQUEST
+
+
 @handler(DescribeConfigsRequest)
 async def handle(
     broker: Broker, ctx: RequestContext, req: DescribeConfigsRequest
@@ -259,6 +273,11 @@ async def handle(
     docs = v >= 3 and req.include_documentation
     results: list[Result] = []
     for res in req.resources:
+        if res.resource_type in (RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_GROUP):
+            denied = config_denied(broker, ctx, Op.DESCRIBE_CONFIGS, res.resource_type, res.resource_name)
+            if denied:
+                results.append(_error(res, denied, "Authorization failed."))
+                continue
         if res.resource_type == RESOURCE_TOPIC:
             results.append(await _describe_topic(broker, res, synonyms, docs))
         elif res.resource_type == RESOURCE_BROKER:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed, authorized_operations
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import DescribeGroupsRequest, DescribeGroupsResponse
 from metastore import MetastoreError
@@ -34,10 +35,17 @@ async def handle(broker: Broker, ctx: RequestContext, req: DescribeGroupsRequest
     v = ctx.header.api_version
     ops = GROUP_OPERATIONS if v >= 3 and req.include_authorized_operations else NOT_REQUESTED
     out: list[Described] = []
+    requested_ops = ops
     for group_id in req.groups:
+        ops = requested_ops
         if not group_id:
             out.append(Described(error_code=ErrorCode.INVALID_GROUP_ID, group_id=group_id, authorized_operations=ops))
             continue
+        if not allowed(broker, ctx, Op.DESCRIBE, RT.GROUP, group_id):
+            out.append(Described(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, group_id=group_id, authorized_operations=ops))
+            continue
+        if ops != NOT_REQUESTED and broker.authorizer is not None:
+            ops = authorized_operations(broker, ctx, RT.GROUP, group_id)
         try:
             if await broker.consumer_groups.group(group_id) is not None:
                 # A KIP-848 group is not a classic group (ConsumerGroupDescribe describes it).

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import DescribeProducersRequest, DescribeProducersResponse
 from metastore.types import MetastoreError
@@ -32,7 +33,11 @@ async def handle(broker: Broker, ctx: RequestContext, req: DescribeProducersRequ
     for t in req.topics:
         info = await broker.topic(t.name)
         parts = []
+        denied = not allowed(broker, ctx, Op.READ, RT.TOPIC, t.name)
         for p in t.partition_indexes:
+            if denied:
+                parts.append(PartResp(partition_index=p, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                continue
             if info is None or not 0 <= p < info.partitions:
                 parts.append(PartResp(partition_index=p, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue

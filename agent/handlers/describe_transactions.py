@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import DescribeTransactionsRequest, DescribeTransactionsResponse
 from metastore.types import MetastoreError
@@ -31,6 +32,9 @@ async def handle(
 ) -> DescribeTransactionsResponse:
     out = []
     for tid in req.transactional_ids:
+        if not allowed(broker, ctx, Op.DESCRIBE, RT.TRANSACTIONAL_ID, tid):
+            out.append(State(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, transactional_id=tid, producer_id=-1, producer_epoch=-1))
+            continue
         if not broker.cluster.owns_group(tid):
             out.append(State(error_code=ErrorCode.NOT_COORDINATOR, transactional_id=tid, producer_id=-1, producer_epoch=-1))
             continue
@@ -45,6 +49,8 @@ async def handle(
         topics: dict[str, list[int]] = {}
         for p in rec.partitions:
             info = await broker.topic_by_id(p.topic_id)
+            if info is not None and not allowed(broker, ctx, Op.DESCRIBE, RT.TOPIC, info.name):
+                continue  # Kafka leaves out the partitions of topics the caller may not describe
             topics.setdefault(info.name if info else str(p.topic_id), []).append(p.partition)
         out.append(
             State(

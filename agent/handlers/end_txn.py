@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from agent.connection import Deferred
 from agent.handlers.add_partitions_to_txn import fenced_code
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import EndTxnRequest, EndTxnResponse
 from metastore.types import MetastoreError
@@ -39,10 +40,13 @@ if TYPE_CHECKING:
 
 @handler(EndTxnRequest, max_version=5)
 async def handle(broker: Broker, ctx: RequestContext, req: EndTxnRequest) -> Deferred:
-    return Deferred(_handle(broker, ctx.header.api_version, req))
+    return Deferred(_handle(broker, ctx, req))
 
 
-async def _handle(broker: Broker, v: int, req: EndTxnRequest) -> EndTxnResponse:
+async def _handle(broker: Broker, ctx: RequestContext, req: EndTxnRequest) -> EndTxnResponse:
+    v = ctx.header.api_version
+    if not allowed(broker, ctx, Op.WRITE, RT.TRANSACTIONAL_ID, req.transactional_id):
+        return EndTxnResponse(throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     if not broker.cluster.owns_group(req.transactional_id):
         return EndTxnResponse(throttle_time_ms=0, error_code=ErrorCode.NOT_COORDINATOR)
     try:

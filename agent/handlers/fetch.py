@@ -74,6 +74,7 @@ from agent.fetch_session import (
 )
 from agent.handlers.registry import handler
 from agent.metrics import METRICS
+from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import FetchRequest, FetchResponse
 from kafka_protocol.messages._runtime import ZERO_UUID
@@ -111,7 +112,7 @@ class _Want:
     error: int = 0
 
 
-async def _resolve(broker: Broker, req: FetchRequest, by_id: bool) -> list[_Want]:
+async def _resolve(broker: Broker, ctx: RequestContext, req: FetchRequest, by_id: bool) -> list[_Want]:
     wants: list[_Want] = []
     for ti, t in enumerate(req.topics):
         info: TopicInfo | None
@@ -119,9 +120,14 @@ async def _resolve(broker: Broker, req: FetchRequest, by_id: bool) -> list[_Want
             info = await broker.topic_by_id(t.topic_id) if t.topic_id != ZERO_UUID else None
         else:
             info = await broker.topic(t.topic)
+        # READ on the topic (a name is checked whether or not it exists; an id only once known).
+        name = info.name if info is not None else (None if by_id else t.topic)
+        denied = name is not None and not allowed(broker, ctx, Op.READ, RT.TOPIC, name)
         for p in t.partitions:
             w = _Want(ti, p.partition, p.fetch_offset, max(0, p.partition_max_bytes), None)
-            if info is None:
+            if denied:
+                w.error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif info is None:
                 w.error = ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif not 0 <= p.partition < info.partitions:
                 w.error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -314,7 +320,7 @@ async def handle(broker: Broker, ctx: RequestContext, req: FetchRequest) -> Any:
     v = ctx.header.api_version
     by_id = v >= 13
     if v < 7 or (req.session_id == 0 and req.session_epoch == FINAL_EPOCH):
-        return Deferred(_Lazy(lambda: _full_fetch(broker, _cap(broker, ctx, req), by_id, None)))
+        return Deferred(_Lazy(lambda: _full_fetch(broker, ctx, _cap(broker, ctx, req), by_id, None)))
     cache = sessions_for(broker)
     if req.session_epoch in (INITIAL_EPOCH, FINAL_EPOCH):  # a full request
         if req.session_id:
@@ -322,14 +328,14 @@ async def handle(broker: Broker, ctx: RequestContext, req: FetchRequest) -> Any:
         session = None
         if req.session_epoch == INITIAL_EPOCH:
             session = cache.create(sum(len(t.partitions) for t in req.topics), by_id)
-        return Deferred(_Lazy(lambda: _full_fetch(broker, _cap(broker, ctx, req), by_id, session)))
+        return Deferred(_Lazy(lambda: _full_fetch(broker, ctx, _cap(broker, ctx, req), by_id, session)))
     session = cache.get(req.session_id)
     if session is None:
         return _session_error(ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
     if req.session_epoch != session.epoch or session.by_id != by_id or session.busy:
         return _session_error(ErrorCode.INVALID_FETCH_SESSION_EPOCH)
     session.epoch = next_epoch(session.epoch)
-    await _update_session(broker, session, req, by_id)
+    await _update_session(broker, ctx, session, req, by_id)
     return Deferred(_Lazy(lambda: _incremental_fetch(broker, _cap(broker, ctx, req), session)))
 
 
@@ -371,11 +377,11 @@ async def _wait_loop(
 
 
 async def _full_fetch(
-    broker: Broker, req: FetchRequest, by_id: bool, session: FetchSession | None
+    broker: Broker, ctx: RequestContext, req: FetchRequest, by_id: bool, session: FetchSession | None
 ) -> FetchResponse:
     """Sessionless, or the first request of a new session (which then holds every
     requested partition and what this response told about it)."""
-    wants = await _resolve(broker, req, by_id)
+    wants = await _resolve(broker, ctx, req, by_id)
     keys: list[SessionKey] = []
     if session is not None:
         # Subscribed before the (fresh) lookups: a commit landing meanwhile stays
@@ -415,9 +421,11 @@ def _session_partition(t: Any, w: _Want) -> SessionPartition:
     )  # fmt: skip
 
 
-async def _update_session(broker: Broker, session: FetchSession, req: FetchRequest, by_id: bool) -> None:
+async def _update_session(
+    broker: Broker, ctx: RequestContext, session: FetchSession, req: FetchRequest, by_id: bool
+) -> None:
     """Apply an incremental request: new or moved partitions, then forgotten ones."""
-    for w in await _resolve(broker, req, by_id):
+    for w in await _resolve(broker, ctx, req, by_id):
         t = req.topics[w.topic_index]
         session.upsert((t.topic_id if by_id else t.topic, w.partition), _session_partition(t, w))
     for f in req.forgotten_topics_data:

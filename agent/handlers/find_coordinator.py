@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import FindCoordinatorRequest, FindCoordinatorResponse
 
@@ -35,11 +36,20 @@ async def handle(
     listener = ctx.listener_name
     ok = req.key_type in (GROUP_KEY, TRANSACTION_KEY)
     message = None if ok else f"unsupported coordinator key type {req.key_type}"
+    # DESCRIBE on the group or transactional id.
+    rtype, denied_code = (RT.GROUP, ErrorCode.GROUP_AUTHORIZATION_FAILED) if req.key_type == GROUP_KEY else (
+        RT.TRANSACTIONAL_ID, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)  # fmt: skip
+
+    def denied(key: str) -> bool:
+        return ok and not allowed(broker, ctx, Op.DESCRIBE, rtype, key)
+
     if v >= 4:
         return FindCoordinatorResponse(
             throttle_time_ms=0,
             coordinators=[
-                Coordinator(key=k, node_id=node.node_id, host=ep[0], port=ep[1], error_code=0, error_message=None)
+                Coordinator(key=k, node_id=-1, host="", port=-1, error_code=denied_code, error_message="Authorization failed.")
+                if denied(k)
+                else Coordinator(key=k, node_id=node.node_id, host=ep[0], port=ep[1], error_code=0, error_message=None)
                 if ok and (node := cluster.coordinator(k)) and (ep := node.endpoint(listener))
                 else Coordinator(key=k, node_id=-1, host="", port=-1, error_code=ErrorCode.INVALID_REQUEST, error_message=message)
                 for k in req.coordinator_keys
@@ -48,6 +58,10 @@ async def handle(
     if not ok:
         return FindCoordinatorResponse(
             throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST, error_message=message, node_id=-1, host="", port=-1
+        )
+    if denied(req.key):
+        return FindCoordinatorResponse(
+            throttle_time_ms=0, error_code=denied_code, error_message="Authorization failed.", node_id=-1, host="", port=-1
         )
     node = cluster.coordinator(req.key)
     host, port = node.endpoint(listener)

@@ -14,6 +14,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed
+from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import HeartbeatRequest, HeartbeatResponse
 
 if TYPE_CHECKING:
@@ -23,6 +25,8 @@ if TYPE_CHECKING:
 
 @handler(HeartbeatRequest, min_version=0)
 async def handle(broker: Broker, ctx: RequestContext, req: HeartbeatRequest) -> HeartbeatResponse:
+    if not allowed(broker, ctx, Op.READ, RT.GROUP, req.group_id):
+        return HeartbeatResponse(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     instance = req.group_instance_id if ctx.header.api_version >= 3 else None
     error = await broker.groups.heartbeat(req.group_id, req.generation_id, req.member_id, instance)
     return HeartbeatResponse(throttle_time_ms=0, error_code=int(error))

@@ -104,5 +104,5 @@ async def _alter(broker: Broker, res: Resource, validate_only: bool) -> tuple[in
 async def handle(
     broker: Broker, ctx: RequestContext, req: IncrementalAlterConfigsRequest
 ) -> IncrementalAlterConfigsResponse:
-    responses = await alter_each(broker, req.resources, req.validate_only, _alter, Result)
+    responses = await alter_each(broker, ctx, req.resources, req.validate_only, _alter, Result)
     return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=responses)

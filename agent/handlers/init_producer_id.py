@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from agent.connection import Deferred
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed, allowed_any, cluster_allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import InitProducerIdRequest, InitProducerIdResponse
 from metastore.types import MetastoreError
@@ -57,6 +58,17 @@ async def handle(
         return _error(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
     if v >= 3 and (req.producer_id == -1) != (req.producer_epoch == -1):
         return _error(ErrorCode.INVALID_REQUEST)
+    # WRITE on the transactional id; an idempotent producer needs IDEMPOTENT_WRITE on
+    # the cluster or WRITE on some topic (Kafka's authorizeByResourceType).
+    if txn_id is not None and not allowed(broker, ctx, Op.WRITE, RT.TRANSACTIONAL_ID, txn_id):
+        return _error(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if (
+        txn_id is None
+        and broker.authorizer is not None
+        and not cluster_allowed(broker, ctx, Op.IDEMPOTENT_WRITE)
+        and not allowed_any(broker, ctx, Op.WRITE, RT.TOPIC)
+    ):
+        return _error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     if txn_id is not None:
         if not broker.cluster.owns_group(txn_id):
             return _error(ErrorCode.NOT_COORDINATOR)

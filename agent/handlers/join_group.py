@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 from agent.connection import Deferred
 from agent.groups import JoinRequest, JoinResult
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed
+from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import JoinGroupRequest, JoinGroupResponse
 
 if TYPE_CHECKING:
@@ -45,9 +47,18 @@ def _response(res: JoinResult, v: int) -> JoinGroupResponse:
     )
 
 
+async def _denied(v: int, member_id: str) -> JoinGroupResponse:
+    return JoinGroupResponse(
+        throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, generation_id=-1,
+        protocol_type=None, protocol_name=None if v >= 7 else "", leader="", member_id=member_id, members=[],
+    )  # fmt: skip
+
+
 @handler(JoinGroupRequest, min_version=0)
 async def handle(broker: Broker, ctx: RequestContext, req: JoinGroupRequest) -> Deferred:
     v = ctx.header.api_version
+    if not allowed(broker, ctx, Op.READ, RT.GROUP, req.group_id):
+        return Deferred(_denied(v, req.member_id or ""))
     rebalance_ms = req.rebalance_timeout_ms if v >= 1 and req.rebalance_timeout_ms > 0 else req.session_timeout_ms
     join = JoinRequest(
         group_id=req.group_id,

@@ -14,6 +14,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed
+from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import LeaveGroupRequest, LeaveGroupResponse
 
 if TYPE_CHECKING:
@@ -26,6 +28,8 @@ MemberResponse = LeaveGroupResponse.MemberResponse
 @handler(LeaveGroupRequest, min_version=0)
 async def handle(broker: Broker, ctx: RequestContext, req: LeaveGroupRequest) -> LeaveGroupResponse:
     v = ctx.header.api_version
+    if not allowed(broker, ctx, Op.READ, RT.GROUP, req.group_id):
+        return LeaveGroupResponse(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, members=[])
     if v < 3:
         top, errors = await broker.groups.leave(req.group_id, [(req.member_id, None)])
         return LeaveGroupResponse(throttle_time_ms=0, error_code=int(top or errors[0]))

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from agent.groups.share.coordinator import SHARE_TYPE, list_share_groups
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed, cluster_allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import ListGroupsRequest, ListGroupsResponse
 from metastore import MetastoreError
@@ -42,12 +43,16 @@ async def handle(broker: Broker, ctx: RequestContext, req: ListGroupsRequest) ->
     # A consumer group's id may also have a classic row (offsets); the consumer group wins.
     rows.update({gid: ("consumer", state, CONSUMER_TYPE) for gid, state in consumer.items()})
     rows.update({gid: (SHARE_TYPE, state, SHARE_TYPE) for gid, state in shared})
+    # DESCRIBE on the cluster lists every group, else those the caller may DESCRIBE.
+    everything = cluster_allowed(broker, ctx, Op.DESCRIBE)
     return ListGroupsResponse(
         throttle_time_ms=0,
         error_code=0,
         groups=[
             ListGroupsResponse.ListedGroup(group_id=gid, protocol_type=ptype, group_state=state, group_type=gtype)
             for gid, (ptype, state, gtype) in sorted(rows.items())
-            if (not states or state.lower() in states) and (not types or gtype in types)
+            if (not states or state.lower() in states)
+            and (not types or gtype in types)
+            and (everything or allowed(broker, ctx, Op.DESCRIBE, RT.GROUP, gid))
         ],
     )

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent.fetch import BatchReadError, reader_for
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import DecodeError
 from kafka_protocol.messages import ListOffsetsRequest, ListOffsetsResponse
@@ -102,6 +103,7 @@ async def handle(broker: Broker, ctx: RequestContext, req: ListOffsetsRequest) -
         info = await broker.topic(t.name)
         bulk = await _bulk(broker, info, t)
         tr = topics.setdefault(t.name, TopicResponse(name=t.name, partitions=[]))
+        denied = not allowed(broker, ctx, Op.DESCRIBE, RT.TOPIC, t.name)
         for p in t.partitions:
             key = (t.name, p.partition_index)
             if v >= 1 and key in answered:
@@ -111,6 +113,9 @@ async def handle(broker: Broker, ctx: RequestContext, req: ListOffsetsRequest) -
             tr.partitions.append(pr)
             if v >= 1 and seen[key] > 1:
                 pr.error_code = ErrorCode.INVALID_REQUEST
+                continue
+            if denied:
+                pr.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 continue
             if info is None or not 0 <= p.partition_index < info.partitions:
                 pr.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

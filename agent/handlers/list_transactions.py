@@ -16,6 +16,7 @@ import re
 from typing import TYPE_CHECKING
 
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import ListTransactionsRequest, ListTransactionsResponse
 from metastore.types import TXN_STATES, MetastoreError
@@ -48,6 +49,7 @@ async def handle(broker: Broker, ctx: RequestContext, req: ListTransactionsReque
         )
         for r in recs
         if broker.cluster.owns_group(r.transactional_id)
+        and allowed(broker, ctx, Op.DESCRIBE, RT.TRANSACTIONAL_ID, r.transactional_id)
         and (req.duration_filter < 0 or (r.started_at_ms >= 0 and now - r.started_at_ms > req.duration_filter))
         and (pattern is None or pattern.search(r.transactional_id))
     ]

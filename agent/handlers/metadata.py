@@ -8,6 +8,10 @@ fetch, so the leader is only a routing hint. A request for all
 topics (null list, or an empty list in v0) lists every topic; unknown topics
 are auto-created when both the agent option and the request allow it
 (``allow_auto_topic_creation``, v4+), otherwise UNKNOWN_TOPIC_OR_PARTITION.
+With an authorizer, only topics the caller may DESCRIBE are listed; a named
+one it may not describe gets TOPIC_AUTHORIZATION_FAILED (existing or not), and
+auto-creation needs CREATE on the cluster or the topic (else
+TOPIC_AUTHORIZATION_FAILED).
 Topic ids (v10+) are the metastore's stable, non-zero UUIDs; v12+ requests may
 name topics by id. Topic entries come pre-encoded from the broker's
 metadata cache (agent/metadata_cache.py), so a Metadata request for a topic of
@@ -24,6 +28,7 @@ from typing import TYPE_CHECKING
 from agent.cluster import client_zone
 from agent.handlers.registry import handler
 from agent.metadata_cache import EncodedResponse, assemble, encode_topic
+from agent.security.authorizer import RT, Op, allowed, cluster_allowed
 from kafka_protocol.messages import MetadataRequest, MetadataResponse
 from kafka_protocol.messages._runtime import ZERO_UUID
 from metastore.topic_config import validate_topic_name
@@ -36,6 +41,7 @@ if TYPE_CHECKING:
 UNKNOWN_TOPIC_OR_PARTITION = 3
 INVALID_TOPIC_EXCEPTION = 17
 UNKNOWN_TOPIC_ID = 100
+TOPIC_AUTHORIZATION_FAILED = 29
 
 Topic = MetadataResponse.MetadataResponseTopic
 
@@ -65,8 +71,12 @@ async def handle(broker: Broker, ctx: RequestContext, req: MetadataRequest) -> E
     broker.metadata.check_rings(broker.cluster.rings)
     topics: list[bytes] = []
     wanted = req.topics
+    authz = broker.authorizer is not None
     if wanted is None or (v == 0 and not wanted):
         for info in await broker.meta.list_topics():
+            # Only the topics the caller may DESCRIBE are listed (Kafka's rule).
+            if authz and not allowed(broker, ctx, Op.DESCRIBE, RT.TOPIC, info.name):
+                continue
             topics.append(topic_bytes(broker, info, zone, v))
     else:
         allow_create = broker.config.auto_create_topics and (v < 4 or req.allow_auto_topic_creation)
@@ -77,8 +87,23 @@ async def handle(broker: Broker, ctx: RequestContext, req: MetadataRequest) -> E
                 if info is None:
                     topics.append(encode_topic(Topic(error_code=UNKNOWN_TOPIC_ID, name=None, topic_id=t.topic_id), v))
                     continue
+                if authz and not allowed(broker, ctx, Op.DESCRIBE, RT.TOPIC, info.name):
+                    topics.append(encode_topic(Topic(error_code=TOPIC_AUTHORIZATION_FAILED, name=None, topic_id=t.topic_id), v))
+                    continue
             else:
+                if authz and not allowed(broker, ctx, Op.DESCRIBE, RT.TOPIC, t.name):
+                    topics.append(encode_topic(Topic(error_code=TOPIC_AUTHORIZATION_FAILED, name=t.name), v))
+                    continue
                 info = await broker.topic(t.name)
+                if (
+                    info is None
+                    and allow_create
+                    and authz
+                    and not cluster_allowed(broker, ctx, Op.CREATE)
+                    and not allowed(broker, ctx, Op.CREATE, RT.TOPIC, t.name)
+                ):  # auto-creation needs CREATE on the cluster or the topic
+                    topics.append(encode_topic(Topic(error_code=TOPIC_AUTHORIZATION_FAILED, name=t.name), v))
+                    continue
                 if info is None and allow_create:
                     info = await broker.auto_create(t.name)
                     if info is None:

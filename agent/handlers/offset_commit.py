@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from agent.connection import Deferred
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import OffsetCommitRequest, OffsetCommitResponse
 from metastore import MetastoreError
@@ -52,12 +53,20 @@ async def _commit(broker: Broker, ctx: RequestContext, req: OffsetCommitRequest)
     # errors[t][p] is None for partitions that passed validation (they get the group's answer)
     errors: list[list[int | None]] = []
     offsets: list[GroupOffset] = []
+    # READ on the group (every partition refused), then READ on each topic.
+    group_denied = not allowed(broker, ctx, Op.READ, RT.GROUP, req.group_id)
     for t in req.topics:
         info = await (broker.topic_by_id(t.topic_id) if v >= 10 else broker.topic(t.name))
         missing = ErrorCode.UNKNOWN_TOPIC_ID if v >= 10 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        name = info.name if info is not None else (None if v >= 10 else t.name)
+        topic_denied = name is not None and not allowed(broker, ctx, Op.READ, RT.TOPIC, name)
         row: list[int | None] = []
         for p in t.partitions:
-            if info is None:
+            if group_denied:
+                row.append(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+            elif topic_denied:
+                row.append(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+            elif info is None:
                 row.append(missing)
             elif not 0 <= p.partition_index < info.partitions:
                 row.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)

@@ -16,6 +16,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import OffsetDeleteRequest, OffsetDeleteResponse
 from metastore import MetastoreError
@@ -32,12 +33,17 @@ RespPartition = RespTopic.OffsetDeleteResponsePartition
 async def handle(broker: Broker, ctx: RequestContext, req: OffsetDeleteRequest) -> OffsetDeleteResponse:
     if not req.group_id:
         return OffsetDeleteResponse(error_code=ErrorCode.INVALID_GROUP_ID, throttle_time_ms=0)
+    if not allowed(broker, ctx, Op.DELETE, RT.GROUP, req.group_id):
+        return OffsetDeleteResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, throttle_time_ms=0)
     errors: dict[tuple[str, int], int] = {}
     valid: list[tuple[str, uuid.UUID, int]] = []
     for t in req.topics:
         info = await broker.topic(t.name)
+        topic_denied = not allowed(broker, ctx, Op.READ, RT.TOPIC, t.name)
         for p in t.partitions:
-            if info is None or not 0 <= p.partition_index < info.partitions:
+            if topic_denied:
+                errors[(t.name, p.partition_index)] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif info is None or not 0 <= p.partition_index < info.partitions:
                 errors[(t.name, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 valid.append((t.name, info.id, p.partition_index))

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import OffsetFetchRequest, OffsetFetchResponse
 from metastore import MetastoreError
@@ -68,12 +69,20 @@ async def _group_offsets(
     wanted: list[tuple[str, uuid.UUID, list[int]]] | None,
     by_id: bool,
     require_stable: bool = False,
+    may: Callable[[str], bool] = lambda _: True,
 ) -> tuple[int, list[_Topic]]:
-    """``wanted`` is (name, topic id, partitions) per requested topic, or None for all."""
+    """``wanted`` is (name, topic id, partitions) per requested topic, or None for all;
+    ``may(topic)``: the caller may DESCRIBE it (else TOPIC_AUTHORIZATION_FAILED, or
+    left out of an all-topics answer)."""
     resolved: list[tuple[_Topic, uuid.UUID | None, list[int]]] = []
+    denied: set[int] = set()
     if wanted is not None:
         for name, tid, parts in wanted:
             info = await (broker.topic_by_id(tid) if by_id else broker.topic(name))
+            shown = info.name if info else name
+            if shown and (info is not None or not by_id) and not may(shown):
+                denied.add(len(resolved))
+                info = None
             resolved.append((_Topic(info.name if info else name, tid), info.id if info else None, parts))
     try:
         ids = None if wanted is None else [r[1] for r in resolved if r[1] is not None]
@@ -88,16 +97,19 @@ async def _group_offsets(
         for o in stored:
             if o.topic_id not in topics:
                 info = await broker.topic_by_id(o.topic_id)
-                if info is None:
-                    continue  # the topic was deleted
+                if info is None or not may(info.name):
+                    continue  # the topic was deleted, or the caller may not see it
                 topics[o.topic_id] = _Topic(info.name, info.id)
             if (o.topic_id, o.partition) in pending:
                 topics[o.topic_id].partitions.append((o.partition, *unstable))
                 continue
             topics[o.topic_id].partitions.append((o.partition, o.offset, o.leader_epoch, o.metadata, 0))
         return ErrorCode.NONE, list(topics.values())
-    for topic, found_id, parts in resolved:
+    for i, (topic, found_id, parts) in enumerate(resolved):
         for p in parts:
+            if i in denied:
+                topic.partitions.append((p, -1, -1, "", ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                continue
             if found_id is None and by_id:
                 topic.partitions.append((p, -1, -1, "", ErrorCode.UNKNOWN_TOPIC_ID))
                 continue
@@ -114,6 +126,10 @@ async def _group_offsets(
 @handler(OffsetFetchRequest, min_version=0)
 async def handle(broker: Broker, ctx: RequestContext, req: OffsetFetchRequest) -> OffsetFetchResponse:
     v = ctx.header.api_version
+
+    def may(topic: str) -> bool:
+        return allowed(broker, ctx, Op.DESCRIBE, RT.TOPIC, topic)
+
     if v >= 8:
         groups: list[V8Group] = []
         for g in req.groups:
@@ -125,11 +141,14 @@ async def handle(broker: Broker, ctx: RequestContext, req: OffsetFetchRequest) -
             member_error = (
                 await broker.consumer_groups.validate_fetch(g.group_id, g.member_id, g.member_epoch) if v >= 9 else None
             )  # KIP-848: a consumer-group member fetches with its id and epoch
+            error: int
             topics: list[_Topic] = []
-            if member_error:
+            if not allowed(broker, ctx, Op.DESCRIBE, RT.GROUP, g.group_id):
+                error = ErrorCode.GROUP_AUTHORIZATION_FAILED
+            elif member_error:
                 error = member_error
             else:
-                error, topics = await _group_offsets(broker, g.group_id, wanted, v >= 10, req.require_stable)
+                error, topics = await _group_offsets(broker, g.group_id, wanted, v >= 10, req.require_stable, may)
             groups.append(
                 V8Group(
                     group_id=g.group_id,
@@ -150,7 +169,15 @@ async def handle(broker: Broker, ctx: RequestContext, req: OffsetFetchRequest) -
         if req.topics is None and v >= 2
         else [(t.name, uuid.UUID(int=0), list(t.partition_indexes)) for t in req.topics or []]
     )
-    error, topics = await _group_offsets(broker, req.group_id, old_wanted, False, v >= 7 and req.require_stable)
+    old_error: int
+    old_topics: list[_Topic]
+    if not allowed(broker, ctx, Op.DESCRIBE, RT.GROUP, req.group_id):
+        old_error, old_topics = ErrorCode.GROUP_AUTHORIZATION_FAILED, []
+    else:
+        old_error, old_topics = await _group_offsets(
+            broker, req.group_id, old_wanted, False, v >= 7 and req.require_stable, may
+        )
+    error, topics = old_error, old_topics
     if error and v < 2 and old_wanted is not None:
         # v0-1 have no top-level error: report it on every partition.
         topics = [_Topic(n, tid, [(p, -1, -1, "", error) for p in parts]) for n, tid, parts in old_wanted]

@@ -18,6 +18,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
 from metastore.types import LATEST_TIMESTAMP, MetastoreError
@@ -44,9 +45,13 @@ async def handle(
         info = await broker.topic(t.topic)
         tr = TopicResult(topic=t.topic, partitions=[])
         topics.append(tr)
+        denied = not allowed(broker, ctx, Op.DESCRIBE, RT.TOPIC, t.topic)
         for p in t.partitions:
             r = EpochEndOffset(partition=p.partition, leader_epoch=-1, end_offset=-1)
             tr.partitions.append(r)
+            if denied:
+                r.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             if info is None or not 0 <= p.partition < info.partitions:
                 r.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue

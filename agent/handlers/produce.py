@@ -35,6 +35,7 @@ from agent.connection import Deferred
 from agent.handlers.registry import handler
 from agent.metrics import METRICS
 from agent.produce_pipeline import ProduceItem
+from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import CorruptRecordError, DecodeError, UnsupportedMagic
 from kafka_protocol.messages import ProduceRequest, ProduceResponse
@@ -163,18 +164,26 @@ async def _verify(
     return kept, [pending[i] for i in keep], sum(len(it.batch) for it in kept)
 
 
+def _refuse_all(req: ProduceRequest, code: int) -> ProduceResponse:
+    out = [
+        TopicResponse(
+            name=t.name, topic_id=t.topic_id,
+            partition_responses=[PartitionResponse(index=p.index, error_code=code, base_offset=-1) for p in t.partition_data],
+        )
+        for t in req.topic_data
+    ]
+    return ProduceResponse(responses=out)
+
+
 @handler(ProduceRequest)
 async def handle(broker: Broker, ctx: RequestContext, req: ProduceRequest) -> Any:
     v = ctx.header.api_version
     if req.acks not in (0, 1, -1):
-        out = [
-            TopicResponse(
-                name=t.name, topic_id=t.topic_id,
-                partition_responses=[PartitionResponse(index=p.index, error_code=ErrorCode.INVALID_REQUIRED_ACKS, base_offset=-1) for p in t.partition_data],
-            )
-            for t in req.topic_data
-        ]
-        return ProduceResponse(responses=out)
+        return _refuse_all(req, ErrorCode.INVALID_REQUIRED_ACKS)
+
+    # A transactional producer needs WRITE on its transactional id (every partition refused).
+    if req.transactional_id is not None and not allowed(broker, ctx, Op.WRITE, RT.TRANSACTIONAL_ID, req.transactional_id):
+        return None if req.acks == 0 else _refuse_all(req, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
 
     # slots[i] = (topic response entry, partition response) to fill in; items for the pipeline.
     responses: list[TopicResponse] = []
@@ -190,9 +199,15 @@ async def handle(broker: Broker, ctx: RequestContext, req: ProduceRequest) -> An
         tr = TopicResponse(name=t.name, topic_id=t.topic_id)
         responses.append(tr)
         max_bytes = broker.max_message_bytes(info) if info else 0
+        # WRITE on the topic: a name is checked whether or not it exists, an id once known.
+        name = info.name if info is not None else (None if v >= 13 else t.name)
+        denied = name is not None and not allowed(broker, ctx, Op.WRITE, RT.TOPIC, name)
         for p in t.partition_data:
             pr = PartitionResponse(index=p.index, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1)
             tr.partition_responses.append(pr)
+            if denied:
+                pr.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             if info is None:
                 pr.error_code = ErrorCode.UNKNOWN_TOPIC_ID if v >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue

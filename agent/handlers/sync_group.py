@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 
 from agent.connection import Deferred
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed
+from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import SyncGroupRequest, SyncGroupResponse
 
 if TYPE_CHECKING:
@@ -26,8 +28,10 @@ if TYPE_CHECKING:
 
 
 @handler(SyncGroupRequest, min_version=0)
-async def handle(broker: Broker, ctx: RequestContext, req: SyncGroupRequest) -> Deferred:
+async def handle(broker: Broker, ctx: RequestContext, req: SyncGroupRequest) -> Deferred | SyncGroupResponse:
     v = ctx.header.api_version
+    if not allowed(broker, ctx, Op.READ, RT.GROUP, req.group_id):
+        return SyncGroupResponse(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, assignment=b"")
     assignments = {a.member_id: bytes(a.assignment) for a in req.assignments}
 
     async def run() -> SyncGroupResponse:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from agent.connection import Deferred
 from agent.handlers.add_partitions_to_txn import fenced_code
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 from metastore.types import GroupOffset, MetastoreError
@@ -53,18 +54,28 @@ async def _check_committer(broker: Broker, group_id: str, generation: int, membe
 
 @handler(TxnOffsetCommitRequest)
 async def handle(broker: Broker, ctx: RequestContext, req: TxnOffsetCommitRequest) -> Deferred:
-    return Deferred(_handle(broker, ctx.header.api_version, req))
+    return Deferred(_handle(broker, ctx, req))
 
 
-async def _handle(broker: Broker, v: int, req: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
+async def _handle(broker: Broker, ctx: RequestContext, req: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
+    v = ctx.header.api_version
     codes: dict[tuple[str, int], int] = {}
     offsets: list[GroupOffset] = []
     top: int = ErrorCode.NONE
-    if not broker.cluster.owns_group(req.group_id):
+    # WRITE on the transactional id, READ on the group, READ on each topic.
+    if not allowed(broker, ctx, Op.WRITE, RT.TRANSACTIONAL_ID, req.transactional_id):
+        top = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    elif not allowed(broker, ctx, Op.READ, RT.GROUP, req.group_id):
+        top = ErrorCode.GROUP_AUTHORIZATION_FAILED
+    elif not broker.cluster.owns_group(req.group_id):
         top = ErrorCode.NOT_COORDINATOR
     for t in req.topics:
         info = await broker.topic(t.name)
+        topic_denied = top == ErrorCode.NONE and not allowed(broker, ctx, Op.READ, RT.TOPIC, t.name)
         for p in t.partitions:
+            if topic_denied:
+                codes[(t.name, p.partition_index)] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             if info is None or not 0 <= p.partition_index < info.partitions:
                 codes[(t.name, p.partition_index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
