@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from agent.groups.share.coordinator import coordinator_for
 from agent.groups.share.manager import manager_for, reset_start
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse
 from metastore import MetastoreError
@@ -33,6 +34,11 @@ P = T.AlterShareGroupOffsetsResponsePartition
 async def handle(broker: Broker, ctx: RequestContext, req: AlterShareGroupOffsetsRequest) -> R:
     if not req.group_id:
         return R(error_code=ErrorCode.INVALID_GROUP_ID, error_message="empty group id")
+    # READ on the group and on every topic (Kafka's rule for AlterShareGroupOffsets).
+    if not allowed(broker, ctx, Op.READ, RT.GROUP, req.group_id):
+        return R(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, error_message="Group authorization failed.")
+    if any(not allowed(broker, ctx, Op.READ, RT.TOPIC, t.topic_name) for t in req.topics):
+        return R(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, error_message="Topic authorization failed.")
     try:
         if not await coordinator_for(broker).is_empty(req.group_id):
             return R(error_code=ErrorCode.NON_EMPTY_GROUP, error_message="the share group has members")

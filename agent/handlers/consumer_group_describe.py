@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from agent.groups.consumer.assignors import Assignment
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
 from metastore import MetastoreError
@@ -86,4 +87,8 @@ async def _describe(broker: Broker, group_id: str) -> Group:
 async def handle(broker: Broker, ctx: RequestContext, req: ConsumerGroupDescribeRequest) -> Resp:
     if len(req.group_ids) > MAX_GROUPS:
         return Resp(groups=[Group(error_code=ErrorCode.INVALID_REQUEST, group_id=g) for g in req.group_ids[:1]])
-    return Resp(throttle_time_ms=0, groups=[await _describe(broker, gid) for gid in req.group_ids])
+    return Resp(throttle_time_ms=0, groups=[
+        await _describe(broker, gid) if allowed(broker, ctx, Op.DESCRIBE, RT.GROUP, gid)
+        else Group(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, error_message="Group authorization failed.", group_id=gid)
+        for gid in req.group_ids
+    ])  # fmt: skip

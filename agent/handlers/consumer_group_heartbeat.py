@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from agent.groups.consumer import Heartbeat
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 
@@ -33,9 +34,24 @@ Resp = ConsumerGroupHeartbeatResponse
 MAX_OWNED = 1_000_000  # partitions reported owned; more is a malformed request
 
 
+
+def _undescribable(broker: Broker, ctx: RequestContext, topics: list[str] | None) -> list[str]:
+    """The subscribed topics the caller may not DESCRIBE (Kafka answers TOPIC_AUTHORIZATION_FAILED)."""
+    return sorted({t for t in topics or () if not allowed(broker, ctx, Op.DESCRIBE, RT.TOPIC, t)})
+
+
 @handler(ConsumerGroupHeartbeatRequest)
 async def handle(broker: Broker, ctx: RequestContext, req: ConsumerGroupHeartbeatRequest) -> Resp:
     v = ctx.header.api_version
+    # READ on the group; DESCRIBE on every subscribed topic.
+    if not allowed(broker, ctx, Op.READ, RT.GROUP, req.group_id):
+        return Resp(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, error_message="Group authorization failed.")
+    denied = _undescribable(broker, ctx, req.subscribed_topic_names)
+    if denied:
+        return Resp(
+            error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+            error_message=f"The following topics are not authorized: {', '.join(denied)}",
+        )
     owned: dict[uuid.UUID, set[int]] | None = None
     if req.topic_partitions is not None:
         owned = {}

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from agent.groups.share.coordinator import coordinator_for
 from agent.groups.share.manager import manager_for
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse
 from metastore import MetastoreError
@@ -31,6 +32,11 @@ T = R.DeleteShareGroupOffsetsResponseTopic
 async def handle(broker: Broker, ctx: RequestContext, req: DeleteShareGroupOffsetsRequest) -> R:
     if not req.group_id:
         return R(error_code=ErrorCode.INVALID_GROUP_ID, error_message="empty group id")
+    # DELETE on the group, READ on every topic.
+    if not allowed(broker, ctx, Op.DELETE, RT.GROUP, req.group_id):
+        return R(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, error_message="Group authorization failed.")
+    if any(not allowed(broker, ctx, Op.READ, RT.TOPIC, t.topic_name) for t in req.topics):
+        return R(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, error_message="Topic authorization failed.")
     try:
         coord = coordinator_for(broker)
         if await coord.describe(req.group_id) is None:

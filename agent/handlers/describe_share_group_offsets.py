@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from agent.groups.share.manager import lag
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
     DescribeShareGroupOffsetsRequest,
@@ -73,4 +74,8 @@ async def _group(broker: Broker, g: DescribeShareGroupOffsetsRequest.DescribeSha
 
 @handler(DescribeShareGroupOffsetsRequest)
 async def handle(broker: Broker, ctx: RequestContext, req: DescribeShareGroupOffsetsRequest) -> R:
-    return R(throttle_time_ms=0, groups=[await _group(broker, g) for g in req.groups])
+    return R(throttle_time_ms=0, groups=[
+        await _group(broker, g) if allowed(broker, ctx, Op.DESCRIBE, RT.GROUP, g.group_id)
+        else G(group_id=g.group_id, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, error_message="Group authorization failed.")
+        for g in req.groups
+    ])  # fmt: skip

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from agent.groups.share.requests import ack_batches, apply_acks, release_session
 from agent.groups.share.sessions import FINAL_EPOCH, INITIAL_EPOCH, sessions_for
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import ShareAcknowledgeRequest, ShareAcknowledgeResponse
 
@@ -41,6 +42,8 @@ PD = T.PartitionData
 async def handle(broker: Broker, ctx: RequestContext, req: ShareAcknowledgeRequest) -> R:
     if not req.group_id or not req.member_id:
         return R(error_code=ErrorCode.INVALID_REQUEST, error_message="group id and member id are required")
+    if not allowed(broker, ctx, Op.READ, RT.GROUP, req.group_id):
+        return R(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, error_message="Group authorization failed.")
     cache = sessions_for(broker)
     epoch = req.share_session_epoch
     if epoch == INITIAL_EPOCH:

@@ -38,6 +38,7 @@ from agent.groups.share.manager import manager_for
 from agent.groups.share.requests import ack_batches, apply_acks, partition_error, release_session
 from agent.groups.share.sessions import FINAL_EPOCH, INITIAL_EPOCH, ShareSession, sessions_for
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import ShareFetchRequest, ShareFetchResponse
 from metastore import MetastoreError
@@ -60,6 +61,15 @@ def _error(code: int, message: str | None = None) -> R:
 async def handle(broker: Broker, ctx: RequestContext, req: ShareFetchRequest) -> Any:
     if not req.group_id or not req.member_id:
         return _error(ErrorCode.INVALID_REQUEST, "group id and member id are required")
+    # READ on the group and on every topic asked for (a refused topic refuses the request:
+    # partitions enter a share session only through a request that passed this check).
+    if not allowed(broker, ctx, Op.READ, RT.GROUP, req.group_id):
+        return _error(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed.")
+    if broker.authorizer is not None:
+        for t in req.topics:
+            info = await broker.topic_by_id(t.topic_id)
+            if info is not None and not allowed(broker, ctx, Op.READ, RT.TOPIC, info.name):
+                return _error(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"Topic authorization failed: {info.name}")
     cache = sessions_for(broker)
     listed = [(t.topic_id, p.partition_index) for t in req.topics for p in t.partitions]
     acks = {

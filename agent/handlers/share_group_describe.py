@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from agent.groups.share.coordinator import Assignment, coordinator_for
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import ShareGroupDescribeRequest, ShareGroupDescribeResponse
 from metastore import MetastoreError
@@ -69,4 +70,8 @@ async def _describe(broker: Broker, group_id: str) -> G:
 
 @handler(ShareGroupDescribeRequest, min_version=1, max_version=1)
 async def handle(broker: Broker, ctx: RequestContext, req: ShareGroupDescribeRequest) -> R:
-    return R(throttle_time_ms=0, groups=[await _describe(broker, gid) for gid in req.group_ids])
+    return R(throttle_time_ms=0, groups=[
+        await _describe(broker, gid) if allowed(broker, ctx, Op.DESCRIBE, RT.GROUP, gid)
+        else G(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, error_message="Group authorization failed.", group_id=gid)
+        for gid in req.group_ids
+    ])  # fmt: skip

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from agent.groups.share.coordinator import coordinator_for
 from agent.handlers.registry import handler
+from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse
 from metastore import MetastoreError
@@ -32,6 +33,16 @@ R = ShareGroupHeartbeatResponse
 async def handle(broker: Broker, ctx: RequestContext, req: ShareGroupHeartbeatRequest) -> R:
     if not req.group_id:
         return R(error_code=ErrorCode.INVALID_GROUP_ID, error_message="empty group id", member_epoch=-1)
+    # READ on the group; DESCRIBE on every subscribed topic.
+    if not allowed(broker, ctx, Op.READ, RT.GROUP, req.group_id):
+        return R(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, error_message="Group authorization failed.", member_epoch=-1)
+    denied = sorted({t for t in req.subscribed_topic_names or () if not allowed(broker, ctx, Op.DESCRIBE, RT.TOPIC, t)})
+    if denied:
+        return R(
+            error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+            error_message=f"The following topics are not authorized: {', '.join(denied)}",
+            member_epoch=-1,
+        )
     try:
         res = await coordinator_for(broker).heartbeat(
             req.group_id,

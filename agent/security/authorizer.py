@@ -224,6 +224,12 @@ async def may_relay(broker: Broker, ctx: RequestContext, api_key: int, req: Any)
             and ok(Op.READ, RT.GROUP, req.group_id)
             and await topics_ok(Op.READ, req.topics)
         )
+    if api_key in (68, 76):  # ConsumerGroupHeartbeat, ShareGroupHeartbeat
+        return ok(Op.READ, RT.GROUP, req.group_id) and all(
+            ok(Op.DESCRIBE, RT.TOPIC, t) for t in req.subscribed_topic_names or ()
+        )
+    if api_key == 69:  # ConsumerGroupDescribe
+        return all(ok(Op.DESCRIBE, RT.GROUP, g) for g in req.group_ids)
     if api_key == 65:  # DescribeTransactions
         return all(ok(Op.DESCRIBE, RT.TRANSACTIONAL_ID, t) for t in req.transactional_ids)
     return False  # not a relayed API: answer here

@@ -380,3 +380,27 @@ def test_random_topic_names_cost_one_dict_lookup_once_memoised(secure: Any) -> N
     assert az._memo[key] is True
     name = uuid.uuid4().hex
     assert not az.authorize("User:alice", "127.0.0.1", Op.WRITE, RT.TOPIC, name)
+
+
+def test_kip848_and_share_group_apis_need_group_and_topic_permissions(secure: Any) -> None:
+    from kafka_protocol.messages import (
+        ConsumerGroupDescribeRequest,
+        ConsumerGroupHeartbeatRequest,
+        ShareGroupHeartbeatRequest,
+    )
+
+    jo = Client(secure, "User:jo")
+    hb = ConsumerGroupHeartbeatRequest(group_id="cg", member_id=uuid.uuid4().hex, member_epoch=0,
+                                       rebalance_timeout_ms=30_000, subscribed_topic_names=["orders"], topic_partitions=[])  # fmt: skip
+    assert jo.call(hb, 0).error_code == E.GROUP_AUTHORIZATION_FAILED
+    share = ShareGroupHeartbeatRequest(group_id="sg", member_id=uuid.uuid4().hex, member_epoch=0, subscribed_topic_names=["orders"])
+    assert jo.call(share, 1).error_code == E.GROUP_AUTHORIZATION_FAILED
+    assert jo.call(ConsumerGroupDescribeRequest(group_ids=["cg"]), 0).groups[0].error_code == E.GROUP_AUTHORIZATION_FAILED
+    grant(secure, creation("cg", Op.READ, "User:jo", rt=RT.GROUP), creation("sg", Op.READ, "User:jo", rt=RT.GROUP))
+    r = jo.call(hb, 0)
+    assert r.error_code == E.TOPIC_AUTHORIZATION_FAILED and r.error_message == "The following topics are not authorized: orders"
+    assert jo.call(share, 1).error_code == E.TOPIC_AUTHORIZATION_FAILED
+    grant(secure, creation("orders", Op.DESCRIBE, "User:jo"))
+    assert jo.call(hb, 0).error_code == 0
+    assert jo.call(share, 1).error_code == 0
+    assert jo.call(ConsumerGroupDescribeRequest(group_ids=["cg"]), 0).groups[0].error_code == 0  # READ implies DESCRIBE
