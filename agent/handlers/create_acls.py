@@ -9,7 +9,8 @@ SECURITY_DISABLED, as Kafka answers without ``authorizer.class.name``.
 A binding Kafka would refuse (UNKNOWN/ANY resource type, operation or
 permission, a pattern type other than LITERAL/PREFIXED, an empty name, a
 CLUSTER name other than ``kafka-cluster``, a principal without ``Type:``)
-gets INVALID_REQUEST with Kafka's message; the others are still created.
+gets INVALID_REQUEST with Kafka's message; the others are still created. A
+code 0 (UNKNOWN) closes the connection, as Kafka's request parser does.
 
 Versions: 0-3 (v0 is LITERAL only; v2+ flexible).
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agent.handlers.registry import handler
-from agent.security.acl import AclOperation, validate_binding
+from agent.security.acl import AclOperation, check_no_unknown, validate_binding
 from agent.security.authorizer import cluster_allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import CreateAclsRequest, CreateAclsResponse
@@ -41,6 +42,8 @@ def _all(req: CreateAclsRequest, code: int, message: str) -> CreateAclsResponse:
 
 @handler(CreateAclsRequest)
 async def handle(broker: Broker, ctx: RequestContext, req: CreateAclsRequest) -> CreateAclsResponse:
+    for c in req.creations:
+        check_no_unknown("CreateAclsRequest", c.resource_type, c.resource_pattern_type, c.operation, c.permission_type)
     if broker.authorizer is None:
         return _all(req, ErrorCode.SECURITY_DISABLED, "No Authorizer is configured.")
     if not cluster_allowed(broker, ctx, AclOperation.ALTER):

@@ -5,8 +5,9 @@ metastore transaction, and answers per filter the bindings it deleted (a
 binding two filters match is listed under the first, as Kafka does); this
 agent's ACL cache is reloaded at once, the others' at their next poll. Filter
 semantics as in DescribeAcls. Needs ALTER on the CLUSTER (else
-CLUSTER_AUTHORIZATION_FAILED per filter); a filter with an UNKNOWN element
-gets INVALID_REQUEST and deletes nothing; without an authorizer
+CLUSTER_AUTHORIZATION_FAILED per filter); a filter with a code Kafka does not
+name gets INVALID_REQUEST and deletes nothing, a code 0 (UNKNOWN) closes the
+connection as Kafka's request parser does; without an authorizer
 SECURITY_DISABLED.
 
 Versions: 0-3 (v0 is LITERAL only, its ANY meaning LITERAL; v2+ flexible).
@@ -17,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agent.handlers.registry import handler
-from agent.security.acl import AclOperation, PatternType, validate_filter
+from agent.security.acl import AclOperation, PatternType, check_no_unknown, validate_filter
 from agent.security.authorizer import cluster_allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import DeleteAclsRequest, DeleteAclsResponse
@@ -41,6 +42,8 @@ def _all(req: DeleteAclsRequest, code: int, message: str) -> DeleteAclsResponse:
 
 @handler(DeleteAclsRequest)
 async def handle(broker: Broker, ctx: RequestContext, req: DeleteAclsRequest) -> DeleteAclsResponse:
+    for f in req.filters:
+        check_no_unknown("DeleteAclsRequest", f.resource_type_filter, f.pattern_type_filter, f.operation, f.permission_type)
     if broker.authorizer is None:
         return _all(req, ErrorCode.SECURITY_DISABLED, "No Authorizer is configured.")
     if not cluster_allowed(broker, ctx, AclOperation.ALTER):

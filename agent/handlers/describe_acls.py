@@ -6,8 +6,9 @@ resource pattern. Kafka's filter semantics (metastore.types.AclBindingFilter):
 a null name/principal/host and ANY codes match everything, pattern type ANY
 matches either pattern type with the exact name, MATCH every pattern that
 applies to the named resource (literal, ``*``, covering prefixes). Needs
-DESCRIBE on the CLUSTER (else CLUSTER_AUTHORIZATION_FAILED); a filter with an
-UNKNOWN element (a code Kafka does not name) gets INVALID_REQUEST; without an
+DESCRIBE on the CLUSTER (else CLUSTER_AUTHORIZATION_FAILED); a code 0
+(UNKNOWN) closes the connection as Kafka's request parser does, another code
+Kafka does not name matches nothing (Kafka answers no ACLs); without an
 authorizer SECURITY_DISABLED.
 
 Versions: 0-3 (v0 is LITERAL only, its ANY meaning LITERAL; v2+ flexible).
@@ -18,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agent.handlers.registry import handler
-from agent.security.acl import AclOperation, PatternType, validate_filter
+from agent.security.acl import AclOperation, PatternType, check_no_unknown
 from agent.security.authorizer import cluster_allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import DescribeAclsRequest, DescribeAclsResponse
@@ -39,6 +40,9 @@ def _error(code: int, message: str) -> DescribeAclsResponse:
 
 @handler(DescribeAclsRequest)
 async def handle(broker: Broker, ctx: RequestContext, req: DescribeAclsRequest) -> DescribeAclsResponse:
+    check_no_unknown(
+        "DescribeAclsRequest", req.resource_type_filter, req.pattern_type_filter, req.operation, req.permission_type
+    )
     if broker.authorizer is None:
         return _error(ErrorCode.SECURITY_DISABLED, "No Authorizer is configured.")
     if not cluster_allowed(broker, ctx, AclOperation.DESCRIBE):
@@ -50,9 +54,6 @@ async def handle(broker: Broker, ctx: RequestContext, req: DescribeAclsRequest) 
         req.resource_type_filter, req.resource_name_filter, pattern, req.principal_filter, req.host_filter,
         req.operation, req.permission_type,
     )  # fmt: skip
-    why = validate_filter(flt)
-    if why is not None:
-        return _error(ErrorCode.INVALID_REQUEST, why)
     try:
         _, bindings = await broker.meta.list_acls(flt)
     except MetastoreError as e:

@@ -23,6 +23,7 @@ import enum
 from collections import defaultdict
 from collections.abc import Iterable
 
+from kafka_protocol.exceptions import ProtocolError
 from metastore.types import AclBinding, AclBindingFilter
 
 CLUSTER_NAME = "kafka-cluster"
@@ -124,6 +125,14 @@ def validate_binding(b: AclBinding) -> str | None:
     if not b.host:
         return "Host should not be empty"
     return None
+
+
+def check_no_unknown(kind: str, *codes: int) -> None:
+    """Kafka's request classes refuse an UNKNOWN (0) resource type, pattern type,
+    operation or permission while parsing (IllegalArgumentException), and the broker
+    closes the connection: so do we (ProtocolError closes it, with a log line)."""
+    if 0 in codes:
+        raise ProtocolError(f"{kind} contains UNKNOWN elements")
 
 
 def validate_filter(f: AclBindingFilter) -> str | None:

@@ -54,6 +54,9 @@ def minimal(key: int) -> Any:
         req.max_wait_ms = 0
     if "session_timeout_ms" in fields:
         req.session_timeout_ms = 10_000
+    if key == M.DescribeAclsRequest.API_KEY:
+        # ANY everywhere: UNKNOWN (0) codes are refused by Kafka's parser (it closes)
+        req.resource_type_filter = req.pattern_type_filter = req.operation = req.permission_type = 1
     if key == M.AddPartitionsToTxnRequest.API_KEY:
         # v4+ (broker to broker): Kafka never answers an empty batch, so one
         # verify-only transaction of an unknown id
