@@ -51,7 +51,8 @@ def test_kill9_kip848_coordinator(tmp_path: Path, pg_s3: Backend) -> None:
         done = threading.Event()
 
         def produce() -> None:
-            p = Producer({"bootstrap.servers": survivors[0].bootstrap, "linger.ms": 5})
+            # Idempotent: a produce lost with the killed agent is retried without a duplicate.
+            p = Producer({"bootstrap.servers": survivors[0].bootstrap, "linger.ms": 5, "enable.idempotence": True})
             for i in range(RECORDS):
                 p.produce(TOPIC, key=f"k{i}", value=b"v", partition=i % PARTITIONS)
                 if i % 100 == 99:
