@@ -45,6 +45,7 @@ from agent.groups.timers import Timers
 from kafka_protocol.errors import ErrorCode
 from metastore import Metastore, MetastoreError
 from metastore.types import GroupListing, GroupOffset
+from metastore.unavailable import metastore_unavailable
 
 log = logging.getLogger(__name__)
 
@@ -152,8 +153,12 @@ class GroupCoordinator:
             g.dirty = False
             try:
                 await self.meta.save_group(g.to_record(self.config.agent_id))
-            except Exception:
-                log.exception("could not persist group %r (next change retries)", g.group_id)
+            except Exception as e:
+                if metastore_unavailable(e):
+                    log.warning("could not persist group %r (next change retries): metastore unavailable: %s: %s",
+                                g.group_id, type(e).__name__, e)  # fmt: skip
+                else:
+                    log.exception("could not persist group %r (next change retries)", g.group_id)
                 return
 
     # -- timers ---------------------------------------------------------------------

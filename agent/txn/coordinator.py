@@ -41,6 +41,7 @@ from metastore.types import (
     TxnRecord,
     TxnResult,
 )
+from metastore.unavailable import metastore_unavailable
 
 if TYPE_CHECKING:
     from agent.produce_pipeline import ProducePipeline
@@ -208,5 +209,8 @@ class TxnCoordinator:
                 await self.check()
             except MetastoreError as e:
                 log.warning("transaction check failed: %s", e)
-            except Exception:
-                log.exception("transaction check failed")
+            except Exception as e:
+                if metastore_unavailable(e):  # Postgres down: one line, retried next round
+                    log.warning("transaction check failed, metastore unavailable: %s: %s", type(e).__name__, e)
+                else:
+                    log.exception("transaction check failed")
