@@ -2,7 +2,8 @@
 
 Behavior: deletes groups with no members, with their committed offsets
 (NON_EMPTY_GROUP while any member is in the group, GROUP_ID_NOT_FOUND for
-unknown groups, INVALID_GROUP_ID for an empty id).
+unknown groups, INVALID_GROUP_ID for an empty id). A share group (KIP-932) is
+deleted with its share-partition state and group configs.
 
 Versions: 0-2 (v2+ flexible).
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from agent.groups.share.coordinator import coordinator_for
 from agent.handlers.registry import handler
 from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
@@ -35,6 +37,10 @@ async def handle(broker: Broker, ctx: RequestContext, req: DeleteGroupsRequest) 
             results.append(Result(group_id=group_id, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED))
             continue
         try:
+            shared = await coordinator_for(broker).delete(group_id)  # a KIP-932 share group
+            if shared is not None:
+                results.append(Result(group_id=group_id, error_code=shared))
+                continue
             error = await broker.consumer_groups.delete(group_id)  # a KIP-848 group: checked here
             if error in (None, ErrorCode.NONE):
                 error = await broker.groups.delete_group(group_id)

@@ -99,6 +99,16 @@ def test_membership_sessions_and_offsets_admin(floe_agent) -> None:
         desc = c.request(M.ShareGroupDescribeRequest(group_ids=["sg", "nope"]), M.ShareGroupDescribeResponse, 1)
         assert desc.groups[0].group_state == "Empty" and desc.groups[1].error_code == ErrorCode.GROUP_ID_NOT_FOUND
 
+        # DeleteGroups: refused while a member is in; then the group, its state and configs go.
+        assert _hb(c, "sg", "m3", 0, ["sp"]).error_code == 0
+        dg = c.request(M.DeleteGroupsRequest(groups_names=["sg"]), M.DeleteGroupsResponse, 2)
+        assert dg.results[0].error_code == ErrorCode.NON_EMPTY_GROUP
+        assert _hb(c, "sg", "m3", -1).member_epoch == -1
+        dg = c.request(M.DeleteGroupsRequest(groups_names=["sg"]), M.DeleteGroupsResponse, 2)
+        assert dg.results[0].error_code == 0
+        desc = c.request(M.ShareGroupDescribeRequest(group_ids=["sg"]), M.ShareGroupDescribeResponse, 1)
+        assert desc.groups[0].error_code == ErrorCode.GROUP_ID_NOT_FOUND
+
 
 def test_group_configs_validated(floe_agent) -> None:
     IR = M.IncrementalAlterConfigsRequest

@@ -166,6 +166,22 @@ class ShareGroupCoordinator:
             g.epoch += 1
         return g
 
+    async def delete(self, group_id: str) -> int | None:
+        """DeleteGroups of a share group: None if ``group_id`` is no share group,
+        NON_EMPTY_GROUP while it has members, else 0 once its row, share
+        partitions and configs are gone."""
+        g = await self.describe(group_id)
+        if g is None:
+            return None
+        if g.members:
+            return int(ErrorCode.NON_EMPTY_GROUP)
+        await self.broker.meta.share_group_delete(group_id)
+        self.groups.pop(group_id, None)
+        mgr = manager_for(self.broker)
+        mgr.forget(group_id)
+        mgr.forget_configs(group_id)
+        return 0
+
     async def is_empty(self, group_id: str) -> bool:
         g = await self.describe(group_id)
         return g is None or not g.members
