@@ -522,6 +522,17 @@ def patch_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -
     _I64.pack_into(buf, pos + BASE_OFFSET_OFFSET, base_offset)
 
 
+def stamp_log_append_time(buf: bytearray, timestamp: int) -> None:
+    """Make the single batch in ``buf`` a LogAppendTime batch stamped ``timestamp``
+    (the timestamp-type attribute and max timestamp, then the CRC), as a broker
+    does for a topic with ``message.timestamp.type=LogAppendTime``: readers take
+    every record's timestamp from the max timestamp."""
+    (attrs,) = struct.unpack_from(">h", buf, ATTRIBUTES_OFFSET)
+    struct.pack_into(">h", buf, ATTRIBUTES_OFFSET, attrs | ATTR_TIMESTAMP_TYPE)
+    _I64.pack_into(buf, MAX_TIMESTAMP_OFFSET, timestamp)
+    _U32.pack_into(buf, CRC_OFFSET, _crc32c(memoryview(buf)[CRC_START:]))
+
+
 def patch_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:
     """Write the partition leader epoch of the batch at ``pos`` (outside the CRC)."""
     _I32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)

@@ -19,6 +19,11 @@ the bumped epoch). Produce v12+ (clients on transaction version 2, KIP-890 part
 starts with it); a coordinator busy ending the previous one answers
 NOT_ENOUGH_REPLICAS (retriable), as Kafka does.
 
+A topic with ``message.timestamp.type=LogAppendTime`` gets its batches stamped
+with the append time (timestamp-type attribute, max timestamp, CRC rewritten)
+before they are stored, and the response carries it in ``log_append_time_ms``,
+as Kafka does; readers see timestamp type LogAppendTime.
+
 Versions: 0-13 advertised (librdkafka before 2.11 needs 0 in range to enable
 compression); v0-2 carry magic 0/1 message sets and get
 UNSUPPORTED_FOR_MESSAGE_FORMAT per partition. v13 addresses topics by id.
@@ -39,7 +44,7 @@ from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import CorruptRecordError, DecodeError, UnsupportedMagic
 from kafka_protocol.messages import ProduceRequest, ProduceResponse
-from kafka_protocol.records import RecordBatchView
+from kafka_protocol.records import ATTR_TIMESTAMP_TYPE, RecordBatchView, stamp_log_append_time
 from metastore.types import MetastoreError
 from objectstore.segment import BatchMeta
 
@@ -228,6 +233,14 @@ async def handle(broker: Broker, ctx: RequestContext, req: ProduceRequest) -> An
                     view.producer_id, view.producer_epoch, view.base_sequence, view.attributes,
                 )
             assert buf is not None
+            if info.config.get("message.timestamp.type") == "LogAppendTime":
+                # The broker stamps the batch with its append time (Kafka does it the same way).
+                stamped = bytearray(buf)
+                now = broker.clock.now_ms()
+                stamp_log_append_time(stamped, now)
+                buf = memoryview(stamped)
+                meta = meta._replace(max_timestamp=now, attributes=meta.attributes | ATTR_TIMESTAMP_TYPE)
+                pr.log_append_time_ms = now
             items.append(ProduceItem(info.id, p.index, buf, meta, bool(meta.attributes & 0x10)))
             pending.append(pr)
             nbytes += len(buf)
@@ -249,7 +262,8 @@ async def handle(broker: Broker, ctx: RequestContext, req: ProduceRequest) -> An
         for pr, res in zip(pending, results, strict=True):
             pr.error_code = int(res.error)
             pr.base_offset = res.base_offset
-            pr.log_append_time_ms = -1
+            if res.error:
+                pr.log_append_time_ms = -1
             pr.log_start_offset = res.log_start_offset
         if req.acks == 0:
             return None

@@ -54,6 +54,9 @@ class Target:
     name: str  # "kafka" or "floe"
     bootstrap: str
     _admin: AdminClient | None = field(default=None, repr=False)
+    # One retention pass where retention is not the broker's own periodic job
+    # (Floe: the compactor's); Kafka checks every second in the suite's broker.
+    retention_pass: Callable[[], None] | None = field(default=None, repr=False)
 
     @property
     def port(self) -> int:
@@ -173,6 +176,18 @@ class Target:
             return out
         finally:
             c.close()
+
+    def wait_log_start(self, topic: str, at_least: int, timeout: float = 30) -> int:
+        """Until retention moved the log start to ``at_least`` (running a retention
+        pass where the target needs one); the log start then."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.retention_pass is not None:
+                self.retention_pass()
+            lo = self.watermarks(topic)[0]
+            if lo >= at_least or time.monotonic() > deadline:
+                return lo
+            time.sleep(0.2)
 
     def watermarks(self, topic: str, partition: int = 0) -> tuple[int, int]:
         c = self.consumer()

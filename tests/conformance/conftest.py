@@ -3,7 +3,8 @@
 The Kafka broker is :func:`tests.fixtures.kafka_broker.kafka_broker` (jars
 resolved from Maven Central on first use and cached in ``.cache/kafka``). The
 Floe agent runs in-process on SQLite and a ``file://`` store, with a short
-flush interval so acknowledgements come quickly.
+flush interval so acknowledgements come quickly; retention scenarios run the
+compactor's retention pass on it (Kafka's broker checks every second).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from compactor.gc import retention_pass
+from metastore.base import system_clock_ms
 from tests.conformance._harness import Target
 from tests.fixtures.agent import start_agent
 
@@ -20,8 +23,18 @@ from tests.fixtures.agent import start_agent
 @pytest.fixture(scope="session")
 def floe_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     agent = start_agent(Path(tmp_path_factory.mktemp("floe-conformance")), flush_interval_ms=5)
+
+    def retention() -> None:  # what the compactor's retention phase does, once
+        meta = agent.broker.meta
+
+        async def one() -> None:
+            topics = {t.id: t for t in await meta.list_topics()}
+            await retention_pass(meta, topics, system_clock_ms(), 10_000)
+
+        agent.call(one())
+
     try:
-        yield Target("floe", agent.bootstrap)
+        yield Target("floe", agent.bootstrap, retention_pass=retention)
     finally:
         agent.stop()
 

@@ -19,6 +19,7 @@ from tests.conformance import (  # noqa: F401  (registers the scenarios)
     sc_metadata,
     sc_offsets,
     sc_produce,
+    sc_retention,
     sc_topics,
     sc_txn,
 )

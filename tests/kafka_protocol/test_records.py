@@ -368,3 +368,18 @@ def test_snappy_framings_in_a_batch(framing: str) -> None:
     view.validate()
     assert list(view.records()) == list(plain.records())
     assert [r.value for r in DefaultRecordBatch(data)] == [r.value for r in plain.records()]
+
+
+@pytest.mark.parametrize("codec", [Compression.NONE, Compression.ZSTD])
+def test_stamp_log_append_time(codec: Compression) -> None:
+    from kafka_protocol.records import stamp_log_append_time
+
+    b = RecordBatchBuilder(codec)
+    for i in range(3):
+        b.append(b"k", b"v%d" % i, [], timestamp_ms=1000 + i)
+    buf = bytearray(b.build())
+    stamp_log_append_time(buf, 5_000_000)
+    view = RecordBatchView(buf)
+    view.validate()  # the CRC was rewritten
+    assert (view.timestamp_type, view.max_timestamp) == (1, 5_000_000)
+    assert [r.timestamp for r in view.records()] == [5_000_000] * 3
