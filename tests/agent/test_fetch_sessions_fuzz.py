@@ -27,6 +27,7 @@ from agent.clock import ManualClock
 from agent.config import AgentConfig
 from agent.handlers.fetch import handle
 from agent.produce_pipeline import ProduceItem
+from agent.security.principal import ANONYMOUS
 from kafka_protocol.framing import RequestHeader
 from kafka_protocol.messages import FetchRequest
 from kafka_protocol.records import RecordBatchBuilder
@@ -93,7 +94,11 @@ async def _run(sequence: list[Any], db: str) -> None:
     session: ModelSession | None = None
 
     async def call(req: FetchRequest, version: int) -> Any:
-        ctx = SimpleNamespace(header=RequestHeader(1, version, 1, "fuzz"), client_id="fuzz")
+        conn = SimpleNamespace(principal=ANONYMOUS)  # a connection without limits or TLS
+        ctx = SimpleNamespace(
+            header=RequestHeader(1, version, 1, "fuzz"), client_id="fuzz", conn=conn,
+            principal=ANONYMOUS, client_host="127.0.0.1",
+        )  # fmt: skip
         out = await handle(broker, ctx, req)  # type: ignore[arg-type]
         return await out.awaitable if hasattr(out, "awaitable") else out
 
