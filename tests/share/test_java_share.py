@@ -11,7 +11,9 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -38,6 +40,22 @@ def _wait_members(port: int, group: str, n: int, timeout: float = 60) -> None:
     raise AssertionError(f"{group} never had {n} members")
 
 
+@pytest.fixture
+def reap() -> Iterator[Callable[[subprocess.Popen[str]], subprocess.Popen[str]]]:
+    """Track started consumer processes; any still running when the test ends is killed."""
+    started: list[subprocess.Popen[str]] = []
+
+    def track(p: subprocess.Popen[str]) -> subprocess.Popen[str]:
+        started.append(p)
+        return p
+
+    yield track
+    for p in started:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+
+
 def _finish(procs: list, timeout: float = 90) -> list[str]:
     outs = []
     for p in procs:
@@ -47,11 +65,11 @@ def _finish(procs: list, timeout: float = 90) -> list[str]:
     return outs
 
 
-def test_four_share_consumers_on_two_partitions(floe_agent, java) -> None:
+def test_four_share_consumers_on_two_partitions(floe_agent, java, reap) -> None:
     j, cp = java
     bs = floe_agent.bootstrap
     js.run(j, cp, "setup", bs, "four", "2", "g4", "share.auto.offset.reset=earliest")
-    consumers = [js.start(j, cp, "consume", bs, "four", "g4", "implicit", "5", "4000", "60000") for _ in range(4)]
+    consumers = [reap(js.start(j, cp, "consume", bs, "four", "g4", "implicit", "5", "4000", "60000")) for _ in range(4)]
     js.run(j, cp, "produce", bs, "four", "400", "v", "20")
     outs = _finish(consumers)
     per = [js.records(o) for o in outs]
@@ -84,7 +102,7 @@ def test_explicit_accept_reject_release_until_archived(floe_agent, java) -> None
     assert len(recs) == 4 + 3 + 3 + 2 * 3
 
 
-def test_killed_consumer_records_redelivered_after_lock(floe_agent, java) -> None:
+def test_killed_consumer_records_redelivered_after_lock(floe_agent, java, reap) -> None:
     j, cp = java
     bs = floe_agent.bootstrap
     lock_ms = 10_000  # long enough for the second consumer to join on a loaded box before the kill
@@ -93,7 +111,7 @@ def test_killed_consumer_records_redelivered_after_lock(floe_agent, java) -> Non
         f"share.record.lock.duration.ms={lock_ms}",
     )  # fmt: skip
     js.run(j, cp, "produce", bs, "kill", "20", "h")
-    holder = js.start(j, cp, "consume", bs, "kill", "gk", "hold", "100", "1000", "60000")
+    holder = reap(js.start(j, cp, "consume", bs, "kill", "gk", "hold", "100", "1000", "60000"))
     held: list[str] = []
     assert holder.stdout is not None
     for line in holder.stdout:
@@ -106,7 +124,7 @@ def test_killed_consumer_records_redelivered_after_lock(floe_agent, java) -> Non
     from agent.metrics import METRICS  # the agent runs in this process: its /metrics registry
 
     assert METRICS.registry.get_sample_value("floe_share_group_records", {"group": "gk", "state": "acquired"}) == 20
-    other = js.start(j, cp, "consume", bs, "kill", "gk", "implicit", "100", "2000", "30000")
+    other = reap(js.start(j, cp, "consume", bs, "kill", "gk", "implicit", "100", "2000", "30000"))
     assert other.stdout is not None
     assert other.stdout.readline().strip() == "READY"
     _wait_members(floe_agent.port, "gk", 2)  # the second consumer has joined and has its assignment
