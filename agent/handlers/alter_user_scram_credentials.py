@@ -19,6 +19,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agent.handlers.registry import handler
+from agent.security.acl import AclOperation
+from agent.security.authorizer import cluster_allowed
 from agent.security.sasl.scram import MAX_ITERATIONS, MIN_ITERATIONS, credential_from_salted
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
@@ -46,6 +48,12 @@ async def handle(
         errors.setdefault(user, (code, message))
 
     items = [(d.name, d.mechanism, None) for d in req.deletions] + [(u.name, u.mechanism, u) for u in req.upsertions]
+    if not cluster_allowed(broker, ctx, AclOperation.ALTER):  # else anyone could set a super user's password
+        names = list(dict.fromkeys(name for name, _, _ in items))
+        return AlterUserScramCredentialsResponse(throttle_time_ms=0, results=[
+            Result(user=u, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message="Cluster authorization failed.")
+            for u in names
+        ])  # fmt: skip
     for name, mech, _ in items:
         if name not in users:
             users.append(name)

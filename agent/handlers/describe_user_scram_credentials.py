@@ -14,6 +14,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agent.handlers.registry import handler
+from agent.security.acl import AclOperation
+from agent.security.authorizer import cluster_allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
     DescribeUserScramCredentialsRequest,
@@ -33,6 +35,11 @@ Info = Result.CredentialInfo
 async def handle(
     broker: Broker, ctx: RequestContext, req: DescribeUserScramCredentialsRequest
 ) -> DescribeUserScramCredentialsResponse:
+    if not cluster_allowed(broker, ctx, AclOperation.DESCRIBE):
+        return DescribeUserScramCredentialsResponse(
+            throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+            error_message="Cluster authorization failed.", results=[],
+        )  # fmt: skip
     names = [u.name for u in req.users] if req.users else None
     creds = await broker.meta.list_scram_credentials(sorted(set(names)) if names is not None else None)
     by_user: dict[str, list[Info]] = {}

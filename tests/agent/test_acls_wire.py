@@ -410,3 +410,25 @@ def test_kip848_and_share_group_apis_need_group_and_topic_permissions(secure: An
     assert jo.call(hb, 0).error_code == 0
     assert jo.call(share, 1).error_code == 0
     assert jo.call(ConsumerGroupDescribeRequest(group_ids=["cg"]), 0).groups[0].error_code == 0  # READ implies DESCRIBE
+
+
+def test_scram_credential_apis_need_cluster_alter_and_describe(secure: Any) -> None:
+    """Without CLUSTER ALTER nobody may set (say) a super user's SCRAM password;
+    without CLUSTER DESCRIBE nobody may list users (Kafka's rules)."""
+    from kafka_protocol.messages import (
+        AlterUserScramCredentialsRequest,
+        DescribeUserScramCredentialsRequest,
+    )
+
+    up = AlterUserScramCredentialsRequest.ScramCredentialUpsertion(
+        name="admin", mechanism=2, iterations=4096, salt=b"s" * 16, salted_password=b"p" * 64
+    )
+    mallory = Client(secure, "User:mallory")
+    res = mallory.call(AlterUserScramCredentialsRequest(deletions=[], upsertions=[up]), 0)
+    assert [(r.user, r.error_code) for r in res.results] == [("admin", E.CLUSTER_AUTHORIZATION_FAILED)]
+    d = mallory.call(DescribeUserScramCredentialsRequest(users=None), 0)
+    assert d.error_code == E.CLUSTER_AUTHORIZATION_FAILED and d.results == []
+    res = secure.admin.call(AlterUserScramCredentialsRequest(deletions=[], upsertions=[up]), 0)
+    assert [(r.user, r.error_code) for r in res.results] == [("admin", 0)]
+    d = secure.admin.call(DescribeUserScramCredentialsRequest(users=None), 0)
+    assert d.error_code == 0 and [r.user for r in d.results] == ["admin"]
