@@ -7,9 +7,9 @@ one with UNSUPPORTED_SASL_MECHANISM and the list, then the connection closes.
 A handshake on an authenticated connection starts a KIP-368 re-authentication.
 On a listener without SASL the answer is ILLEGAL_SASL_STATE.
 
-Versions: 0-1. v0 clients then send raw SASL tokens without Kafka headers;
-that framing is not served (every maintained client uses v1 with SaslAuthenticate
-when the broker lists it in ApiVersions), so such a connection is closed.
+Versions: 1 only, as Apache Kafka 4.x advertises (KIP-896 removed v0, after which
+a client sent raw SASL tokens without Kafka headers): a v0 request gets
+UNSUPPORTED_VERSION like any version outside the advertised range.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ UNSUPPORTED_SASL_MECHANISM = 33
 ILLEGAL_SASL_STATE = 34
 
 
-@handler(SaslHandshakeRequest, pre_auth=True)
+@handler(SaslHandshakeRequest, min_version=1, pre_auth=True)
 async def handle(broker: Broker, ctx: RequestContext, req: SaslHandshakeRequest) -> Any:
     session = ctx.conn.auth
     if session is None:
