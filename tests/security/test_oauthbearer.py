@@ -115,3 +115,44 @@ def test_session_lifetime_is_min_of_reauth_and_token_expiry() -> None:
     assert s.start("PLAIN", 1)
     assert s.complete(KafkaPrincipal("User", "a"), token_expires_ms=None) == 60_000
     assert s.may_serve(pre_auth=False)
+
+
+async def test_jwks_url_is_fetched_off_the_event_loop(tmp_path: Path) -> None:
+    """A JWKS URL is fetched in a thread: while the identity provider is slow to
+    answer, the agent's event loop keeps running (other clients are served)."""
+    import asyncio
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from agent.security.sasl.oauthbearer import Jwks
+
+    idp = Idp(tmp_path / "jwks.json")
+    release = threading.Event()
+
+    class Slow(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            release.wait(10)  # the identity provider answers only when the test says so
+            body = idp.jwks.read_bytes()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a: object) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        jwks = Jwks(f"http://127.0.0.1:{srv.server_address[1]}/jwks.json")
+        fetch = asyncio.create_task(jwks.key("k1"))
+        ticks = 0
+        for _ in range(5):  # the loop runs while the fetch waits on the server
+            await asyncio.sleep(0)
+            ticks += 1
+        assert not fetch.done() and ticks == 5
+        release.set()
+        key = await asyncio.wait_for(fetch, 10)
+        assert key.public_numbers() == idp.key.public_key().public_numbers()
+    finally:
+        srv.shutdown()

@@ -14,6 +14,7 @@ challenge round trip, which Kafka clients treat the same way.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -42,6 +43,7 @@ class Jwks:
         self._keys: dict[str | None, Any] = {}
         self._loaded_at = 0.0
         self._stamp: object = None
+        self._lock: asyncio.Lock | None = None  # one (re)load at a time
 
     def _read(self) -> str:
         if self.source.startswith(("https://", "http://")):
@@ -51,10 +53,14 @@ class Jwks:
         with open(path) as f:
             return f.read()
 
-    def key(self, kid: str | None) -> Any:
+    async def key(self, kid: str | None) -> Any:
         now = time.monotonic()
         if kid not in self._keys or now - self._loaded_at > _REFRESH_S:
-            self._load(now)
+            if self._lock is None:
+                self._lock = asyncio.Lock()
+            async with self._lock:
+                # A URL is fetched in a thread: never block the event loop on the JWKS server.
+                await asyncio.to_thread(self._load, now)
         if kid is None and len(self._keys) == 1:
             return next(iter(self._keys.values()))
         if kid not in self._keys:
@@ -94,7 +100,7 @@ class OAuthBearerServer:
         bearer = _parse_initial(token)
         try:
             header = jwt.get_unverified_header(bearer)
-            key = self._jwks.key(header.get("kid"))
+            key = await self._jwks.key(header.get("kid"))
             claims = jwt.decode(
                 bearer,
                 key,
