@@ -144,26 +144,19 @@ def test_kafka_python_plain_round_trip_and_bad_password(
     )
 
 
-def test_aiokafka_plain_round_trip(sasl_agent: RunningAgent) -> None:
+def aio_round_trip(conf: dict[str, Any], topic: str, prefix: str) -> list[bytes]:
+    """aiokafka with ``conf``: produce five records to ``topic``, consume them back."""
     import asyncio
 
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-
-    conf = {
-        "bootstrap_servers": f"127.0.0.1:{sasl_port(sasl_agent)}",
-        "security_protocol": "SASL_PLAINTEXT",
-        "sasl_mechanism": "PLAIN",
-        "sasl_plain_username": "alice",
-        "sasl_plain_password": "alice-secret",
-    }
 
     async def run() -> list[bytes]:
         p = AIOKafkaProducer(**conf)
         await p.start()
         for i in range(5):
-            await p.send_and_wait("aio-plain", f"a{i}".encode())
+            await p.send_and_wait(topic, f"{prefix}{i}".encode())
         await p.stop()
-        c = AIOKafkaConsumer("aio-plain", auto_offset_reset="earliest", **conf)
+        c = AIOKafkaConsumer(topic, auto_offset_reset="earliest", **conf)
         await c.start()
         got: list[bytes] = []
         try:
@@ -176,7 +169,18 @@ def test_aiokafka_plain_round_trip(sasl_agent: RunningAgent) -> None:
             await c.stop()
         return got
 
-    assert asyncio.run(run()) == [f"a{i}".encode() for i in range(5)]
+    return asyncio.run(run())
+
+
+def test_aiokafka_plain_round_trip(sasl_agent: RunningAgent) -> None:
+    conf = {
+        "bootstrap_servers": f"127.0.0.1:{sasl_port(sasl_agent)}",
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": "PLAIN",
+        "sasl_plain_username": "alice",
+        "sasl_plain_password": "alice-secret",
+    }
+    assert aio_round_trip(conf, "aio-plain", "a") == [f"a{i}".encode() for i in range(5)]
 
 
 def _send(sock: socket.socket, request: Any, version: int) -> None:
