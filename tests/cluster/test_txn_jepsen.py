@@ -86,7 +86,10 @@ class Worker(threading.Thread):
             pos = self._rewind(c)
             while not self.stop.is_set() and pos < PER_PART:
                 self.pos = pos
-                msgs = [m for m in c.consume(self.rng.randint(1, 6), 0.3) if not m.error()]
+                polled = c.consume(self.rng.randint(1, 6), 0.3)
+                self.errors.extend(f"consume: {m.error()}" for m in polled if m.error())  # diagnosis
+                del self.errors[:-20]
+                msgs = [m for m in polled if not m.error()]
                 if not msgs:
                     continue
                 try:
@@ -128,12 +131,14 @@ class Worker(threading.Thread):
             c.close()
 
     def _commit(self, p: Producer) -> None:
-        while True:
+        while not self.stop.is_set():
             try:
                 p.commit_transaction(30)
                 return
             except KafkaException as e:
                 if e.args[0].retriable() and not e.args[0].txn_requires_abort():
+                    self.errors.append(f"commit (retried): {e.args[0]}")  # diagnosis
+                    del self.errors[:-20]
                     continue  # librdkafka: retry the commit itself
                 raise
 
@@ -169,7 +174,17 @@ def _read_committed(bs: str) -> dict[int, list[tuple[int, bytes]]]:
     return out
 
 
+@pytest.mark.xfail(
+    strict=False,
+    reason=(
+        "issue 14, open: in about 1 run of 3 the librdkafka workers stop making progress after the"
+        " agent restart, with no error surfaced (reproduced before 2026-11-25's changes too); root"
+        " cause unknown. Suspects: consumer errors are dropped by the worker loop; the restarted"
+        " agent comes back at the same address under a new node id."
+    ),
+)
 def test_consume_transform_produce_through_agent_kill(tmp_path: Path, pg_file: Backend) -> None:
+    workers: list[Worker] = []
     group, agents = start_cluster(
         tmp_path, pg_file, ["a", "a"], transaction_recovery_ms=2000, transaction_check_interval_ms=300
     )
@@ -183,7 +198,7 @@ def test_consume_transform_produce_through_agent_kill(tmp_path: Path, pg_file: B
                 plain.produce("jin", f"{p}-{i}".encode(), partition=p)
         assert plain.flush(30) == 0
         bs = f"{a0.bootstrap},{a1.bootstrap}"
-        workers = [Worker(bs, p, seed=p) for p in range(PARTS)]
+        workers.extend(Worker(bs, p, seed=p) for p in range(PARTS))
         for w in workers:
             w.start()
         wait_for(lambda: sum(w.commits for w in workers) >= 6, 60, "first commits")
@@ -213,4 +228,8 @@ def test_consume_transform_produce_through_agent_kill(tmp_path: Path, pg_file: B
             assert values == expected, f"partition {p}: lost {sorted(set(expected) - set(values))[:5]}"
         print(f"\njepsen: commits/aborts/restarts per worker {[(s[1], s[2], s[3]) for s in stats]}")
     finally:
+        for w in workers:  # never leave client threads polling dead agents behind
+            w.stop.set()
+        for w in workers:
+            w.join(30)
         group.close(False)
