@@ -7,9 +7,11 @@ one with UNSUPPORTED_SASL_MECHANISM and the list, then the connection closes.
 A handshake on an authenticated connection starts a KIP-368 re-authentication.
 On a listener without SASL the answer is ILLEGAL_SASL_STATE.
 
-Versions: 1 only, as Apache Kafka 4.x advertises (KIP-896 removed v0, after which
-a client sent raw SASL tokens without Kafka headers): a v0 request gets
-UNSUPPORTED_VERSION like any version outside the advertised range.
+Versions: 0-1 advertised. A v0 client then sends raw SASL tokens without Kafka
+headers; that framing is not served (such a connection is closed). v0 stays
+advertised because librdkafka (kcat's, at least) refuses a broker whose
+SaslHandshake range does not start at 0, though it then uses v1 with
+SaslAuthenticate (tests/security/test_tls_clients.py::test_kcat_scram_sha512_over_sasl_ssl).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ UNSUPPORTED_SASL_MECHANISM = 33
 ILLEGAL_SASL_STATE = 34
 
 
-@handler(SaslHandshakeRequest, min_version=1, pre_auth=True)
+@handler(SaslHandshakeRequest, pre_auth=True)
 async def handle(broker: Broker, ctx: RequestContext, req: SaslHandshakeRequest) -> Any:
     session = ctx.conn.auth
     if session is None:
