@@ -4,14 +4,12 @@ acknowledged and duplicates nothing; the supervisor restarts it."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 
@@ -20,18 +18,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from loadtest.services import free_port_run
-from tests.fixtures.agent_process import REPO_ROOT
+from tests.fixtures.agent_process import REPO_ROOT, healthz_at
 from tests.fixtures.s3 import free_port
 
 pytestmark = [pytest.mark.interop]
-
-
-def healthz(port: int) -> dict | None:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as r:
-            return json.loads(r.read())
-    except (OSError, ValueError):
-        return None
 
 
 def wait(cond, timeout: float, what: str):  # type: ignore[no-untyped-def]
@@ -59,7 +49,7 @@ def workers(tmp_path: Path):  # type: ignore[no-untyped-def]
         stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path,
     )  # fmt: skip
     try:
-        wait(lambda: healthz(admin) and healthz(admin + 1), 60, "both workers")
+        wait(lambda: healthz_at(admin) and healthz_at(admin + 1), 60, "both workers")
         yield port, admin, proc
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -75,7 +65,7 @@ def workers(tmp_path: Path):  # type: ignore[no-untyped-def]
 def test_kill_one_worker_loses_nothing_acknowledged(workers) -> None:  # type: ignore[no-untyped-def]
     port, admin, _proc = workers
     bootstrap = f"127.0.0.1:{port}"
-    h0, h1 = healthz(admin), healthz(admin + 1)
+    h0, h1 = healthz_at(admin), healthz_at(admin + 1)
     assert h0 and h1 and h0["agent_id"] != h1["agent_id"] and h0["shared_port"] == h1["shared_port"] == port
     # Both workers are in the ring: Metadata lists two brokers, on their own ports.
     topic = f"w-{uuid.uuid4().hex[:8]}"
@@ -133,7 +123,7 @@ def test_kill_one_worker_loses_nothing_acknowledged(workers) -> None:  # type: i
     assert set(acked) <= set(consumed)
     assert len(consumed) == len(set(consumed))
     # The supervisor brought the worker back under the same id.
-    h1b = wait(lambda: (h := healthz(admin + 1)) and h["pid"] != h1["pid"] and h, 60, "worker restart")
+    h1b = wait(lambda: (h := healthz_at(admin + 1)) and h["pid"] != h1["pid"] and h, 60, "worker restart")
     assert h1b["agent_id"] == h1["agent_id"]
 
 

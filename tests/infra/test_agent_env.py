@@ -23,22 +23,19 @@ DSN template it cannot open fails here.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 
-from tests.fixtures.agent_process import scrape_metric
+from tests.fixtures.agent_process import healthz_at, scrape_metric
 from tests.fixtures.postgres import TlsPostgres
 from tests.fixtures.s3 import REGION, free_port
 from tests.infra.tf import MODULE_DIR, REPO_ROOT, TfDir, render, variable_defaults
@@ -137,14 +134,6 @@ def postgres_parts(pg: TlsPostgres) -> dict[str, Any]:
     }
 
 
-def healthz(admin_port: int) -> dict[str, Any] | None:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/healthz", timeout=1) as r:
-            return json.loads(r.read()) if r.status == 200 else None
-    except (OSError, ValueError, urllib.error.URLError):
-        return None
-
-
 def start_agent(
     agent_env: dict[str, str], tmp_path: Path, name: str = "agent"
 ) -> tuple[subprocess.Popen[bytes], Path]:
@@ -173,7 +162,7 @@ def wait_healthy(
     while True:
         if proc.poll() is not None:
             pytest.fail(f"agent exited (rc={proc.returncode}):\n{log_path.read_text()[-6000:]}")
-        h = healthz(admin_port)
+        h = healthz_at(admin_port)
         if h is not None and h.get("kafka_port") == port and len(h.get("ring", [])) >= ring:
             return h
         if time.monotonic() > deadline:
