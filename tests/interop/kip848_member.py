@@ -171,7 +171,13 @@ def wait_for(cond: Any, what: str, timeout: float = 60.0) -> None:
 
 
 def intervals(members: list[Member]) -> dict[int, list[tuple[int, int, str]]]:
-    """partition -> [(from ms, to ms, member)] of ownership, from the callbacks."""
+    """partition -> [(from ms, to ms, member)] of ownership, from the callbacks.
+
+    The Java consumer may revoke or lose a partition whose onPartitionsAssigned
+    callback never ran (the member was fenced or its target changed again while
+    the callback was queued); such a partition was never fetchable, so it is no
+    ownership span. What must hold is that a member consumes (REC) a partition
+    only between its ASSIGN and its REVOKE/LOST, which is asserted here."""
     out: dict[int, list[tuple[int, int, str]]] = defaultdict(list)
     for m in members:
         start: dict[int, int] = {}
@@ -182,7 +188,11 @@ def intervals(members: list[Member]) -> dict[int, list[tuple[int, int, str]]]:
                     start[p] = int(x[1])
             elif x[0] in ("REVOKE", "LOST") and x[3] != "-":
                 for p in map(int, x[3].split(",")):
-                    out[p].append((start.pop(p), int(x[1]), m.name))
+                    t0 = start.pop(p, None)
+                    if t0 is not None:
+                        out[p].append((t0, int(x[1]), m.name))
+            elif x[0] == "REC":
+                assert int(x[1]) in start, f"{m.name} consumed partition {x[1]} it did not own: {x}"
             elif x[0] == "CLOSED":
                 end_of_life = int(x[1])
         for p, t0 in start.items():
