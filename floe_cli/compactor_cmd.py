@@ -75,6 +75,14 @@ def add_compactor_parser(sub: Any) -> None:
         "--delete", action="store_true", help="delete them (default: dry run, list only)"
     )
     orph.add_argument("--grace-ms", type=int, default=3_600_000)
+    sconf = csub.add_parser(
+        "spark-conf",
+        help="spark-submit/pyspark arguments that read the Iceberg tables through Spark's Iceberg catalog",
+    )
+    sconf.add_argument(
+        "--spark-version", default="4.1.4",
+        help="the Spark that will read (Iceberg publishes runtimes up to Spark 4.1; default 4.1.4)",
+    )
 
 
 def _urls(args: argparse.Namespace) -> tuple[str, str]:
@@ -201,6 +209,26 @@ def compactor_health(port: int, max_stall_s: float, timeout_s: float, now_s: flo
     return False, "the compactor's metrics have no floe_compactor_last_progress_seconds"
 
 
+def print_spark_conf(args: argparse.Namespace) -> int:
+    """``--packages`` and ``--conf`` arguments of the ``floe`` Iceberg catalog
+    (:mod:`compactor.iceberg_spark`), one per line, for spark-submit/pyspark."""
+    import shlex
+
+    from compactor.iceberg_spark import spark_catalog_conf, spark_jars
+
+    meta_url, objects_url = _urls(args)
+    try:
+        jars = spark_jars(args.spark_version, meta_url, objects_url)
+        conf = spark_catalog_conf(meta_url, objects_url)
+    except (LookupError, ValueError) as e:
+        print(f"floe: {e}", file=sys.stderr)
+        return 2
+    print(f"--packages {','.join(jars)}")
+    for k, v in conf.items():
+        print(f"--conf {shlex.quote(f'{k}={v}')}")
+    return 0
+
+
 def run_compactor(args: argparse.Namespace) -> int:
     if args.compactor_command == "health":
         import time
@@ -208,6 +236,8 @@ def run_compactor(args: argparse.Namespace) -> int:
         ok, line = compactor_health(args.metrics_port, args.max_stall_s, args.timeout_s, time.time())
         print(f"floe compactor: {line}", file=sys.stdout if ok else sys.stderr)
         return 0 if ok else 1
+    if args.compactor_command == "spark-conf":
+        return print_spark_conf(args)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
