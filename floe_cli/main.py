@@ -27,7 +27,7 @@ def floe_version() -> str:
         return "0.0.0+unknown"
 
 
-def _agent_flags(p: argparse.ArgumentParser, workers_default: str = "1") -> None:
+def _agent_flags(p: argparse.ArgumentParser, workers_default: str = "auto") -> None:
     p.add_argument("--host", help="bind address (env FLOE_HOST, default 0.0.0.0)")
     p.add_argument("--port", type=int, help="Kafka port (env FLOE_PORT, default 9092)")
     p.add_argument("--advertised-host", help="host clients connect to (env FLOE_ADVERTISED_HOST)")
@@ -53,7 +53,8 @@ def _agent_flags(p: argparse.ArgumentParser, workers_default: str = "1") -> None
     p.add_argument(
         "--workers", default=os.environ.get("FLOE_WORKERS", workers_default),
         help="agent processes sharing the Kafka port (SO_REUSEPORT), each a full agent in the ring;"
-             f" 'auto': one per CPU (1 with --port 0) (env FLOE_WORKERS, default {workers_default})",
+             " 'auto': one per CPU (1 with --port 0 or with several listeners)"
+             f" (env FLOE_WORKERS, default {workers_default})",
     )
     p.add_argument(
         "--auto-create-topics", dest="auto_create_topics", action="store_true", default=None,
@@ -84,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument(
         "--data-dir", default="floe-data", help="where the SQLite metastore and objects live (default ./floe-data)"
     )
-    _agent_flags(dev, workers_default="auto")
+    _agent_flags(dev)
     dev.add_argument(
         "--no-compactor", action="store_true",
         help="do not run the compactor (merges, retention, Parquet, Iceberg) in this process",
@@ -178,9 +179,16 @@ def _run(kw: dict[str, Any], log_level: str) -> int:
 def _workers(args: argparse.Namespace, kw: dict[str, Any]) -> int:
     w = str(args.workers)
     if w == "auto":
-        # Workers share a fixed port; with --port 0 (any free port) there is nothing to share.
-        port = kw.get("port", os.environ.get("FLOE_PORT") or 9092)
-        return 1 if int(port) == 0 else (os.cpu_count() or 1)
+        # Workers share a fixed port; with --port 0 (any free port) there is nothing to
+        # share, and only one listener can be shared.
+        listeners = [x for x in str(kw.get("listeners") or os.environ.get("FLOE_LISTENERS") or "").split(",") if x.strip()]
+        if len(listeners) > 1:
+            return 1
+        port = listeners[0].rpartition(":")[2].strip() if listeners else kw.get("port", os.environ.get("FLOE_PORT") or 9092)
+        try:
+            return 1 if int(port or 0) == 0 else (os.cpu_count() or 1)
+        except ValueError:
+            return 1  # a malformed listener: one agent says what is wrong
     try:
         n = int(w)
     except ValueError:
@@ -201,10 +209,16 @@ def _run_or_supervise(args: argparse.Namespace, kw: dict[str, Any]) -> int:
             print(f"floe: invalid configuration: {e}", file=sys.stderr)
             return 2
         from floe_cli.topics import ensure_sqlite_dir
-        from floe_cli.workers import run_workers
+        from floe_cli.workers import run_workers, shared_listener
 
         ensure_sqlite_dir(config.metastore)
         kw["port"] = config.port  # flag, FLOE_PORT or the default: the port the workers share
+        if config.listeners.strip():
+            try:
+                kw["listeners"], kw["port"] = shared_listener(config)
+            except ValueError as e:
+                print(f"floe: --workers {n}: {e}", file=sys.stderr)
+                return 2
         return run_workers(kw, n, args.log_level)
     return _run(kw, args.log_level)
 

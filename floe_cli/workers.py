@@ -5,8 +5,9 @@ starts N workers, each a full agent (``python -m floe_cli.main agent``) with its
 own id in the ring (``<agent id>-w<i>``), its own segments, cache and metastore
 pool, and two Kafka listeners:
 
-* the host's Kafka port (``--port``), bound by every worker with SO_REUSEPORT,
-  so the kernel spreads new connections over them (bootstrap);
+* the host's Kafka port (``--port``, or the one listener of ``FLOE_LISTENERS``),
+  bound by every worker with SO_REUSEPORT, so the kernel spreads new
+  connections over them (bootstrap);
 * a port of its own (any free port), which is what the worker advertises in
   Metadata and FindCoordinator: a client is led to the worker that is the ring
   owner of its partitions and groups, as with separate agents.
@@ -32,7 +33,10 @@ import subprocess
 import sys
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agent.config import AgentConfig
 
 _PR_SET_PDEATHSIG = 1
 
@@ -59,6 +63,7 @@ def worker_env(
     for k, v in kw.items():
         if v is not None:
             env[f"FLOE_{k.upper()}"] = str(v)
+    env["FLOE_WORKERS"] = "1"  # a worker is one agent (never a supervisor of its own)
     env["FLOE_AGENT_ID"] = f"{base_id}-w{i}"
     env["FLOE_SHARED_PORT"] = str(port)
     env["FLOE_PORT"] = "0"  # its own port
@@ -69,12 +74,28 @@ def worker_env(
     return env
 
 
+def shared_listener(config: AgentConfig) -> tuple[str, int]:
+    """With ``listeners`` configured (the Terraform module's ``SASL_SSL://0.0.0.0:9092``):
+    (the listener each worker binds, same protocol and host on a port of its own,
+    the port the workers share). Raises ValueError for a malformed list or for
+    several listeners (only one can be shared)."""
+    from agent.security.listeners import parse_listeners
+
+    listeners = parse_listeners(config)
+    if len(listeners) > 1:
+        raise ValueError(f"workers share one listener; listeners names {len(listeners)} (use --workers 1)")
+    lst = listeners[0]
+    host = f"[{lst.host}]" if ":" in lst.host else lst.host
+    return f"{lst.name}://{host}:0", lst.port
+
+
 def run_workers(kw: dict[str, Any], n: int, log_level: str) -> int:
     port = int(kw.get("port") or os.environ.get("FLOE_PORT") or 9092)
     if port == 0:
         raise SystemExit("floe: --workers needs a fixed --port (the port the workers share)")
     base_id = str(kw.get("agent_id") or os.environ.get("FLOE_AGENT_ID") or uuid.uuid4().hex[:12])
-    cmd = [sys.executable, "-m", "floe_cli.main", "agent", "--log-level", log_level]
+    # --workers 1: a worker is one agent, whatever FLOE_WORKERS the host sets.
+    cmd = [sys.executable, "-m", "floe_cli.main", "agent", "--workers", "1", "--log-level", log_level]
     stop = False
 
     def on_signal(signum: int, _frame: Any) -> None:

@@ -140,5 +140,34 @@ def test_worker_env_keeps_the_hosts_floe_environment() -> None:
     assert env["FLOE_ZONE"] == "eu-1a" and env["FLOE_FLUSH_INTERVAL_MS"] == "50" and env["PATH"] == "/bin"
     assert (env["FLOE_AGENT_ID"], env["FLOE_SHARED_PORT"], env["FLOE_PORT"]) == ("host-a-w1", "9092", "0")
     assert env["FLOE_ADMIN_PORT"] == "9645" and env["FLOE_ADVERTISED_PORT"] == "0"
+    # FLOE_WORKERS (the Terraform module sets it) must not make a worker a supervisor.
+    assert worker_env({}, 0, "host-a", 9092, environ={**host, "FLOE_WORKERS": "4"})["FLOE_WORKERS"] == "1"
     behind = worker_env({}, 0, "host-a", 9092, environ={**host, "FLOE_ADVERTISED_PORT": "19092"})
     assert behind["FLOE_ADVERTISED_PORT"] == "19092"
+
+
+def test_workers_share_the_one_configured_listener(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``floe agent`` runs one worker per CPU by default; with FLOE_LISTENERS (how the
+    Terraform module configures SASL/TLS) the workers share that listener's port and
+    each binds its own; several listeners or port 0 leave one agent."""
+    import argparse
+
+    from agent.config import AgentConfig
+    from floe_cli.main import _workers, build_parser
+    from floe_cli.workers import shared_listener
+
+    for name in ("FLOE_WORKERS", "FLOE_LISTENERS", "FLOE_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    assert build_parser().parse_args(["agent"]).workers == "auto"
+    cpus = os.cpu_count() or 1
+    auto = argparse.Namespace(workers="auto")
+    assert _workers(auto, {}) == cpus
+    assert _workers(auto, {"port": 0}) == 1
+    assert _workers(auto, {"listeners": "SASL_SSL://0.0.0.0:9093"}) == cpus
+    assert _workers(auto, {"listeners": "PLAINTEXT://:9092,SSL://:9093"}) == 1
+    assert _workers(argparse.Namespace(workers="3"), {"port": 0}) == 3
+    cfg = AgentConfig(listeners="SASL_SSL://0.0.0.0:9093", advertised_listeners="SASL_SSL://lb:19093")
+    assert shared_listener(cfg) == ("SASL_SSL://0.0.0.0:0", 9093)
+    assert shared_listener(AgentConfig(listeners="SSL://[::1]:9094")) == ("SSL://[::1]:0", 9094)
+    with pytest.raises(ValueError, match="one listener"):
+        shared_listener(AgentConfig(listeners="PLAINTEXT://:9092,SSL://:9093"))

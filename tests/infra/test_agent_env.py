@@ -76,11 +76,16 @@ def rendered_environment(
     locals_src = module.locals()
     assert locals_src["object_prefix"] == '${trim(var.object_prefix, "/")}'
     assert locals_src["cluster_id"] == "${coalesce(var.cluster_id, var.name)}"
+    assert locals_src["agent_workers"] == (
+        "${var.agent_workers > 0 ? var.agent_workers : max(1, floor(var.agent_cpu / 1024))}"
+    ), locals_src["agent_workers"]
+    workers = int(variables["agent_workers"]) or max(1, int(variables["agent_cpu"]) // 1024)
     locals_ = {
         "bucket_name": bucket,
         "region": region,
         "object_prefix": str(variables["object_prefix"]).strip("/"),
         "cluster_id": variables.get("cluster_id") or variables["name"],
+        "agent_workers": workers,
         "db_address": db["host"],
         "db_port": db["port"],
         # enable_tls = enable_sasl = false (the defaults): one PLAINTEXT listener.

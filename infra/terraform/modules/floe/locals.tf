@@ -13,6 +13,9 @@ locals {
   cluster_id = coalesce(var.cluster_id, var.name)
   aurora     = var.database_engine == "aurora"
 
+  # Agent processes per task (floe agent --workers): one per vCPU unless set.
+  agent_workers = var.agent_workers > 0 ? var.agent_workers : max(1, floor(var.agent_cpu / 1024))
+
   # S3 layout: every Floe object lives under <object_prefix>/ in the bucket.
   bucket_name   = aws_s3_bucket.objects.bucket
   object_prefix = trim(var.object_prefix, "/")
@@ -46,6 +49,8 @@ locals {
     FLOE_FETCH_CACHE_BYTES  = tostring(var.fetch_cache_bytes)
     FLOE_AUTO_CREATE_TOPICS = tostring(var.auto_create_topics)
     FLOE_DEFAULT_PARTITIONS = tostring(var.default_partitions)
+    # Agent processes per task, read by the CLI (floe agent); worker i: admin_port + i.
+    FLOE_WORKERS = tostring(local.agent_workers)
     # Metrics for scaling and alarms: Embedded Metric Format lines on stdout (awslogs).
     FLOE_CLOUDWATCH_EMF_INTERVAL_S = "60"
     FLOE_CLOUDWATCH_NAMESPACE      = tostring(var.cloudwatch_namespace)

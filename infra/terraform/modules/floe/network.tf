@@ -82,24 +82,25 @@ resource "aws_vpc_security_group_ingress_rule" "agent_from_lb" {
   to_port                      = local.agent_ports[each.key]
 }
 
-# Agent <-> agent on the admin port: the peer block cache and group-request relay
-# (FLOE_PEER_ADDRESS = the task's own IP). Only agent tasks, never clients.
+# Agent <-> agent on the admin ports: the peer block cache and group-request relay
+# (FLOE_PEER_ADDRESS = the task's own IP). Worker i of a task serves admin HTTP on
+# admin_port + i, so the range covers every worker. Only agent tasks, never clients.
 resource "aws_vpc_security_group_ingress_rule" "agent_from_agent" {
   security_group_id            = aws_security_group.agent.id
-  description                  = "Peer traffic from other agents (admin port)"
+  description                  = "Peer traffic from other agents (admin ports of the workers)"
   referenced_security_group_id = aws_security_group.agent.id
   ip_protocol                  = "tcp"
   from_port                    = var.admin_port
-  to_port                      = var.admin_port
+  to_port                      = var.admin_port + local.agent_workers - 1
 }
 
 resource "aws_vpc_security_group_egress_rule" "agent_to_agent" {
   security_group_id            = aws_security_group.agent.id
-  description                  = "Peer traffic to other agents (admin port)"
+  description                  = "Peer traffic to other agents (admin ports of the workers)"
   referenced_security_group_id = aws_security_group.agent.id
   ip_protocol                  = "tcp"
   from_port                    = var.admin_port
-  to_port                      = var.admin_port
+  to_port                      = var.admin_port + local.agent_workers - 1
 }
 
 # Agents -> S3, Secrets Manager, ECR, CloudWatch (HTTPS through a NAT gateway or

@@ -123,6 +123,17 @@ variable "cluster_id" {
   default     = null
 }
 
+variable "agent_workers" {
+  description = "Agent processes per task (floe agent --workers, FLOE_WORKERS): each a full agent in the ring with its own segments, cache and metastore pool, sharing the Kafka port; worker i serves admin HTTP on admin_port + i. 0 = one per vCPU of agent_cpu (at least 1): one agent process uses about one core."
+  type        = number
+  default     = 0
+
+  validation {
+    condition     = var.agent_workers >= 0 && var.agent_workers <= 64 && floor(var.agent_workers) == var.agent_workers
+    error_message = "agent_workers must be a whole number from 0 (one per vCPU) to 64."
+  }
+}
+
 variable "agent_cpu" {
   description = "Fargate CPU units per agent task (1024 = 1 vCPU). An agent process uses about one core: see docs/operations.md for MB/s per vCPU."
   type        = number

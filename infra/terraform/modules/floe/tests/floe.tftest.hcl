@@ -222,6 +222,30 @@ run "defaults" {
     condition     = output.bootstrap_servers == "floe-nlb-0123456789.elb.us-east-1.amazonaws.com:9092"
     error_message = "bootstrap_servers output"
   }
+
+  assert {
+    condition     = local.agent_workers == 1 && aws_vpc_security_group_ingress_rule.agent_from_agent.to_port == aws_vpc_security_group_ingress_rule.agent_from_agent.from_port
+    error_message = "agent_cpu 1024 runs one agent process per task; the peer rule opens the one admin port"
+  }
+}
+
+run "workers_per_vcpu" {
+  command = plan
+
+  variables {
+    agent_cpu    = 4096
+    agent_memory = 8192
+  }
+
+  assert {
+    condition = (
+      local.agent_workers == 4
+      && local.agent_environment["FLOE_WORKERS"] == "4"
+      && aws_vpc_security_group_ingress_rule.agent_from_agent.to_port == 9644 + 3
+      && aws_vpc_security_group_egress_rule.agent_to_agent.to_port == 9644 + 3
+    )
+    error_message = "agent_workers 0: one worker per vCPU, and the peer rules open admin_port .. admin_port + workers - 1"
+  }
 }
 
 run "aurora_kms_compactor_sasl" {
