@@ -54,11 +54,15 @@ COPY --from=build /opt/floe /opt/floe
 ARG RDS_CA_BUNDLE_URL=https://truststore.pki.rds.amazonaws.com/global/global-bundle.pem
 ADD --chmod=644 ${RDS_CA_BUNDLE_URL} /etc/floe/rds-global-bundle.pem
 
+# `floe agent` runs one worker process per CPU (FLOE_WORKERS), all sharing port 9092;
+# they advertise 9092 too (each worker's own port is not published by `docker run -p`).
+# Set FLOE_ADVERTISED_PORT with FLOE_PORT, or to the published host port.
 ENV PATH=/opt/floe/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     FLOE_HOST=0.0.0.0 \
     FLOE_PORT=9092 \
+    FLOE_ADVERTISED_PORT=9092 \
     FLOE_ADMIN_PORT=9644
 
 # `floe agent` without FLOE_METASTORE/FLOE_OBJECTS keeps its data in ./data here.
