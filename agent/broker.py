@@ -21,6 +21,7 @@ from agent.cluster import Cluster, ClusteredGroupCoordinator, ClusterSettings, P
 from agent.config import AgentConfig
 from agent.groups import GroupConfig
 from agent.groups.consumer import ConsumerGroupConfig, ConsumerGroupCoordinator
+from agent.groups.consumer.migration import MigrationPolicy
 from agent.metadata_cache import MetadataCache
 from agent.metrics import METRICS
 from agent.notify import CommitNotifier
@@ -143,9 +144,10 @@ class Broker:
                 session_timeout_ms=config.consumer_group_session_timeout_ms,
                 heartbeat_interval_ms=config.consumer_group_heartbeat_interval_ms,
                 agent_id=config.agent_id,
+                migration_policy=MigrationPolicy(config.consumer_group_migration_policy),
             ),
             owns=lambda gid: self.cluster.owns_group(gid),
-            classic_members=self._classic_members,
+            classic=self.groups,  # online upgrade/downgrade between the two protocols
         )
         self.cluster.ring_listeners = [self.consumer_groups.release_unowned]
         # ACLs (agent.security.authorizer); None: everyone may do everything.
@@ -221,11 +223,6 @@ class Broker:
         if self._owns:
             await self.meta.close()
             await self.store.close()
-
-    async def _classic_members(self, group_id: str) -> int:
-        """How many members the classic group ``group_id`` has (0: none or no group)."""
-        g = await self.groups._group(group_id, create=False)
-        return 0 if g is None or g.state.value == "Dead" else len(g.members)
 
     # -- topics ---------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ URLs choose the implementations: ``--metastore sqlite:///data/meta.db`` or
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -174,6 +174,10 @@ class AgentConfig(BaseSettings):
     )
     consumer_group_heartbeat_interval_ms: int = Field(
         5_000, ge=1, description="KIP-848 groups: heartbeat interval told to members (group.consumer.heartbeat.interval.ms)"
+    )
+    consumer_group_migration_policy: Literal["bidirectional", "upgrade", "downgrade", "disabled"] = Field(
+        "bidirectional",
+        description="Online migration between classic and consumer-protocol groups (group.consumer.migration.policy)",
     )
     offset_metadata_max_bytes: int = Field(4096, ge=0, description="Longest metadata string of a committed offset")
 

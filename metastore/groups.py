@@ -70,6 +70,10 @@ class GroupsMixin(SqlBase):
 
     async def save_group(self, group: GroupRecord) -> None:
         """Insert or replace ``group`` and all of its members in one transaction."""
+        async with self._write() as conn:
+            await self._save_group(conn, group)
+
+    async def _save_group(self, conn: AsyncConnection, group: GroupRecord) -> None:
         values = {
             "group_id": group.group_id,
             "protocol_type": group.protocol_type,
@@ -85,29 +89,26 @@ class GroupsMixin(SqlBase):
             index_elements=[s.groups.c.group_id],
             set_={k: v for k, v in values.items() if k != "group_id"},
         )
-        async with self._write() as conn:
-            await conn.execute(stmt)
+        await conn.execute(stmt)
+        await conn.execute(delete(s.group_members).where(s.group_members.c.group_id == group.group_id))
+        if group.members:
             await conn.execute(
-                delete(s.group_members).where(s.group_members.c.group_id == group.group_id)
+                s.group_members.insert(),
+                [
+                    {
+                        "group_id": group.group_id,
+                        "member_id": mem.member_id,
+                        "group_instance_id": mem.group_instance_id,
+                        "client_id": mem.client_id,
+                        "client_host": mem.client_host,
+                        "session_timeout_ms": mem.session_timeout_ms,
+                        "rebalance_timeout_ms": mem.rebalance_timeout_ms,
+                        "metadata": mem.metadata,
+                        "assignment": mem.assignment,
+                    }
+                    for mem in group.members
+                ],
             )
-            if group.members:
-                await conn.execute(
-                    s.group_members.insert(),
-                    [
-                        {
-                            "group_id": group.group_id,
-                            "member_id": mem.member_id,
-                            "group_instance_id": mem.group_instance_id,
-                            "client_id": mem.client_id,
-                            "client_host": mem.client_host,
-                            "session_timeout_ms": mem.session_timeout_ms,
-                            "rebalance_timeout_ms": mem.rebalance_timeout_ms,
-                            "metadata": mem.metadata,
-                            "assignment": mem.assignment,
-                        }
-                        for mem in group.members
-                    ],
-                )
 
     async def list_groups(self) -> list[GroupListing]:
         """Every persisted group (state and protocol type only), by id."""

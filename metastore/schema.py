@@ -312,6 +312,9 @@ consumer_group_members = Table(
     Column("assigned", Text, nullable=False),
     Column("pending_revocation", Text, nullable=False),
     Column("target", Text, nullable=False),
+    # JSON {"session_timeout_ms", "protocols": [[name, base64 metadata]]} of a
+    # classic-protocol member of a consumer group (migration 0013), else NULL.
+    Column("classic", Text, nullable=True),
 )
 
 # Parquet objects written by the compactor and the offset range each holds per

@@ -264,6 +264,11 @@ class ConsumerMemberRecord:
     assigned: dict[uuid.UUID, list[int]]
     pending_revocation: dict[uuid.UUID, list[int]]
     target: dict[uuid.UUID, list[int]]
+    # A member that joined with the classic protocol (JoinGroup) into a consumer
+    # group (online migration): its session timeout and its (name, metadata)
+    # protocols; None for a consumer-protocol member.
+    classic_session_timeout_ms: int | None = None
+    classic_protocols: list[tuple[str, bytes]] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -91,6 +91,7 @@ class GroupCoordinator:
         self.timers = Timers(clock)
         self._groups: dict[str, Group] = {}
         self._load_locks: dict[str, asyncio.Lock] = {}
+        self._handed_over: set[str] = set()  # upgraded; the consumer row is not written yet
 
     def start(self) -> None:
         self.timers.start()
@@ -113,7 +114,7 @@ class GroupCoordinator:
 
     async def _group(self, group_id: str, *, create: bool) -> Group | None:
         g = self._groups.get(group_id)
-        if g is not None:
+        if g is not None or group_id in self._handed_over:
             return g
         # One load per group id at a time (the lock only saves duplicate reads);
         # whoever stores the group first wins, so there is never a second copy.
@@ -123,7 +124,9 @@ class GroupCoordinator:
             if g is None:
                 rec = await self.meta.load_group(group_id)
                 g = self._groups.get(group_id)  # stored by someone else meanwhile?
-                if g is None and rec is not None:
+                if group_id in self._handed_over:
+                    g = None
+                elif g is None and rec is not None:
                     g = self._groups[group_id] = Group.from_record(rec)
                     self._adopt(g)
                 elif g is None and create:
@@ -692,6 +695,52 @@ class GroupCoordinator:
             log.warning("delete of group %r failed: %s", group_id, e)
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         return ErrorCode.NONE
+
+    # -- online migration (the consumer-group coordinator's side) --------------------
+
+    async def group_for_migration(self, group_id: str) -> Group | None:
+        """The non-empty classic group ``group_id`` an upgrade would convert, or None."""
+        g = await self._group(group_id, create=False)
+        return g if g is not None and g.state is not DEAD and g.members else None
+
+    def hand_over(self, group_id: str) -> None:
+        """The group became a consumer group (upgrade): members waiting in the
+        barrier get REBALANCE_IN_PROGRESS (they rejoin, now to the consumer
+        group), the clocks stop, and this coordinator forgets the group (the
+        caller empties its row in the same transaction as the consumer group)."""
+        g = self._groups.pop(group_id, None)
+        if g is None:
+            return
+        self._handed_over.add(group_id)
+        for m in g.members.values():
+            _resolve(m.join_future, JoinResult(ErrorCode.REBALANCE_IN_PROGRESS, m.member_id))
+            _resolve(m.sync_future, SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
+            m.join_future = m.sync_future = None
+            self.timers.cancel(("session", group_id, m.member_id))
+        for member_id in g.pending_members:
+            self.timers.cancel(("pending", group_id, member_id))
+        self.timers.cancel(("join", group_id))
+        g.state = DEAD
+        g.dirty = False
+
+    def migration_done(self, group_id: str) -> None:
+        """The upgrade is in the metastore (or abandoned): load the id normally again."""
+        self._handed_over.discard(group_id)
+
+    def adopt(self, g: Group) -> None:
+        """A consumer group became this classic group (downgrade): its members
+        keep their assignments and are asked to rejoin (a rebalance starts)."""
+        g.state = STABLE
+        self._handed_over.discard(g.group_id)
+        self._groups[g.group_id] = g
+        for m in g.members.values():
+            self._touch(g, m)
+        self._prepare_rebalance(g, "downgraded from a consumer group")
+
+    def persist(self, g: Group) -> None:
+        """Write the group's latest state (after the downgrade's own write)."""
+        if self._groups.get(g.group_id) is g:
+            self._persist(g)
 
     def group_state(self, group_id: str) -> Group | None:
         """The in-memory group (tests and diagnostics)."""

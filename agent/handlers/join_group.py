@@ -9,7 +9,9 @@ outside the agent's ``group_min/max_session_timeout_ms`` get
 INVALID_SESSION_TIMEOUT; v0 (no rebalance timeout) uses the session timeout as
 rebalance timeout. The leader gets every member's metadata for the chosen
 protocol; the others an empty list. ``skip_assignment`` (v9) is set only for a
-static leader that rejoined without changes.
+static leader that rejoined without changes. For a (non-empty) KIP-848
+consumer group of that id the consumer-group coordinator answers (a classic
+member of a consumer group: its member epoch as generation, no leader).
 
 Versions: 0-9 (v6+ flexible). Min 0 for old librdkafka.
 """
@@ -74,10 +76,12 @@ async def handle(broker: Broker, ctx: RequestContext, req: JoinGroupRequest) -> 
     )
 
     async def run() -> JoinGroupResponse:
-        refused = await broker.consumer_groups.classic_join(join.group_id)  # KIP-848 group of this id?
-        if refused is not None:
-            return _response(JoinResult(refused, join.member_id), v)
-        return _response(await broker.groups.join(join), v)
+        cfg = broker.groups.config
+        if join.group_id and not cfg.min_session_timeout_ms <= join.session_timeout_ms <= cfg.max_session_timeout_ms:
+            return _response(JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, join.member_id), v)
+        # A consumer group of this id answers classic members itself (online migration).
+        res = await broker.consumer_groups.classic_join(join)
+        return _response(res if res is not None else await broker.groups.join(join), v)
 
     # A task, not a bare coroutine: the member must enter the barrier now, even
     # while earlier responses of this connection are still pending.

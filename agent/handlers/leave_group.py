@@ -30,11 +30,12 @@ async def handle(broker: Broker, ctx: RequestContext, req: LeaveGroupRequest) ->
     v = ctx.header.api_version
     if not allowed(broker, ctx, Op.READ, RT.GROUP, req.group_id):
         return LeaveGroupResponse(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, members=[])
+    wanted = [(req.member_id, None)] if v < 3 else [(m.member_id, m.group_instance_id) for m in req.members]
+    # Classic members of a KIP-848 consumer group leave through its coordinator.
+    left = await broker.consumer_groups.classic_leave(req.group_id, wanted)
+    top, errors = left if left is not None else await broker.groups.leave(req.group_id, wanted)
     if v < 3:
-        top, errors = await broker.groups.leave(req.group_id, [(req.member_id, None)])
         return LeaveGroupResponse(throttle_time_ms=0, error_code=int(top or errors[0]))
-    wanted = [(m.member_id, m.group_instance_id) for m in req.members]
-    top, errors = await broker.groups.leave(req.group_id, wanted)
     return LeaveGroupResponse(
         throttle_time_ms=0,
         error_code=int(top),

@@ -6,7 +6,9 @@ get an empty assignment), moves the group to Stable and answers every waiting
 member. Followers wait (a deferred response) until the leader has synced. Stale
 generations get ILLEGAL_GENERATION, unknown members UNKNOWN_MEMBER_ID, a group
 that started another rebalance REBALANCE_IN_PROGRESS; v5 protocol type/name
-must match the group's (INCONSISTENT_GROUP_PROTOCOL).
+must match the group's (INCONSISTENT_GROUP_PROTOCOL). A classic member of a
+KIP-848 consumer group gets its current assignment from the consumer-group
+coordinator at once (REBALANCE_IN_PROGRESS when it must rejoin first).
 
 Versions: 0-5 (v4+ flexible). Min 0 for old librdkafka.
 """
@@ -35,7 +37,10 @@ async def handle(broker: Broker, ctx: RequestContext, req: SyncGroupRequest) -> 
     assignments = {a.member_id: bytes(a.assignment) for a in req.assignments}
 
     async def run() -> SyncGroupResponse:
-        res = await broker.groups.sync(
+        res = await broker.consumer_groups.classic_sync(
+            req.group_id, req.generation_id, req.member_id, req.group_instance_id if v >= 3 else None,
+            req.protocol_type if v >= 5 else None, req.protocol_name if v >= 5 else None,
+        ) or await broker.groups.sync(
             req.group_id,
             req.generation_id,
             req.member_id,

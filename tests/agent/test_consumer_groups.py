@@ -266,20 +266,17 @@ async def test_takeover_continues_at_same_epoch(meta: Metastore, clock: ManualCl
     await second.close()
 
 
-async def test_classic_conversion_rules(meta: Metastore, clock: ManualClock) -> None:
-    classic = {"busy": 2, "idle": 0}
+async def test_empty_group_conversion_rules(meta: Metastore, clock: ManualClock) -> None:
+    """An empty consumer group gives its id to a classic JoinGroup (the non-empty
+    cases, online migration, are in test_group_migration.py)."""
+    from agent.groups.coordinator import JoinRequest
 
-    async def members(gid: str) -> int:
-        return classic.get(gid, 0)
-
-    c = ConsumerGroupCoordinator(meta, clock, meta.list_topics, classic_members=members)
-    hb = Heartbeat("busy", "m", 0, rebalance_timeout_ms=1000, subscribed_topic_names=["a"])
-    assert (await c.heartbeat(hb)).error == E.GROUP_ID_NOT_FOUND
+    c = ConsumerGroupCoordinator(meta, clock, meta.list_topics)
     hb = Heartbeat("idle", "m", 0, rebalance_timeout_ms=1000, subscribed_topic_names=["a"])
-    assert (await c.heartbeat(hb)).error == E.NONE  # an empty classic group converts
-    assert await c.classic_join("idle") == E.INCONSISTENT_GROUP_PROTOCOL
+    assert (await c.heartbeat(hb)).error == E.NONE
     await c.heartbeat(Heartbeat("idle", "m", -1))
-    assert await c.classic_join("idle") is None  # empty: converted back to classic
+    join = JoinRequest("idle", "", None, "c", "/h", 10_000, 10_000, "consumer", [("range", b"")])
+    assert await c.classic_join(join) is None  # empty: converted back to classic
     assert await c.group("idle") is None and await meta.load_consumer_group("idle") is None
     await c.close()
 

@@ -79,3 +79,37 @@ async def test_two_groups_do_not_mix(ms: Metastore) -> None:
     await ms.save_consumer_group(ConsumerGroupRecord("x", 2, 2, "uniform", {"a": 1}, []))
     y = await ms.load_consumer_group("y")
     assert y is not None and [m.member_id for m in y.members] == ["m"] and (y.group_epoch, y.assignment_epoch) == (2, 1)
+
+
+async def test_classic_members_and_protocol_switch(ms: Metastore) -> None:
+    """Online migration (issue 16): a classic-protocol member of a consumer group
+    keeps its session timeout and protocols; ``switch_group_protocol`` moves the
+    group between the two tables in one transaction, offsets untouched."""
+    from dataclasses import replace
+
+    from metastore.types import GroupMemberRecord, GroupRecord
+
+    topic = (await ms.create_topic("sw", 1)).topic
+    assert topic is not None
+    await ms.commit_offsets("sw", [GroupOffset(topic.id, 0, 7, -1, "", 1, None)])
+    classic = replace(member("c1", 4), classic_session_timeout_ms=45_000, classic_protocols=[("range", b"\x00\x01ab"), ("coop", b"")])
+    consumer = member("n1", 5)
+    # upgrade: the classic row emptied, the consumer group with both members
+    emptied = GroupRecord("sw", "Empty", 4, "consumer", None, None, [], "agent-a")
+    await ms.switch_group_protocol(emptied, ConsumerGroupRecord("sw", 5, 5, "uniform", {"a": 1}, [classic, consumer]))
+    got = await ms.load_consumer_group("sw")
+    assert got is not None and got.members == [classic, consumer]
+    assert got.members[0].classic_protocols == [("range", b"\x00\x01ab"), ("coop", b"")]
+    assert got.members[1].classic_session_timeout_ms is None and got.members[1].classic_protocols is None
+    old = await ms.load_group("sw")
+    assert old is not None and old.members == [] and old.state == "Empty"
+    # downgrade: the classic group back with its member, the consumer group gone
+    back = GroupRecord(
+        "sw", "PreparingRebalance", 6, "consumer", "range", "c1",
+        [GroupMemberRecord("c1", None, "client-c1", "/10.0.0.1", 45_000, 300_000, b"\x00\x01ab", b"")], "agent-a",
+    )  # fmt: skip
+    await ms.switch_group_protocol(back, None)
+    assert await ms.load_consumer_group("sw") is None
+    again = await ms.load_group("sw")
+    assert again is not None and again.generation == 6 and [m.member_id for m in again.members] == ["c1"]
+    assert [o.offset for o in await ms.fetch_offsets("sw")] == [7]

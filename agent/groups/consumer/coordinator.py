@@ -12,6 +12,11 @@ bumps the group epoch, (3) recomputes the target assignment when the group
 epoch passed the assignment epoch (:mod:`.assignors`), (4) moves the member one
 step towards its target (:func:`.model.next_assignment`).
 
+Classic-protocol members (online migration, issue 16) are served by the base
+class :class:`.classic.ClassicMembers`: the first ConsumerGroupHeartbeat to a
+non-empty classic group upgrades it, and when the last consumer-protocol member
+leaves a group of classic members it is downgraded back (:mod:`.migration`).
+
 Deadlines on the injectable clock (:class:`agent.groups.timers.Timers`): a
 member not heard from for the session timeout is removed (a static member that
 left with epoch -2 keeps its partitions until then); a member that has not
@@ -27,9 +32,12 @@ import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from agent.clock import Clock
 from agent.groups.consumer.assignors import ASSIGNORS, DEFAULT_ASSIGNOR, Assignment, TopicMeta
+from agent.groups.consumer.classic import ClassicMembers
+from agent.groups.consumer.migration import MigrationPolicy
 from agent.groups.consumer.model import (
     LEAVE_EPOCH,
     STATIC_LEAVE_EPOCH,
@@ -45,7 +53,10 @@ from agent.groups.consumer.subscriptions import check_regex, resolve
 from agent.groups.timers import Timers
 from kafka_protocol.errors import ErrorCode
 from metastore import Metastore, MetastoreError
-from metastore.types import TopicInfo
+from metastore.types import GroupRecord, TopicInfo
+
+if TYPE_CHECKING:
+    from agent.groups.coordinator import GroupCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +68,7 @@ class ConsumerGroupConfig:
     max_size: int = 2**31 - 1  # group.consumer.max.size
     agent_id: str | None = None
     metrics_interval_s: float = 10.0  # per-group lag on /metrics (0: off)
+    migration_policy: MigrationPolicy = MigrationPolicy.BIDIRECTIONAL  # group.consumer.migration.policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +135,7 @@ def validate(hb: Heartbeat) -> HeartbeatResult | None:
     return None
 
 
-class ConsumerGroupCoordinator:
+class ConsumerGroupCoordinator(ClassicMembers):
     def __init__(
         self,
         meta: Metastore,
@@ -131,7 +143,7 @@ class ConsumerGroupCoordinator:
         topics: Callable[[], Awaitable[list[TopicInfo]]],
         config: ConsumerGroupConfig | None = None,
         owns: Callable[[str], bool] = lambda _g: True,
-        classic_members: Callable[[str], Awaitable[int]] | None = None,
+        classic: GroupCoordinator | None = None,
     ) -> None:
         self.meta = meta
         self.clock = clock
@@ -139,7 +151,9 @@ class ConsumerGroupCoordinator:
         self.owns = owns
         self._topics_source = topics
         self._topics: tuple[float, dict[str, TopicMeta]] | None = None
-        self._classic_members = classic_members
+        self.classic = classic  # the classic coordinator, for online upgrades and downgrades
+        self._switching: dict[str, GroupRecord] = {}  # upgraded, classic row not yet emptied
+        self._downgrades: dict[str, asyncio.Task[None]] = {}
         self.timers = Timers(clock)
         self._groups: dict[str, ConsumerGroup] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -176,24 +190,31 @@ class ConsumerGroupCoordinator:
 
     async def _load(self, group_id: str) -> ConsumerGroup | None:
         g = self._groups.get(group_id)
+        if g is None and group_id in self._downgrades:
+            return None  # a classic group now; its consumer row is being removed
         if g is None:
             rec = await self.meta.load_consumer_group(group_id)
             g = self._groups.get(group_id)
-            if g is None and rec is not None:
+            if g is None and rec is not None and group_id not in self._downgrades:
                 g = self._groups[group_id] = ConsumerGroup.from_record(rec)
                 for m in g.members.values():  # a takeover: the clocks start now
                     self._touch(g, m)
-                    if m.state is MemberState.UNREVOKED:
+                    if m.state is MemberState.UNREVOKED and not m.classic:
                         self._arm_rebalance(g, m)
         return g
 
     def release(self, group_id: str) -> None:
         """Forget the in-memory group (another agent owns it now)."""
         g = self._groups.pop(group_id, None)
+        if self._switching.pop(group_id, None) is not None and self.classic is not None:
+            self.classic.migration_done(group_id)
         if g is not None:
             for m in g.members.values():
-                self.timers.cancel(("session", group_id, m.member_id))
-                self.timers.cancel(("rebalance", group_id, m.member_id))
+                self._cancel_timers(g, m.member_id)
+
+    def _cancel_timers(self, g: ConsumerGroup, member_id: str) -> None:
+        for kind in ("session", "rebalance", "join", "sync"):
+            self.timers.cancel((kind, g.group_id, member_id))
 
     def release_unowned(self) -> None:
         """The ring changed: forget the groups another agent owns now (a later
@@ -205,7 +226,13 @@ class ConsumerGroupCoordinator:
         async with self._lock(g.group_id):
             if self._groups.get(g.group_id) is not g:
                 return
-            if g.dead:
+            switching = self._switching.get(g.group_id)
+            if switching is not None:  # an upgrade: the classic row is emptied in the same transaction
+                await self.meta.switch_group_protocol(switching, None if g.dead else g.to_record(self.config.agent_id))
+                self._switching.pop(g.group_id, None)
+                if self.classic is not None:
+                    self.classic.migration_done(g.group_id)
+            elif g.dead:
                 await self.meta.delete_consumer_group(g.group_id)
             else:
                 await self.meta.save_consumer_group(g.to_record(self.config.agent_id))
@@ -232,7 +259,8 @@ class ConsumerGroupCoordinator:
 
     def _touch(self, g: ConsumerGroup, m: Member) -> None:
         key = ("session", g.group_id, m.member_id)
-        self.timers.schedule(key, self.config.session_timeout_ms / 1000, lambda: self._expire(g, m.member_id, "session timeout"))
+        timeout_ms = m.classic_session_timeout_ms or self.config.session_timeout_ms
+        self.timers.schedule(key, timeout_ms / 1000, lambda: self._expire(g, m.member_id, "session timeout"))
 
     def _arm_rebalance(self, g: ConsumerGroup, m: Member) -> None:
         key = ("rebalance", g.group_id, m.member_id)
@@ -251,6 +279,9 @@ class ConsumerGroupCoordinator:
             self.release(g.group_id)
             return
         log.info("consumer group %r: member %s removed (%s)", g.group_id, member_id, why)
+        if self._should_downgrade(g, member_id):
+            self._downgrade(g, member_id)
+            return
         self._remove(g, member_id)
         self._save_later(g)
 
@@ -258,8 +289,7 @@ class ConsumerGroupCoordinator:
         m = g.members.pop(member_id)
         if m.instance_id is not None and g.static_members.get(m.instance_id) == member_id:
             del g.static_members[m.instance_id]
-        self.timers.cancel(("session", g.group_id, member_id))
-        self.timers.cancel(("rebalance", g.group_id, member_id))
+        self._cancel_timers(g, member_id)
         g.group_epoch += 1
 
     # -- the heartbeat ------------------------------------------------------------------
@@ -277,12 +307,16 @@ class ConsumerGroupCoordinator:
             if g is None:
                 if hb.member_epoch != 0:
                     return _err(ErrorCode.UNKNOWN_MEMBER_ID, f"Group {hb.group_id} has no member {hb.member_id}.")
-                if self._classic_members is not None and await self._classic_members(hb.group_id) > 0:
-                    return _err(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {hb.group_id} is not a consumer group.")
-                g = self._groups.setdefault(hb.group_id, ConsumerGroup(hb.group_id))
+                upgraded = await self._upgrade(hb.group_id, topics)  # a non-empty classic group of this id?
+                if isinstance(upgraded, int):
+                    return _err(upgraded, f"Group {hb.group_id} is not a consumer group.")
+                g = upgraded or self._groups.setdefault(hb.group_id, ConsumerGroup(hb.group_id))
             before = g.to_record(None)
             result = self._heartbeat(g, hb, topics)
-            if g.to_record(None) != before:
+            downgrade = self._downgrades.get(hb.group_id)
+            if downgrade is not None:  # this member's leave made it a classic group
+                await asyncio.shield(downgrade)
+            elif g.to_record(None) != before or hb.group_id in self._switching:
                 await self._save(g)
             return result
         except MetastoreError as e:
@@ -291,6 +325,8 @@ class ConsumerGroupCoordinator:
 
     def _heartbeat(self, g: ConsumerGroup, hb: Heartbeat, topics: dict[str, TopicMeta]) -> HeartbeatResult:
         m = g.members.get(hb.member_id) if hb.member_id else None
+        if m is not None and m.classic and hb.member_epoch != 0:
+            return _err(ErrorCode.UNKNOWN_MEMBER_ID, f"Member {hb.member_id} uses the classic protocol.")
         if hb.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             return self._leave(g, hb, m)
         joined = hb.member_epoch == 0
@@ -359,8 +395,12 @@ class ConsumerGroupCoordinator:
             m = g.members[member_id] = Member(member_id, rebalance_timeout_ms=hb.rebalance_timeout_ms)
             g.group_epoch += 1
         else:
-            # A known member rejoining (after being fenced): it holds nothing now.
+            # A known member rejoining (after being fenced): it holds nothing now
+            # (a classic member switching to the consumer protocol too).
             m.assigned, m.pending_revocation, m.state = {}, {}, MemberState.STABLE
+            m.classic_session_timeout_ms = m.classic_protocols = None
+            self.timers.cancel(("join", g.group_id, m.member_id))
+            self.timers.cancel(("sync", g.group_id, m.member_id))
             m.previous_member_epoch, m.member_epoch = m.member_epoch, 0
         if hb.instance_id is not None:
             g.static_members[hb.instance_id] = member_id
@@ -425,6 +465,8 @@ class ConsumerGroupCoordinator:
                 m.previous_member_epoch = m.member_epoch
             m.member_epoch = STATIC_LEAVE_EPOCH
             self._touch(g, m)
+        elif self._should_downgrade(g, m.member_id):
+            self._downgrade(g, m.member_id)
         else:
             self._remove(g, m.member_id)
         return HeartbeatResult(ErrorCode.NONE, None, hb.member_id, hb.member_epoch, 0, None)
@@ -450,6 +492,8 @@ class ConsumerGroupCoordinator:
         m = g.members.get(member_id)
         if m is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
+        if m.classic:  # a classic member's generation is its member epoch
+            return ErrorCode.NONE if epoch == m.member_epoch else ErrorCode.ILLEGAL_GENERATION
         if version < 9:
             return ErrorCode.UNSUPPORTED_VERSION
         if epoch > m.member_epoch:
@@ -469,24 +513,8 @@ class ConsumerGroupCoordinator:
         if m is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
         if epoch != m.member_epoch:
-            return ErrorCode.STALE_MEMBER_EPOCH
+            return ErrorCode.ILLEGAL_GENERATION if m.classic else ErrorCode.STALE_MEMBER_EPOCH
         return ErrorCode.NONE
-
-    async def classic_join(self, group_id: str) -> int | None:
-        """A classic JoinGroup for ``group_id``: an empty consumer group is converted
-        (dropped, the classic coordinator takes the id); a non-empty one answers
-        INCONSISTENT_GROUP_PROTOCOL (no online downgrade)."""
-        if not group_id or not self.owns(group_id):
-            return None
-        g = await self.group(group_id)
-        if g is None:
-            return None
-        if g.members:
-            return ErrorCode.INCONSISTENT_GROUP_PROTOCOL
-        g.dead = True
-        await self._save(g)
-        self._groups.pop(group_id, None)
-        return None
 
     async def delete(self, group_id: str) -> int | None:
         """DeleteGroups for a consumer group (None: not one); offsets are the caller's."""

@@ -69,6 +69,14 @@ class Member:
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
     target: Assignment = field(default_factory=dict)
+    # A member that joined with the classic protocol (JoinGroup; online
+    # migration): its session timeout and (name, metadata) protocols.
+    classic_session_timeout_ms: int | None = None
+    classic_protocols: list[tuple[str, bytes]] | None = None
+
+    @property
+    def classic(self) -> bool:
+        return self.classic_protocols is not None
 
     def owned(self) -> Assignment:
         """Partitions this member may still hold: assigned plus pending revocation."""
@@ -86,6 +94,7 @@ class Member:
             self.member_epoch, self.previous_member_epoch, self.state.value, self.rebalance_timeout_ms,
             self.server_assignor, list(self.subscribed_topic_names), self.subscribed_topic_regex,
             dump(self.assigned), dump(self.pending_revocation), dump(self.target),
+            self.classic_session_timeout_ms, None if self.classic_protocols is None else list(self.classic_protocols),
         )  # fmt: skip
 
     @classmethod
@@ -98,6 +107,7 @@ class Member:
             r.previous_member_epoch, MemberState(r.state), r.rebalance_timeout_ms, r.server_assignor,
             list(r.subscribed_topic_names), r.subscribed_topic_regex,
             load(r.assigned), load(r.pending_revocation), load(r.target),
+            r.classic_session_timeout_ms, None if r.classic_protocols is None else list(r.classic_protocols),
         )  # fmt: skip
 
 
@@ -183,7 +193,10 @@ def next_assignment(g: ConsumerGroup, m: Member, owned: Assignment | None) -> No
                 add.setdefault(t, set()).add(p)
             else:
                 unreleased = True
-    if revoke:
+    # Kafka's ownsRevokedPartitions: a member that says it no longer holds any of
+    # the partitions to revoke (an eager classic member rejoining) skips the wait.
+    owns_revoked = owned is None or any(p in owned.get(t, set()) for t, ps in revoke.items() for p in ps)
+    if revoke and owns_revoked:
         m.assigned, m.pending_revocation, m.state = keep, revoke, MemberState.UNREVOKED
         return
     for t, ps in add.items():
