@@ -1,5 +1,9 @@
 """The Java 4.1 KafkaConsumer (``group.protocol=consumer``) used by the KIP-848 tests.
 
+``protocol="classic"`` runs the same member with ``group.protocol=classic``
+(JoinGroup/SyncGroup, the default eager range assignor; session 6 s, heartbeat
+0.5 s) for the online-migration tests.
+
 One process is one group member. It logs, one line each, with wall-clock
 milliseconds and its member epoch (``groupMetadata().generationId()`` is the
 member epoch under the consumer protocol):
@@ -46,10 +50,15 @@ public class Member848 {
     public static void main(String[] a) throws Exception {
         String bs = a[0], topic = a[1], group = a[2], name = a[3], assignor = a.length > 4 ? a[4] : "";
         String instance = a.length > 5 ? a[5] : "";
+        String protocol = a.length > 6 && !a[6].isEmpty() ? a[6] : "consumer";
         Properties c = new Properties();
         c.put("bootstrap.servers", bs);
         c.put("group.id", group);
-        c.put("group.protocol", "consumer");
+        c.put("group.protocol", protocol);
+        if (protocol.equals("classic")) {
+            c.put("session.timeout.ms", "6000");
+            c.put("heartbeat.interval.ms", "500");
+        }
         c.put("client.id", name);
         c.put("enable.auto.commit", "false");
         c.put("auto.offset.reset", "earliest");
@@ -125,13 +134,13 @@ public class Member848 {
 class Member:
     def __init__(
         self, java: tuple[str, str], bootstrap: str, name: str, log_dir: Path, topic: str, group: str,
-        assignor: str = "", instance: str = "",
+        assignor: str = "", instance: str = "", protocol: str = "consumer",
     ) -> None:
         self.name = name
         self.path = log_dir / f"{name}.log"
         self.err = log_dir / f"{name}.err"
         cmd = [java[0], "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", java[1], "Member848",
-               bootstrap, topic, group, name, assignor, instance]  # fmt: skip
+               bootstrap, topic, group, name, assignor, instance, protocol]  # fmt: skip
         with self.path.open("w") as out, self.err.open("w") as err:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=err)
         self.killed_at: int | None = None
