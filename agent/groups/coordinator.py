@@ -743,5 +743,6 @@ class GroupCoordinator:
             self._persist(g)
 
     def group_state(self, group_id: str) -> Group | None:
-        """The in-memory group (tests and diagnostics)."""
+        """The in-memory group (tests, diagnostics, and the routing of classic requests
+        between this coordinator and the consumer-group one)."""
         return self._groups.get(group_id)

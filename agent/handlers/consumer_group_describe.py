@@ -69,7 +69,7 @@ async def _describe(broker: Broker, group_id: str) -> Group:
                 subscribed_topic_regex=m.subscribed_topic_regex,
                 assignment=await _assignment(broker, m.assigned),
                 target_assignment=await _assignment(broker, m.target),
-                member_type=1,
+                member_type=0 if m.classic else 1,  # KIP-1099: 0 classic, 1 consumer
             )
         )
     return Group(

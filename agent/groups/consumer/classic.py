@@ -131,6 +131,9 @@ class ClassicMembers:
     ) -> ConsumerGroup | None:
         if not group_id or not self.owns(group_id):
             return None
+        held = self.classic.group_state(group_id) if self.classic is not None else None
+        if held is not None and held.members:
+            return None  # a non-empty classic group in memory: never a consumer group too (no metastore read)
         return await self.group(group_id)
 
     # -- JoinGroup ------------------------------------------------------------------
