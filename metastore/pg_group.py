@@ -41,6 +41,34 @@ BEGIN_SQL = (
     "$14::bigint[], $15::smallint[], $16::integer[])"
 )
 
+# The optimistic path (migration 0013): the object rows first (a key already
+# registered, or repeated in the group, gets NULL), then the COPY at the expected
+# offsets, then the seal that locks, checks and updates the partitions.
+OBJECTS_SQL = """
+WITH u AS (
+    SELECT * FROM unnest($2::text[], $4::text[], $3::bigint[], $5::boolean[])
+           WITH ORDINALITY AS u(key, agent_id, size, empty, ord)
+), ins AS (
+    INSERT INTO objects (key, agent_id, size, state, created_at, deleting_since)
+    SELECT u.key, u.agent_id, u.size, CASE WHEN u.empty THEN 'deleting' ELSE 'live' END,
+           $1::bigint, CASE WHEN u.empty THEN $1::bigint END
+      FROM u
+     ORDER BY u.key, u.ord  -- concurrent groups take key locks in one order
+    ON CONFLICT (key) DO NOTHING
+    RETURNING id, key
+)
+SELECT array_agg(x.id ORDER BY u.ord)
+  FROM u
+  LEFT JOIN ins x ON x.key = u.key
+                 AND u.ord = (SELECT min(v.ord) FROM u v WHERE v.key = u.key)
+"""
+
+SEAL_SQL = (
+    "SELECT fast, log_start_offsets FROM floe_group_seal($1::bigint, $2::uuid[], $3::integer[], "
+    "$4::bigint[], $5::bigint[], $6::bigint[], $7::integer[], $8::integer[], $9::bigint[], "
+    "$10::integer[], $11::bigint[], $12::smallint[], $13::integer[])"
+)
+
 GENERAL_SQL = (
     "SELECT object_ids, high_watermarks, log_start_offsets, errors, base_offsets "
     "FROM floe_commit_objects($1::bigint, $2::text[], $3::bigint[], $4::text[], $5::integer[], "
@@ -139,6 +167,15 @@ class GroupCommit:
             [self.cols[9][i] for i in s.tolist()],
             [self.cols[10][i] for i in s.tolist()],
         ]
+
+    def objects_args(self) -> list[Any]:
+        return self.begin_args()[:4]
+
+    def seal_args(self, expected: list[int]) -> list[Any]:
+        """``floe_group_seal``'s arguments: ``begin_args`` without the objects, with
+        the expected high watermarks after the partitions."""
+        args = self.begin_args()
+        return [args[4], args[5], expected, *args[6:]]
 
     def prepare_rows(self) -> None:
         """Lay out the COPY rows except offsets and object ids (before any lock is

@@ -19,15 +19,24 @@ import contextlib
 import io
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from operator import attrgetter
 from typing import Any
 
 import asyncpg
 
 from metastore.base import Clock
 from metastore.engine import asyncpg_dsn, create_engine
+from metastore.expected_hwm import ExpectedWatermarks
 from metastore.log import DEFAULT_MAX_BATCHES
-from metastore.pg_group import BATCH_COLUMNS, BEGIN_SQL, GENERAL_SQL, GroupCommit
+from metastore.pg_group import (
+    BATCH_COLUMNS,
+    BEGIN_SQL,
+    GENERAL_SQL,
+    OBJECTS_SQL,
+    SEAL_SQL,
+    GroupCommit,
+)
 from metastore.sql import SqlMetastore
 from metastore.types import (
     BatchLocation,
@@ -96,6 +105,7 @@ SELECT w.i, p.log_start_offset, p.high_watermark, x.key, x.byte_pos, x.byte_len,
 # Groups with fewer batches take the one-call general path: the fast path's
 # extra round trips (BEGIN, COPY, COMMIT) cost more than they save below this.
 COPY_MIN_BATCHES = 512
+_UUID_INT = attrgetter("int")
 
 _CODES = {code.value: code for code in ErrorCode}
 _EMPTY_COLUMNS: list[tuple[Any, ...]] = [() for _ in BatchToCommit._fields]
@@ -104,6 +114,13 @@ _EMPTY_COLUMNS: list[tuple[Any, ...]] = [() for _ in BatchToCommit._fields]
 async def _reset(con: asyncpg.Connection) -> None:
     if con.is_in_transaction():
         await con.execute("ROLLBACK")
+
+
+async def _rollback_if_open(con: asyncpg.Connection) -> None:
+    """Declined or failed: nothing of the transaction stays."""
+    if not con.is_closed() and con.is_in_transaction():
+        with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+            await con.execute("ROLLBACK")
 
 
 
@@ -130,6 +147,7 @@ class PostgresMetastore(SqlMetastore):
         self._dsn = asyncpg_dsn(url)
         self._pool_size = pool_size
         self._pool: asyncpg.Pool | None = None
+        self._expected = ExpectedWatermarks()  # the optimistic group commit's hints
 
     async def start(self) -> PostgresMetastore:
         try:
@@ -164,23 +182,54 @@ class PostgresMetastore(SqlMetastore):
         return res.results
 
     async def commit_objects(self, objects: Sequence[ObjectToCommit]) -> list[ObjectCommitResult]:
-        """The whole group in one transaction: the fast path (``floe_group_begin`` +
-        one COPY of the batch rows), else the general ``floe_commit_objects``."""
+        """The whole group in one transaction: optimistically (the rows COPYed at the
+        expected offsets, then ``floe_group_seal``), else the fast path
+        (``floe_group_begin`` + one COPY of the batch rows), else the general
+        ``floe_commit_objects``."""
         if any(b.producer_id >= 0 and b.base_sequence < 0 for o in objects for b in o.batches):
             # Transaction markers (rare): the generic SQL sequencer knows them; it
             # locks the same partition rows in the same order as the functions.
-            return await super().commit_objects(objects)
+            keys = list({(b.topic_id.int, b.partition) for o in objects for b in o.batches})
+            self._expected.forget(keys)
+            try:
+                return await super().commit_objects(objects)
+            finally:
+                self._expected.forget(keys)
         now = self.now_ms()
         n = sum(len(o.batches) for o in objects)
-        try:
-            async with self._require_pool().acquire() as con:
-                if len(objects) == 1 and n < COPY_MIN_BATCHES:
-                    # one small object: migration 0002's function is the leanest
-                    return [await self._commit_one(con, objects[0], now)]
-                group = GroupCommit(objects)
-                if n < COPY_MIN_BATCHES:  # one round trip beats BEGIN + COPY + COMMIT
+        if n < COPY_MIN_BATCHES:
+            keys = list({(b.topic_id.int, b.partition) for o in objects for b in o.batches})
+            self._expected.forget(keys)
+            try:
+                async with self._acquire() as con:
+                    if len(objects) == 1:
+                        # one small object: migration 0002's function is the leanest
+                        return [await self._commit_one(con, objects[0], now)]
+                    # one round trip beats BEGIN + COPY + COMMIT
+                    group = GroupCommit(objects)
                     row = await con.fetchrow(GENERAL_SQL, now, *group.general_args())
                     return group.general_results(row, now)
+            finally:
+                self._expected.forget(keys)
+        group = GroupCommit(objects)
+        keys = list(zip(map(_UUID_INT, group.t_topic), group.t_part, strict=True))
+        sizes = group.t_size.tolist()
+        expected = self._expected.plan(keys, sizes)
+        if expected is not None:
+            try:
+                async with self._acquire() as con:
+                    results = await self._commit_optimistic(con, group, expected, now)
+            except BaseException:
+                self._expected.miss(keys)
+                raise
+            if results is not None:
+                self._expected.hit()
+                return results
+            self._expected.miss(keys)
+            self._expected.plan(keys, sizes)  # (pausing now) the ordinary way, marked busy
+        before: list[int] | None = None
+        try:
+            async with self._acquire() as con:
                 group.prepare_rows()
                 await con.execute("BEGIN")
                 try:
@@ -193,18 +242,50 @@ class PostgresMetastore(SqlMetastore):
                                 format="binary",
                             )
                         await con.execute("COMMIT")
-                        return group.fast_results(
-                            row["high_watermarks"] or [], row["log_start_offsets"] or [], now
-                        )
+                        before = list(row["high_watermarks"] or [])
+                        return group.fast_results(before, row["log_start_offsets"] or [], now)
                 finally:
-                    if not con.is_closed() and con.is_in_transaction():
-                        # declined or failed: nothing of it stays
-                        with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
-                            await con.execute("ROLLBACK")
+                    await _rollback_if_open(con)
                 row = await con.fetchrow(GENERAL_SQL, now, *group.general_args())
                 return group.general_results(row, now)
+        finally:
+            self._expected.release(keys, before, sizes)
+
+    async def _commit_optimistic(
+        self, con: asyncpg.Connection, group: GroupCommit, expected: list[int], now: int
+    ) -> list[ObjectCommitResult] | None:
+        """Objects, COPY at ``expected``, seal, COMMIT; ``None`` (rolled back) when
+        an object key is taken or the seal declines."""
+        group.prepare_rows()
+        await con.execute("BEGIN")
+        try:
+            ids = await con.fetchval(OBJECTS_SQL, now, *group.objects_args())
+            if ids is None or None in ids:
+                return None
+            if group.n:
+                rows = group.copy_rows(ids, expected, now)
+                await con.copy_to_table(
+                    "batches", source=io.BytesIO(rows), columns=BATCH_COLUMNS, format="binary"
+                )
+            row = await con.fetchrow(SEAL_SQL, now, *group.seal_args(expected))
+            if not row["fast"]:
+                return None
+            await con.execute("COMMIT")
+            return group.fast_results(expected, row["log_start_offsets"] or [], now)
+        except (asyncpg.UniqueViolationError, asyncpg.DeadlockDetectedError):
+            # rows at the expected offsets exist (someone else wrote there), or this
+            # group and another writer's waited on each other: the ordinary way
+            return None
+        finally:
+            await _rollback_if_open(con)
+
+    @contextlib.asynccontextmanager
+    async def _acquire(self) -> AsyncIterator[asyncpg.Connection]:
+        try:
+            async with self._require_pool().acquire() as con:
+                yield con
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
-            raise MetastoreError(f"group commit of {len(objects)} objects failed: {e}") from e
+            raise MetastoreError(f"group commit failed: {e}") from e
 
     async def _commit_one(
         self, con: asyncpg.Connection, obj: ObjectToCommit, now: int

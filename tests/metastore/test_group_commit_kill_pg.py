@@ -5,7 +5,8 @@ with idempotent producers) through one ``GroupCommitter`` (what ``floe
 metastore serve`` runs) while a killer terminates the sequencer's backend
 (``pg_terminate_backend``) whenever it is inside a group commit: in
 ``floe_group_begin``, the COPY of the batch rows, the general function or
-before COMMIT. A killed group fails as a whole and is retried call by call;
+before COMMIT, and in the optimistic path (migration 0013: the object rows, the
+COPY at the expected offsets, ``floe_group_seal``). A killed group fails as a whole and is retried call by call;
 callers whose commit fails retry (as the agent's pipeline does: an object that
 did land is not acknowledged again). Afterwards every partition's batches must
 tile ``[0, high watermark)`` exactly, and every acknowledged batch must be
@@ -98,6 +99,7 @@ async def test_killed_sequencer_session_loses_no_acknowledged_batch(postgres_url
                     "SELECT pid, query FROM pg_stat_activity WHERE datname = $1 AND state <> 'idle' "
                     "AND pid <> pg_backend_pid() AND (query LIKE '%floe_group_begin%' "
                     "OR query LIKE '%floe_commit_objects%' OR query LIKE 'COPY%' "
+                    "OR query LIKE '%floe_group_seal%' OR query LIKE '%INSERT INTO objects%' "
                     "OR state = 'idle in transaction')",
                     database,
                 )
@@ -117,6 +119,7 @@ async def test_killed_sequencer_session_loses_no_acknowledged_batch(postgres_url
         await committer.close()
         await meta.close()
     assert len(kills) >= 3, kills  # the sessions were really killed mid-commit
+    assert meta._expected.hits > 0  # the optimistic path committed groups too
 
     con = await asyncpg.connect(dsn)
     try:
