@@ -82,6 +82,14 @@ async def _serve(args: argparse.Namespace, url: str) -> None:
         max_request_bytes=args.max_request_bytes,
     )
     print(f"floe metastore serving {url.split('@')[-1]} on http://{args.host}:{port}", flush=True)
+    # The agent's runtime tuning (issue 13): a group commit of 1,000-partition objects
+    # allocates ~10 objects per batch (16,000 batches a group), and with CPython's
+    # default GC threshold the collections they trigger re-scanned the heap several
+    # times per group (issue 18: the results of a 16-object group took longer to build
+    # than its COPY took the server).
+    from agent.server import tune_runtime
+
+    tune_runtime()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

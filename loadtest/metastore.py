@@ -41,6 +41,7 @@ from typing import Any
 
 import asyncpg
 
+from agent.server import tune_runtime
 from metastore import BatchToCommit, ObjectToCommit, open_metastore
 from metastore.engine import asyncpg_dsn
 from metastore.group_commit import GroupCommitter
@@ -313,6 +314,7 @@ async def bench(
         topics[path] = created.topic.id
     meta = await open_metastore(url, auto_migrate=False, pool_size=2)
     assert isinstance(meta, PostgresMetastore)
+    tune_runtime()  # as `floe metastore serve` (and an agent) runs: GC threshold, switch interval
     print(
         f"floe metastore commit benchmark ({'idempotent' if idempotent else 'plain'} batches, "
         f"{duration:.0f}s per path and scenario, {ROUNDS} alternating rounds)"
