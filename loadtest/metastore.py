@@ -290,7 +290,7 @@ async def run_scenario(
         await committer.close()
         if memory_committer is not None:
             await memory_committer.close()
-    hints = meta._expected  # the optimistic path (migration 0013): groups sealed / declined
+    hints = meta._expected  # the optimistic path (migration 0014): groups sealed / declined
     outcomes["group (rows)"].label += (
         f" [{committer.objects / max(1, committer.groups):.1f}/group, opt {hints.hits}/{hints.declined}]"
     )

@@ -3,7 +3,7 @@
 Where it sits: inside ``PostgresMetastore.commit_objects`` (the process that
 runs the group commit: an agent, or ``floe metastore serve`` for many agents).
 When every partition a group touches has an expected high watermark here, the
-group is committed optimistically (migration 0013): its batch rows are COPYed
+group is committed optimistically (migration 0014): its batch rows are COPYed
 at those offsets *before* any partition lock is taken, so the COPY overlaps the
 previous group's commit, and ``floe_group_seal`` then checks the expectation
 under the locks. The expectation is advanced as soon as the group is planned

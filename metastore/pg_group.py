@@ -41,7 +41,7 @@ BEGIN_SQL = (
     "$14::bigint[], $15::smallint[], $16::integer[])"
 )
 
-# The optimistic path (migration 0013): the object rows first (a key already
+# The optimistic path (migration 0014): the object rows first (a key already
 # registered, or repeated in the group, gets NULL), then the COPY at the expected
 # offsets, then the seal that locks, checks and updates the partitions.
 OBJECTS_SQL = """

@@ -5,7 +5,7 @@ with idempotent producers) through one ``GroupCommitter`` (what ``floe
 metastore serve`` runs) while a killer terminates the sequencer's backend
 (``pg_terminate_backend``) whenever it is inside a group commit: in
 ``floe_group_begin``, the COPY of the batch rows, the general function or
-before COMMIT, and in the optimistic path (migration 0013: the object rows, the
+before COMMIT, and in the optimistic path (migration 0014: the object rows, the
 COPY at the expected offsets, ``floe_group_seal``). A killed group fails as a whole and is retried call by call;
 callers whose commit fails retry (as the agent's pipeline does: an object that
 did land is not acknowledged again). Afterwards every partition's batches must
@@ -111,7 +111,7 @@ async def test_killed_sequencer_session_loses_no_acknowledged_batch(postgres_url
             await con.close()
 
     # Every partition once, before the killer starts: the sequencer then knows every
-    # high watermark, so the first groups take the optimistic path (migration 0013).
+    # high watermark, so the first groups take the optimistic path (migration 0014).
     warm = [BatchToCommit(topic.id, p, 0, 10, 1, 0, 0, 0, -1, -1, -1) for p in range(PARTITIONS)]
     (res,) = await committer.commit_objects([ObjectToCommit("warm", 10, "a", warm)])
     acked.extend((p, r.base_offset, r.base_offset) for p, r in enumerate(res.results))

@@ -1,4 +1,4 @@
-"""The optimistic group commit on Postgres (migration 0013, metastore/expected_hwm.py).
+"""The optimistic group commit on Postgres (migration 0014, metastore/expected_hwm.py).
 
 A sequencer that knows the high watermarks its groups leave behind COPYs the
 next group's rows at the expected offsets before taking any partition lock;

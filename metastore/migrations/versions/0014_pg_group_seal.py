@@ -22,8 +22,8 @@ Arguments as ``floe_group_begin``'s from ``p_t_topic`` on, with ``p_expected``
 ``p_t_part``. The object rows are inserted by the caller beforehand (one
 ``INSERT ... ON CONFLICT DO NOTHING``), so the COPY knows their ids.
 
-Revision ID: 0013
-Revises: 0012
+Revision ID: 0014
+Revises: 0013
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0013"
-down_revision = "0012"
+revision = "0014"
+down_revision = "0013"
 branch_labels = None
 depends_on = None
 
