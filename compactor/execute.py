@@ -256,6 +256,10 @@ async def _write_parquet(
         from objectstore.json_values import add_json_columns
 
         table = add_json_columns(table, task.value_schema)
+    elif task.value_format in ("avro", "protobuf") and task.value_schema:
+        from objectstore.typed_values import add_typed_columns
+
+        table = add_typed_columns(table, task.value_format, task.value_schema)
     first, last, min_ts, max_ts = pq.table_stats(table)
     headers = [d.header for _, d in decoded if d.header is not None]
     data = pq.write_table(

@@ -167,7 +167,26 @@ async def plan_parquet(
                     cfg.read_concurrency,
                     split_days=iceberg_enabled(topic),
                     value_format=topic_setting(topic, "floe.value.format"),
-                    value_schema=topic_setting(topic, "floe.value.json.schema") or None,
+                    value_schema=value_settings(topic),
                 )
             )
     return tasks
+
+
+def value_settings(topic: TopicInfo) -> str | None:
+    """What the Parquet writer needs to type the topic's values: the JSON Schema
+    (json), the writer's Avro schema (avro), or the descriptor set and message
+    name as JSON (protobuf)."""
+    fmt = topic_setting(topic, "floe.value.format")
+    if fmt == "avro":
+        return topic_setting(topic, "floe.value.avro.schema") or None
+    if fmt == "protobuf":
+        import json
+
+        return json.dumps(
+            {
+                "descriptor": topic_setting(topic, "floe.value.protobuf.descriptor"),
+                "message": topic_setting(topic, "floe.value.protobuf.message"),
+            }
+        )
+    return topic_setting(topic, "floe.value.json.schema") or None

@@ -65,10 +65,17 @@ TOPIC_CONFIG_KEYS: dict[str, ConfigKey] = {
     "floe.parquet.enable": ConfigKey("false", "bool"),
     # Floe: ...and commits those Parquet files to an Iceberg table (implies Parquet).
     "floe.iceberg.enable": ConfigKey("false", "bool"),
-    # Floe: the values' format; "json" gives the table typed columns (value_json).
-    "floe.value.format": ConfigKey("binary", "enum", choices=("binary", "json")),
+    # Floe: the values' format; json/avro/protobuf give the table typed columns (value_json).
+    "floe.value.format": ConfigKey(
+        "binary", "enum", choices=("binary", "json", "avro", "protobuf")
+    ),
     # Floe: a JSON Schema for json values (empty: inferred from the records).
     "floe.value.json.schema": ConfigKey("", "string"),
+    # Floe: the writer's Avro schema (JSON) of avro values (Avro binary encoding).
+    "floe.value.avro.schema": ConfigKey("", "string"),
+    # Floe: protobuf values: a base64 FileDescriptorSet and the message's full name.
+    "floe.value.protobuf.descriptor": ConfigKey("", "string"),
+    "floe.value.protobuf.message": ConfigKey("", "string"),
 }
 
 _INT_BOUNDS = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
@@ -123,6 +130,23 @@ def validate_config_value(key: str, value: str) -> str | None:
                 return f"Invalid value for {key}: not JSON ({e})"
             if not isinstance(doc, dict) or doc.get("type", "object") != "object":
                 return f"Invalid value for {key}: expected a JSON Schema of type object"
+        if key == "floe.value.avro.schema" and value.strip():
+            import json
+
+            try:
+                doc = json.loads(value)
+            except ValueError as e:
+                return f"Invalid value for {key}: not JSON ({e})"
+            if not isinstance(doc, dict) or doc.get("type") != "record":
+                return f"Invalid value for {key}: expected an Avro schema of type record"
+        if key == "floe.value.protobuf.descriptor" and value.strip():
+            import base64
+            import binascii
+
+            try:
+                base64.b64decode(value, validate=True)
+            except (binascii.Error, ValueError):
+                return f"Invalid value for {key}: expected a base64 FileDescriptorSet"
     elif spec.kind == "list":
         items = [item.strip() for item in value.split(",")]
         if not items or any(item not in spec.choices for item in items):

@@ -215,6 +215,15 @@ def parse_values(
                     _merge(cur, _infer(v))
         docs.append(doc)
         errors.append(None)
+    return fit_docs(docs, errors, schema)
+
+
+def fit_docs(
+    docs: list[Any], errors: list[str | None], schema: dict[str, Any]
+) -> tuple[list[dict[str, Any] | None], list[str | None], dict[str, Any]]:
+    """``(rows, errors, schema)``: decoded documents fitted to ``schema`` (None and
+    the reason for one that does not fit; ``errors`` holds earlier reasons)."""
+    errors = list(errors)
     schema = _clean(schema)
     rows: list[dict[str, Any] | None] = []
     for i, doc in enumerate(docs):

@@ -357,3 +357,61 @@ async def test_sql_catalog_in_postgres_metastore(postgres_url: str, tmp_path: Pa
     finally:
         await store.close()
         await meta.close()
+
+
+async def test_avro_and_protobuf_values_typed_with_dead_letters(
+    meta: Metastore, store: ObjectStore, tmp_path: Path, clock: FakeClock
+) -> None:
+    """floe.value.format=avro (writer's schema given) and =protobuf (descriptor set):
+    typed value_json columns, undecodable values in value_error (never dropped);
+    a schema with a new optional field adds a nullable column, older files kept."""
+    from tests.objectstore.test_typed_values import AVRO, avro_bytes, order, protobuf_settings
+
+    avro_tid = await make_topic(
+        meta, "av", partitions=1,
+        **{"floe.value.format": "avro", "floe.value.avro.schema": json.dumps(AVRO)},
+    )  # fmt: skip
+    settings = json.loads(protobuf_settings()[0])
+    _, cls = protobuf_settings()
+    pb_tid = await make_topic(
+        meta, "pb", partitions=1,
+        **{"floe.value.format": "protobuf", "floe.value.protobuf.descriptor": settings["descriptor"],
+           "floe.value.protobuf.message": settings["message"]},
+    )  # fmt: skip
+    avro_vals = [(b"k", avro_bytes(order(i))) for i in range(10)] + [(b"bad", b"\x01junk")]
+    pb_vals = [(b"k", cls(id=i, item=f"s{i}").SerializeToString()) for i in range(10)]
+    pb_vals.append((b"bad", b"\xff" * 11))
+    await commit_segment(
+        meta, store, "agent/a",
+        [(avro_tid, 0, make_batch(avro_vals, NOW)), (pb_tid, 0, make_batch(pb_vals, NOW))],
+    )  # fmt: skip
+    sync = iceberg_for(meta, tmp_path)
+    comp = Compactor(meta, store, CFG, now_ms=clock, iceberg=sync)
+    await comp.run_pass()
+    assert sync.summary.errors == []
+    for name, tid in (("av", avro_tid), ("pb", pb_tid)):
+        rows = sync.catalog.load_table(("floe", name)).scan().to_arrow().sort_by("offset")
+        got = rows.to_pylist()
+        assert len(got) == 11
+        assert [r["value_json"]["id"] for r in got[:10]] == list(range(10))
+        assert got[10]["value_json"] is None and got[10]["value_error"]
+        assert [(r["partition"], r["offset"], r["key"], r["value"]) for r in got] == (
+            await kafka_rows(meta, store, tid, partitions=1)
+        )
+    t = sync.catalog.load_table(("floe", "av"))
+    old_files = {f["file_path"] for f in t.inspect.files().to_pylist()}
+    # the writers move to a schema with a new optional field
+    v2 = {**AVRO, "fields": [*AVRO["fields"], {"name": "coupon", "type": ["null", "string"], "default": None}]}
+    res = await meta.alter_topic_config("av", {"floe.value.avro.schema": json.dumps(v2)})
+    assert res.error is None or res.error.name == "NONE", res
+    await commit_segment(
+        meta, store, "agent/b",
+        [(avro_tid, 0, make_batch([(b"k", avro_bytes({**order(11), "coupon": "c"}, v2))], NOW + 50))],
+    )  # fmt: skip
+    await comp.run_pass()
+    t = sync.catalog.load_table(("floe", "av"))
+    assert not t.schema().find_field("value_json.coupon").required
+    assert old_files <= {f["file_path"] for f in t.inspect.files().to_pylist()}
+    got = t.scan().to_arrow().sort_by("offset").to_pylist()
+    assert len(got) == 12 and got[11]["value_json"]["coupon"] == "c"
+    assert got[0]["value_json"]["coupon"] is None
