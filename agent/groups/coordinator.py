@@ -727,15 +727,16 @@ class GroupCoordinator:
         """The upgrade is in the metastore (or abandoned): load the id normally again."""
         self._handed_over.discard(group_id)
 
-    def adopt(self, g: Group) -> None:
+    def adopt(self, g: Group, *, rebalance: bool = True) -> None:
         """A consumer group became this classic group (downgrade): its members
-        keep their assignments and are asked to rejoin (a rebalance starts)."""
+        keep their assignments and (``rebalance``) are asked to rejoin."""
         g.state = STABLE
         self._handed_over.discard(g.group_id)
         self._groups[g.group_id] = g
         for m in g.members.values():
             self._touch(g, m)
-        self._prepare_rebalance(g, "downgraded from a consumer group")
+        if rebalance:
+            self._prepare_rebalance(g, "downgraded from a consumer group")
 
     def persist(self, g: Group) -> None:
         """Write the group's latest state (after the downgrade's own write)."""

@@ -246,3 +246,38 @@ async def test_classic_member_rules_in_consumer_group(meta: Metastore) -> None:
     assert await pair.consumer.classic_leave("g", [(k1, None)]) == (E.NONE, [E.NONE])
     assert set(g.members) == {"c1"}
     await pair.close()
+
+
+async def test_static_classic_member_replacing_last_consumer_member_downgrades(meta: Metastore) -> None:
+    """Kafka's validateOnlineDowngradeWithReplacedMemberId: a classic static member
+    restarting in place of the last consumer-protocol static member (same
+    group.instance.id) takes its partitions and the group becomes classic at once,
+    without a rebalance."""
+    pair = Pair(meta, ManualClock())
+    gen, k1, k2 = await classic_group(pair)
+    assert await pair.consumer.classic_leave("g", [(k2, None)]) is None  # still classic: the classic coordinator's
+    assert await pair.classic.leave("g", [(k2, None)]) == (E.NONE, [E.NONE])
+    res = await pair.consumer.heartbeat(Heartbeat("g", "c1", 0, instance_id="i1", rebalance_timeout_ms=20_000,
+                                                  subscribed_topic_names=["a"]))  # fmt: skip
+    assert res.error == E.NONE
+    g = await pair.consumer.group("g")
+    assert g is not None and set(g.members) == {k1, "c1"}
+    # k1 rejoins (eager) so that c1 gets its share
+    assert await pair.heartbeat(k1, gen) == E.REBALANCE_IN_PROGRESS
+    r = await pair.join(join_req(k1))
+    assert (await pair.sync(k1, r.generation))[0] == E.NONE
+    owned: dict[uuid.UUID, set[int]] = {}
+    for _ in range(3):
+        res = await pair.consumer.heartbeat(Heartbeat("g", "c1", res.member_epoch, owned=owned))
+        owned = res.assignment if res.assignment is not None else owned
+    held = {p for ps in owned.values() for p in ps}
+    assert held
+    # c1's process is replaced by a classic one with the same instance id
+    req = JoinRequest("g", "", "i1", "c1b", "/127.0.0.1", 10_000, 20_000, "consumer", [("range", sub("a"))])
+    r = await pair.join(req)
+    assert r.error == E.NONE
+    cg = pair.classic.group_state("g")
+    assert cg is not None and cg.state is GroupState.STABLE and cg.static_members["i1"] == r.member_id
+    assert await pair.consumer.group("g") is None and await meta.load_consumer_group("g") is None
+    assert await pair.sync(r.member_id, r.generation) == (E.NONE, held)
+    await pair.close()

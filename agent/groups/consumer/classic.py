@@ -104,7 +104,7 @@ class _Coordinator(Protocol):
     ) -> JoinResult: ...
     def _ask_rejoin(self, g: ConsumerGroup, m: Member) -> None: ...
     def _should_downgrade(self, g: ConsumerGroup, leaving: str) -> bool: ...
-    def _downgrade(self, g: ConsumerGroup, leaving: str) -> None: ...
+    def _downgrade(self, g: ConsumerGroup, leaving: str, *, rebalance: bool = True) -> None: ...
     async def _persist_downgrade(self, cg: Group) -> None: ...
 
 
@@ -158,7 +158,22 @@ class ClassicMembers:
                 ErrorCode.REBALANCE_IN_PROGRESS, req.member_id
             )  # converted meanwhile: retry
         before = g.to_record(None)
+        holder = g.static_members.get(req.group_instance_id) if req.group_instance_id is not None else None
+        replacing = holder if not req.member_id and holder in g.members and not g.members[holder].classic else None
         res = self._classic_join(g, req, topics)
+        if (
+            res.error == ErrorCode.NONE
+            and replacing is not None
+            and all(m.classic for m in g.members.values())
+            and self.config.migration_policy.downgrade
+            and self.classic is not None
+            and self._topics is not None
+        ):
+            # Kafka's validateOnlineDowngradeWithReplacedMemberId: a classic static
+            # member replaced the last consumer-protocol one; no rebalance.
+            self._downgrade(g, "", rebalance=False)
+            await asyncio.shield(self._downgrades[g.group_id])
+            return res
         if res.error == ErrorCode.NONE and g.to_record(None) != before:
             try:
                 await self._save(g)
@@ -404,16 +419,18 @@ class ClassicMembers:
             and self._topics is not None
         )
 
-    def _downgrade(self: _Coordinator, g: ConsumerGroup, leaving: str) -> None:
+    def _downgrade(self: _Coordinator, g: ConsumerGroup, leaving: str, *, rebalance: bool = True) -> None:
         """The last consumer-protocol member leaves: the classic members become a
-        classic group (in memory now; persisted by :meth:`_persist_downgrade`)."""
+        classic group (in memory now; persisted by :meth:`_persist_downgrade`).
+        Without ``rebalance`` (a classic static member replaced the last
+        consumer-protocol one, taking its assignment) the group stays Stable."""
         assert self.classic is not None and self._topics is not None
         names = {tm.id: name for name, tm in self._topics[1].items()}
         cg = to_classic(g, leaving, names)
         log.info("group %r: downgraded from consumer (epoch %d) to classic with %d members",
                  g.group_id, g.group_epoch, len(cg.members))  # fmt: skip
         self.release(g.group_id)
-        self.classic.adopt(cg)
+        self.classic.adopt(cg, rebalance=rebalance)
         task = asyncio.get_running_loop().create_task(self._persist_downgrade(cg))
         self._downgrades[g.group_id] = task
         self._tasks.add(task)
