@@ -1,7 +1,10 @@
 """``PostgresMetastore``: SQLAlchemy for cold operations, raw asyncpg for the hot paths.
 
-``commit_objects`` (group commit, :mod:`metastore.pg_group` and migration
-0005): a group of at least ``COPY_MIN_BATCHES`` batches takes the fast path
+``commit_objects`` (group commit, :mod:`metastore.pg_group` and migrations
+0005 and 0014): a group of at least ``COPY_MIN_BATCHES`` batches whose
+partitions' high watermarks this process expects (:mod:`metastore.expected_hwm`)
+is committed optimistically (object rows, the COPY at the expected offsets,
+then ``floe_group_seal`` locks and checks), else takes the fast path
 (``floe_group_begin``, one binary COPY of the batch rows, COMMIT) or, when that
 declines, the general ``floe_commit_objects``; smaller groups take the general
 function in one round trip, a single small object migration 0002's leaner
