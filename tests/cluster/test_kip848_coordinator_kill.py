@@ -5,7 +5,9 @@ The group's ring owner dies; its successor loads the group from the metastore
 and continues at the same group and member epochs (the members' epochs after the
 move never go back), consumption continues, every record is consumed, ownership
 spans never overlap and each member starts a partition at the last committed
-offset; committed offsets end at the high watermarks.
+offset; committed offsets end at the high watermarks. The mixed variant (issue 16)
+runs a group upgraded online from classic, with two classic members beside a
+consumer-protocol one: the successor continues it from the metastore too.
 """
 
 from __future__ import annotations
@@ -36,6 +38,16 @@ def pg_s3(postgres_url: str, s3_url: str) -> Backend:
 
 
 def test_kill9_kip848_coordinator(tmp_path: Path, pg_s3: Backend) -> None:
+    _kill9_coordinator(tmp_path, pg_s3, ["consumer", "consumer", "consumer"])
+
+
+def test_kill9_coordinator_of_mixed_protocol_group(tmp_path: Path, pg_s3: Backend) -> None:
+    """c1 classic forms a classic group, c2 (consumer protocol) upgrades it online,
+    c3 joins it as a classic member; then the coordinator is killed."""
+    _kill9_coordinator(tmp_path, pg_s3, ["classic", "consumer", "classic"])
+
+
+def _kill9_coordinator(tmp_path: Path, pg_s3: Backend, protocols: list[str]) -> None:
     cp = maven_classpath(["org.apache.kafka:kafka-clients:4.1.0", SLF4J_SIMPLE])
     java = (java_binary(), compile_java(SOURCE, cp, tmp_path))
     group, agents = start_cluster(
@@ -63,7 +75,10 @@ def test_kill9_kip848_coordinator(tmp_path: Path, pg_s3: Backend) -> None:
 
         producer = threading.Thread(target=produce, daemon=True)
         producer.start()
-        members = [Member(java, bs, f"c{i}", tmp_path, TOPIC, GROUP) for i in (1, 2, 3)]
+        members = []
+        for i, protocol in enumerate(protocols, 1):  # one at a time: the group's protocol follows the first
+            members.append(Member(java, bs, f"c{i}", tmp_path, TOPIC, GROUP, protocol=protocol))
+            wait_for(lambda m=members[-1]: m.has("ASSIGN", lambda x: x[3] != "-"), f"c{i} assigned", 90)
         wait_for(lambda: all(m.records() > 0 for m in members), "three members consuming", 90)
         wait_for(lambda: all(m.has("ASSIGN", lambda x: x[3] != "-") for m in members), "three members assigned", 60)
         killed_at = int(time.time() * 1000)
@@ -103,6 +118,6 @@ def test_kill9_kip848_coordinator(tmp_path: Path, pg_s3: Backend) -> None:
     checked = check_resume(members, None)
     deliveries = sum(m.records() for m in members)
     print(
-        f"\nKIP848 coordinator kill -9: {RECORDS} records, {deliveries} deliveries, epochs before {before}, "
+        f"\nKIP848 coordinator kill -9 ({protocols}): {RECORDS} records, {deliveries} deliveries, epochs before {before}, "
         f"after {after}, {checked} resume points exact, {sum(len(s) for s in own.values())} spans non-overlapping"
     )
