@@ -281,3 +281,32 @@ async def test_static_classic_member_replacing_last_consumer_member_downgrades(m
     assert await pair.consumer.group("g") is None and await meta.load_consumer_group("g") is None
     assert await pair.sync(r.member_id, r.generation) == (E.NONE, held)
     await pair.close()
+
+
+async def test_downgrade_write_retried_when_the_metastore_fails(meta: Metastore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The downgrade's one transaction fails once (metastore unreachable): it is
+    retried, and meanwhile the stale consumer row is never loaded back."""
+    from metastore import MetastoreError
+
+    pair = Pair(meta, ManualClock())
+    await classic_group(pair)
+    assert await Consumer(pair, "c1").beat() == E.NONE
+    real = meta.switch_group_protocol
+    calls = []
+
+    async def flaky(*args: object) -> None:
+        calls.append(args)
+        if len(calls) == 1:
+            raise MetastoreError("connection refused")
+        await real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(meta, "switch_group_protocol", flaky)
+    assert (await pair.consumer.heartbeat(Heartbeat("g", "c1", -1))).error == E.NONE
+    assert await pair.consumer.group("g") is None  # not resurrected from the consumer row
+    deadline = asyncio.get_running_loop().time() + 20
+    while await meta.load_consumer_group("g") is not None:
+        assert asyncio.get_running_loop().time() < deadline, "the downgrade was never written"
+        await asyncio.sleep(0.05)
+    stored = await meta.load_group("g")
+    assert len(calls) >= 2 and stored is not None and len(stored.members) == 2
+    await pair.close()

@@ -172,7 +172,7 @@ class ClassicMembers:
             # Kafka's validateOnlineDowngradeWithReplacedMemberId: a classic static
             # member replaced the last consumer-protocol one; no rebalance.
             self._downgrade(g, "", rebalance=False)
-            await asyncio.shield(self._downgrades[g.group_id])
+            await asyncio.wait([self._downgrades[g.group_id]], timeout=5.0)  # written (or retrying)
             return res
         if res.error == ErrorCode.NONE and g.to_record(None) != before:
             try:
@@ -437,13 +437,25 @@ class ClassicMembers:
         task.add_done_callback(self._tasks.discard)
 
     async def _persist_downgrade(self: _Coordinator, cg: Group) -> None:
+        """Write the downgrade (retried while the metastore is unreachable and this
+        agent still runs the classic group: until it is written, a successor would
+        find the consumer group)."""
         assert self.classic is not None
+        delay = 0.5
         try:
-            async with self._lock(cg.group_id):
-                await self.meta.switch_group_protocol(cg.to_record(self.config.agent_id), None)
-            self.classic.persist(cg)  # whatever changed meanwhile, on top
-        except MetastoreError as e:
-            log.warning("group %r: downgrade not persisted: %s", cg.group_id, e)
+            while True:
+                try:
+                    async with self._lock(cg.group_id):
+                        await self.meta.switch_group_protocol(cg.to_record(self.config.agent_id), None)
+                    self.classic.persist(cg)  # whatever changed meanwhile, on top
+                    return
+                except MetastoreError as e:
+                    if self.classic.group_state(cg.group_id) is not cg:
+                        log.warning("group %r: downgrade not persisted (the group moved on): %s", cg.group_id, e)
+                        return
+                    log.warning("group %r: downgrade not persisted yet (retrying in %.1f s): %s", cg.group_id, delay, e)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
         finally:
             if self._downgrades.get(cg.group_id) is asyncio.current_task():
                 del self._downgrades[cg.group_id]

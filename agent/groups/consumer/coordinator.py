@@ -180,6 +180,8 @@ class ConsumerGroupCoordinator(ClassicMembers):
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+        for t in self._downgrades.values():
+            t.cancel()  # a downgrade write still retrying against an unreachable metastore
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
@@ -315,7 +317,7 @@ class ConsumerGroupCoordinator(ClassicMembers):
             result = self._heartbeat(g, hb, topics)
             downgrade = self._downgrades.get(hb.group_id)
             if downgrade is not None:  # this member's leave made it a classic group
-                await asyncio.shield(downgrade)
+                await asyncio.wait([downgrade], timeout=5.0)  # written (or retrying in the background)
             elif g.to_record(None) != before or hb.group_id in self._switching:
                 await self._save(g)
             return result
