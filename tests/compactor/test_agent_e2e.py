@@ -3,9 +3,11 @@ producing and consuming, retention and DeleteRecords, compacted topics."""
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,9 +15,14 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from agent.fetch_leases import TTL_MS as FETCH_LEASE_TTL_MS
+from agent.txn.markers import ABORT, COMMIT, parse_marker
 from compactor.config import CompactorConfig
+from kafka_protocol.messages import FetchRequest, FetchResponse
+from kafka_protocol.records import iter_batches
 from metastore.base import system_clock_ms
 from tests.compactor.agent_helpers import SyncCompactor, consume_all, produce
+from tests.fixtures.java import SLF4J_SIMPLE, compile_java, java_binary, maven_classpath
+from tests.interop._raw import RawConn
 
 pytestmark = [pytest.mark.slow, pytest.mark.interop]
 
@@ -346,10 +353,86 @@ def _read(bootstrap: str, topic: str, isolation: str, timeout: float = 30) -> li
         c.close()
 
 
-def test_compaction_with_transactions(agent_factory: Callable[..., Any]) -> None:
+# The Java 4.1 consumer under read_committed: partition 0 of a topic from the start
+# to its end (the last stable offset), every record as "REC offset key=value".
+JAVA_RC_READ = r"""
+import java.time.Duration;
+import java.util.*;
+import org.apache.kafka.clients.consumer.*;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.serialization.StringDeserializer;
+
+public class RcRead {
+    public static void main(String[] a) {
+        Properties c = new Properties();
+        c.put("bootstrap.servers", a[0]);
+        c.put("isolation.level", "read_committed");
+        c.put("enable.auto.commit", "false");
+        c.put("key.deserializer", StringDeserializer.class.getName());
+        c.put("value.deserializer", StringDeserializer.class.getName());
+        TopicPartition tp = new TopicPartition(a[1], 0);
+        try (KafkaConsumer<String, String> cons = new KafkaConsumer<>(c)) {
+            cons.assign(List.of(tp));
+            cons.seekToBeginning(List.of(tp));
+            long end = cons.endOffsets(List.of(tp)).get(tp);
+            long deadline = System.currentTimeMillis() + 60000;
+            while (cons.position(tp) < end && System.currentTimeMillis() < deadline)
+                for (ConsumerRecord<String, String> r : cons.poll(Duration.ofMillis(200)))
+                    System.out.println("REC " + r.offset() + " " + r.key() + "=" + r.value());
+            System.out.println("END " + cons.position(tp) + " " + end);
+        }
+    }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def java_rc_read(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    cp = maven_classpath(["org.apache.kafka:kafka-clients:4.1.0", SLF4J_SIMPLE])
+    run_cp = compile_java(JAVA_RC_READ, cp, Path(tmp_path_factory.mktemp("java-rc-read")))
+    return [java_binary(), "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", run_cp, "RcRead"]
+
+
+def _java_read_committed(cmd: list[str], bootstrap: str, topic: str) -> list[tuple[int, str, str]]:
+    res = subprocess.run([*cmd, bootstrap, topic], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr[-4000:]
+    lines = res.stdout.splitlines()
+    assert lines and lines[-1].startswith("END "), res.stdout + res.stderr[-4000:]
+    pos, end = lines[-1].removeprefix("END ").split()
+    assert pos == end, res.stdout  # read to the end (the last stable offset)
+    out = []
+    for line in lines[:-1]:
+        offset, kv = line.removeprefix("REC ").split(" ", 1)
+        key, value = kv.split("=", 1)
+        out.append((int(offset), key, value))
+    return out
+
+
+def _markers(port: int, topic: str) -> list[tuple[int, int]]:
+    """(offset, ABORT/COMMIT) of every transaction marker in partition 0, from a raw
+    read_uncommitted Fetch (clients never show control batches)."""
+    fp = FetchRequest.FetchTopic.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
+    req = FetchRequest(
+        replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
+        topics=[FetchRequest.FetchTopic(topic=topic, partitions=[fp])],
+    )  # fmt: skip
+    with RawConn(port) as c:
+        part = c.request(req, FetchResponse, 11).responses[0].partitions[0]
+    assert part.error_code == 0, part
+    out = []
+    for b in iter_batches(bytes(part.records or b""), allow_partial_tail=True):
+        if b.is_control:
+            out.extend((r.offset, parse_marker(r.key)) for r in b.records())
+    return out
+
+
+def test_compaction_with_transactions(agent_factory: Callable[..., Any], java_rc_read: list[str]) -> None:
     """Key compaction never lets an aborted value hide (or replace) a committed one,
     drops aborted batches, leaves an open transaction's batches alone, keeps the
-    markers; read_committed and read_uncommitted readers see the right values after."""
+    markers; read_committed and read_uncommitted readers see the right values after,
+    the Java 4.1 consumer included (it skips a producer's batches from an aborted
+    transaction's first offset until that producer's ABORT marker: a marker dropped
+    while its transaction is still listed would hide the producer's later commits)."""
     from confluent_kafka import Producer
 
     agent = agent_factory(flush_interval_ms=5)
@@ -369,6 +452,9 @@ def test_compaction_with_transactions(agent_factory: Callable[..., Any]) -> None
     p.begin_transaction()
     p.produce("tcmp", b"open-3", key=b"k3", partition=0)
     p.flush(30)  # left open across the compaction
+    port = int(agent.bootstrap.rsplit(":", 1)[1])
+    markers = _markers(port, "tcmp")
+    assert [kind for _, kind in markers] == [COMMIT, ABORT], markers
     comp = SyncCompactor(agent, CompactorConfig(l0_trigger=1, l1_trigger=1, delete_grace_ms=0))
     try:
         s = comp.run_pass(force=True)
@@ -392,5 +478,11 @@ def test_compaction_with_transactions(agent_factory: Callable[..., Any]) -> None
             b"k0": b"committed-0", b"k1": b"committed-1", b"k2": b"plain-2", b"k3": b"open-3"
         }
         assert len(after) == 4
+        # Every marker survived the passes, at its offset (only retention or
+        # DeleteRecords remove markers, with the aborted ranges).
+        final = _markers(port, "tcmp")
+        assert final[:2] == markers and [kind for _, kind in final] == [COMMIT, ABORT, COMMIT], final
+        java = _java_read_committed(java_rc_read, agent.bootstrap, "tcmp")
+        assert [(o, k.encode(), v.encode()) for o, k, v in java] == after, java
     finally:
         comp.close()
