@@ -310,3 +310,23 @@ async def test_downgrade_write_retried_when_the_metastore_fails(meta: Metastore,
     stored = await meta.load_group("g")
     assert len(calls) >= 2 and stored is not None and len(stored.members) == 2
     await pair.close()
+
+
+async def test_upgrade_during_a_classic_rebalance(meta: Metastore) -> None:
+    """The upgrade comes while the classic group waits in its join barrier: the
+    waiting JoinGroup gets REBALANCE_IN_PROGRESS and the member's retry joins the
+    consumer group (Kafka's convertToConsumerGroup completes the join futures)."""
+    pair = Pair(meta, ManualClock())
+    gen, k1, k2 = await classic_group(pair)
+    waiting = asyncio.ensure_future(pair.join(join_req(k2, owned=[3, 4, 5])))  # new metadata: PreparingRebalance
+    deadline = asyncio.get_running_loop().time() + 10
+    while (cg := pair.classic.group_state("g")) is None or cg.state is not GroupState.PREPARING_REBALANCE:
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.001)
+    assert await Consumer(pair, "c1").beat() == E.NONE
+    assert (await waiting).error == E.REBALANCE_IN_PROGRESS
+    r = await pair.join(join_req(k2))
+    assert r.error == E.NONE and r.generation == gen + 1
+    g = await pair.consumer.group("g")
+    assert g is not None and g.members[k2].classic and g.members[k1].classic and not g.members["c1"].classic
+    await pair.close()
