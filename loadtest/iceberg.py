@@ -19,9 +19,13 @@ grace period deletes the segments; then the bytes under the store's directory
 
 Scans of the whole table (count, sum of value lengths, sum of a typed field):
 DuckDB over the data files the Iceberg snapshot lists, pyiceberg's own scan,
-and with ``--spark`` Spark over ``format("floe")`` vs Spark over the Iceberg
-snapshot's files (one local[2] session; iceberg-spark-runtime has no build for
-PySpark 4.3, so Spark cannot go through the Iceberg catalog itself).
+and with ``--spark`` Spark over ``format("floe")`` and over the Iceberg
+snapshot's files (the project's PySpark, one local[2] session) vs Spark through
+the Iceberg catalog (``floe.floe.bench`` in Spark's ``SparkCatalog`` over the
+JDBC catalog in the metastore's SQLite file: :mod:`loadtest.spark_iceberg`, a
+local[2] Spark of its own; Spark 4.1, the newest line with an
+iceberg-spark-runtime, while the project's PySpark is newer). Each scan runs
+twice; the second (warm) is the one to compare.
 """
 
 from __future__ import annotations
@@ -202,7 +206,19 @@ def scans(base: Path, spark: bool) -> dict[str, Any]:
             r = df.selectExpr(*agg).collect()[0]
             out[f"spark_{name}_s"] = round(time.perf_counter() - t, 3)
             assert r["n"] == n and r["b"] == vbytes, (name, r, n, vbytes)
+        out["spark_floe_version"] = s.version
         s.stop()
+        from loadtest.spark_iceberg import run_iceberg_sql
+
+        q = "select count(*) as n, sum(length(value)) as b from floe.floe.bench"
+        got = run_iceberg_sql(
+            f"sqlite:///{d / 'meta.db'}", f"file://{d / 'objects'}", {"cold": q, "warm": q}
+        )
+        for name in ("cold", "warm"):
+            r = got[name][0]
+            assert r["n"] == n and r["b"] == vbytes, (name, r, n, vbytes)
+            out[f"spark_iceberg_catalog_{name}_s"] = round(got["seconds"][name], 3)
+        out["spark_iceberg_version"] = got["spark_version"]
     out["sum_qty"] = qty
     return out
 
