@@ -277,7 +277,16 @@ def tune_runtime() -> None:
 
 
 async def run_agent(config: AgentConfig, *, ready: asyncio.Event | None = None) -> None:
-    """Run until SIGINT/SIGTERM; flush and commit buffered produce data on the way out."""
+    """Run until SIGINT/SIGTERM; flush and commit buffered produce data on the way out.
+
+    The signal handlers go in before anything starts: the listeners serve (and
+    buffer produce data) while the start still awaits the object-store client and
+    the ring, and a SIGTERM then must drain like any other, not kill the process."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
     broker = await Broker.open(config)
     server = AgentServer(broker)
     await server.start()
@@ -285,11 +294,6 @@ async def run_agent(config: AgentConfig, *, ready: asyncio.Event | None = None) 
     print(f"floe agent listening on {config.host}:{server.port} (admin http://{config.host}:{server.admin_port})", flush=True)
     if ready is not None:
         ready.set()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
     try:
         await stop.wait()
     finally:
