@@ -209,11 +209,27 @@ def consumer_main(
         "fetch.min.bytes": 1,
         **conf,
     }
+    from confluent_kafka import KafkaError
+
+    # librdkafka may destroy its bootstrap broker handle mid-call when it learns the
+    # brokers' own addresses (several agents on one port: --workers): retry those;
+    # an unknown partition is never retried (that was a real bug, issue 18).
+    transient = {KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError._TIMED_OUT}
+
+    def high_watermark(tp: Any) -> int:
+        for attempt in range(5):
+            try:
+                return int(c.get_watermark_offsets(tp, timeout=15)[1])
+            except KafkaException as e:
+                if e.args[0].code() not in transient or attempt == 4:
+                    raise
+        raise AssertionError("unreachable")
+
     try:
         c = Consumer(config)
         tps = []
         for part in assigned:
-            _low, high = c.get_watermark_offsets(TopicPartition(topic, part), timeout=15)
+            high = high_watermark(TopicPartition(topic, part))
             tps.append(TopicPartition(topic, part, high))
         c.assign(tps)
         if start_paused:
