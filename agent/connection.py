@@ -54,6 +54,11 @@ _MIN_CHUNK = 64 * 1024
 # cost 3 GiB at 1 MiB (issue 15); now 3,000 x 64 KiB.
 _EAGER_ALLOC = _MIN_CHUNK
 _NOTHING = object()
+# After a final response (CloseAfter: a failed SASL exchange) the connection stays
+# open this long before it closes: kafka-python 3.0 drops the bytes of a read that
+# also sees the end of the stream, so a response and a FIN that arrive together
+# reach that client as "socket disconnected" instead of the authentication error.
+CLOSE_LINGER_S = 0.1
 
 
 class Reply:
@@ -487,7 +492,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     self._transport.writelines(out)
                     self.last_active = self._clock()
                 if close_after:
-                    self.close()  # the transport sends what it buffered first
+                    # The transport sends what it buffered first; the FIN follows later.
+                    asyncio.get_running_loop().call_later(CLOSE_LINGER_S, self.close)
                     return
                 if not self._can_write.is_set():
                     if self._budget is not None and not self._held:
