@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import base64
 import fcntl
-import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -38,57 +36,24 @@ from compactor.iceberg_spark import (
     spark_catalog_conf,
     spark_jars,
 )
+from loadtest.maven import MavenUnavailable
+from loadtest.maven import maven_jars as _maven_jars
 
 # The newest PySpark of the newest Spark line Iceberg has a runtime for.
 SIDE_PYSPARK = {"4.1": "4.1.4"}
 JOB = Path(__file__).with_name("spark_iceberg_job.py")
 CACHE = Path(os.environ.get("FLOE_INTEROP_CACHE", Path.home() / ".cache" / "floe-interop"))
 
-_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>floe.interop</groupId><artifactId>java-{key}</artifactId><version>1</version>
-  <dependencies>
-{deps}
-  </dependencies>
-</project>
-"""
-_DEP = "    <dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version></dependency>"
-
-
 class SparkIcebergUnavailable(RuntimeError):
     """PySpark, Maven or Maven Central could not provide what the job needs."""
 
 
 def maven_jars(coords: list[str]) -> list[str]:
-    """Jars of ``group:artifact:version`` coordinates and their dependencies (the
-    same cache key and layout as ``tests.fixtures.java.maven_classpath``)."""
-    key = hashlib.sha1("\n".join(sorted(coords)).encode()).hexdigest()[:12]
-    cache = Path.home() / ".m2" / "floe-interop" / key
-    cp_file = cache / "classpath.txt"
-    if cp_file.exists():
-        cp = cp_file.read_text().strip()
-        if cp and all(Path(j).exists() for j in cp.split(os.pathsep)):
-            return cp.split(os.pathsep)
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise SparkIcebergUnavailable("mvn is missing; install it with: make deps")
-    cache.mkdir(parents=True, exist_ok=True)
-    deps = "\n".join(_DEP.format(g=g, a=a, v=v) for g, a, v in (c.split(":") for c in coords))
-    (cache / "pom.xml").write_text(_POM.format(key=key, deps=deps))
+    """Jars of ``group:artifact:version`` coordinates and their dependencies."""
     try:
-        res = subprocess.run(
-            [mvn, "-B", "-q", "dependency:build-classpath", f"-Dmdep.outputFile={cp_file}"],
-            cwd=cache, capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
-    except subprocess.TimeoutExpired as e:
-        raise SparkIcebergUnavailable(f"mvn timed out resolving {', '.join(coords)}") from e
-    if res.returncode != 0 or not cp_file.exists():
-        cp_file.unlink(missing_ok=True)
-        raise SparkIcebergUnavailable(
-            f"mvn could not resolve {', '.join(coords)} (Maven Central unreachable?):\n"
-            + (res.stdout + res.stderr)[-2000:]
-        )
-    return cp_file.read_text().strip().split(os.pathsep)
+        return _maven_jars(coords)
+    except MavenUnavailable as e:
+        raise SparkIcebergUnavailable(str(e)) from e
 
 
 def side_pyspark() -> tuple[str, str | None]:

@@ -1,0 +1,69 @@
+"""Jars from Maven Central for the Java programs beside Floe (drivers, Spark, brokers).
+
+Where it sits: a helper below the benchmarks (``loadtest.spark_iceberg``) and the
+test fixtures (``tests.fixtures.java``). ``maven_jars(["g:a:v", ...])`` resolves
+the artifacts and their dependencies with ``mvn dependency:build-classpath`` once
+and caches the class path under ``~/.m2/floe-interop/<key>/`` (outside git), so
+later runs need neither Maven nor the network. Failures raise
+:class:`MavenUnavailable` with one line saying what is missing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>floe.interop</groupId><artifactId>java-{key}</artifactId><version>1</version>
+  <dependencies>
+{deps}
+  </dependencies>
+</project>
+"""
+_DEP = "    <dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version></dependency>"
+
+
+class MavenUnavailable(RuntimeError):
+    """Maven or Maven Central could not provide the artifacts."""
+
+
+def _which_mvn() -> str:
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise MavenUnavailable("mvn is missing; install it with: make deps")
+    return mvn
+
+
+def maven_jars(coords: list[str], find_mvn: Callable[[], str] = _which_mvn) -> list[str]:
+    """Jars of ``group:artifact:version`` coordinates and their dependencies.
+    ``find_mvn`` is asked for Maven only when the cache cannot answer."""
+    key = hashlib.sha1("\n".join(sorted(coords)).encode()).hexdigest()[:12]
+    cache = Path.home() / ".m2" / "floe-interop" / key
+    cp_file = cache / "classpath.txt"
+    if cp_file.exists():
+        cp = cp_file.read_text().strip()
+        if cp and all(Path(j).exists() for j in cp.split(os.pathsep)):
+            return cp.split(os.pathsep)
+    mvn = find_mvn()
+    cache.mkdir(parents=True, exist_ok=True)
+    deps = "\n".join(_DEP.format(g=g, a=a, v=v) for g, a, v in (c.split(":") for c in coords))
+    (cache / "pom.xml").write_text(_POM.format(key=key, deps=deps))
+    try:
+        res = subprocess.run(
+            [mvn, "-B", "-q", "dependency:build-classpath", f"-Dmdep.outputFile={cp_file}"],
+            cwd=cache, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired as e:
+        raise MavenUnavailable(f"mvn timed out resolving {', '.join(coords)} (Maven Central unreachable?)") from e
+    if res.returncode != 0 or not cp_file.exists():
+        cp_file.unlink(missing_ok=True)
+        raise MavenUnavailable(
+            f"mvn could not resolve {', '.join(coords)} (Maven Central unreachable?):\n"
+            + (res.stdout + res.stderr)[-2000:]
+        )
+    return cp_file.read_text().strip().split(os.pathsep)
