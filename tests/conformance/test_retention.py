@@ -20,7 +20,9 @@ pytestmark = [pytest.mark.conformance, pytest.mark.interop, pytest.mark.timeout(
 def retention_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     try:
         broker = KafkaBroker.start(
-            workdir=tmp_path_factory.mktemp("kafka-retention"), overrides={"log.retention.check.interval.ms": "1000"}
+            workdir=tmp_path_factory.mktemp("kafka-retention"),
+            # The first retention check comes after log.initial.task.delay.ms (30 s by default).
+            overrides={"log.retention.check.interval.ms": "1000", "log.initial.task.delay.ms": "100"},
         )
     except KafkaUnavailable as e:
         pytest.skip(str(e))
