@@ -70,6 +70,16 @@ ops = st.lists(
 )
 
 
+def assert_no_partition_in_two_members(broker: Broker) -> None:
+    """The coordinator's invariant: no partition is owned by two members of a group."""
+    for g in list(broker.consumer_groups._groups.values()):
+        seen: set[tuple[uuid.UUID, int]] = set()
+        for m in g.members.values():
+            mine = {(t, p) for t, ps in m.owned().items() for p in ps}
+            assert not (seen & mine), f"partition in two members of {g.group_id}"
+            seen |= mine
+
+
 async def _run(sequence: list[Any], db: str) -> None:
     meta = await open_metastore(f"sqlite:///{db}")
     for name, n in (("a", 4), ("b", 3)):
@@ -85,12 +95,7 @@ async def _run(sequence: list[Any], db: str) -> None:
         return await fn(broker, ctx, req)
 
     def invariant() -> None:
-        for g in list(broker.consumer_groups._groups.values()):
-            seen: set[tuple[uuid.UUID, int]] = set()
-            for m in g.members.values():
-                mine = {(t, p) for t, ps in m.owned().items() for p in ps}
-                assert not (seen & mine), f"partition in two members of {g.group_id}"
-                seen |= mine
+        assert_no_partition_in_two_members(broker)
 
     try:
         for op in sequence:

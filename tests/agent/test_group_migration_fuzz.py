@@ -48,6 +48,7 @@ from kafka_protocol.messages import (
 )
 from metastore import open_metastore
 from objectstore import open_object_store
+from tests.agent.test_consumer_groups_fuzz import assert_no_partition_in_two_members
 
 HB = ConsumerGroupHeartbeatRequest
 ALLOWED = {
@@ -159,12 +160,7 @@ async def _run(sequence: list[Any], db: str) -> dict[str, int]:
         elif was_mixed and broker.groups.group_state("g") is not None:
             seen_types["downgraded"] += 1
             was_mixed = False
-        for g in list(broker.consumer_groups._groups.values()):
-            seen: set[tuple[uuid.UUID, int]] = set()
-            for m in g.members.values():
-                mine = {(t, p) for t, ps in m.owned().items() for p in ps}
-                assert not (seen & mine), f"partition in two members of {g.group_id}"
-                seen |= mine
+        assert_no_partition_in_two_members(broker)
 
     async def send(kind: str, name: str, fn: Any, req: Any, version: int | None = None) -> None:
         out = await call(kind, fn, req, version)
