@@ -76,6 +76,26 @@ def _fileio_props(objects_url: str) -> dict[str, str]:
     return props
 
 
+def _sql_catalog(uri: str, props: dict[str, str], attempts: int = 3) -> Any:
+    """pyiceberg's SQL catalog, safe when several processes open a new one at once
+    (the dev compactor, a reader, a second compactor): pyiceberg checks for its two
+    tables and then creates them, so the loser of that race gets "table ...
+    already exists" (SQLite) or a duplicate ``pg_type`` key (Postgres). The tables
+    exist by then; open again."""
+    from pyiceberg.catalog import load_catalog
+    from sqlalchemy.exc import DBAPIError
+
+    for attempt in range(attempts):
+        try:
+            return load_catalog("floe", type="sql", uri=uri, **props)
+        except DBAPIError as e:
+            msg = str(e.orig).lower()
+            if attempt == attempts - 1 or not ("already exists" in msg or "duplicate key" in msg):
+                raise
+            log.info("iceberg catalog tables created concurrently; opening again")
+    raise AssertionError("unreachable")
+
+
 def open_catalog(url: str, metastore_url: str, objects_url: str) -> Any:
     """A pyiceberg catalog by URL: ``""``/``sql`` (the metastore's database),
     ``sql+<sqlalchemy url>``, ``rest+http(s)://host/path``, ``glue://[?region=..]``."""
@@ -85,9 +105,9 @@ def open_catalog(url: str, metastore_url: str, objects_url: str) -> Any:
     props: dict[str, str] = {"warehouse": warehouse, **_fileio_props(objects_url)}
     scheme = url.split("://")[0].lower() if "://" in url else url.lower()
     if scheme in ("", "sql"):
-        return load_catalog("floe", type="sql", uri=catalog_db_url(metastore_url), **props)
+        return _sql_catalog(catalog_db_url(metastore_url), props)
     if scheme.startswith("sql+"):
-        return load_catalog("floe", type="sql", uri=url[4:], **props)
+        return _sql_catalog(url[4:], props)
     if scheme.startswith("rest+"):
         return load_catalog("floe", type="rest", uri=url[5:], **props)
     if scheme == "glue":

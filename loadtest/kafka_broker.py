@@ -100,7 +100,13 @@ def _java() -> str:
 
 
 def _cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A random KRaft cluster id. Like Kafka's ``Uuid.randomUuid``, never one that
+    starts with ``-``: ``kafka-storage format -t -x...`` reads it as an option
+    (one id in 64 did, and failed a CI run)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
 
 
 @dataclass

@@ -415,3 +415,32 @@ async def test_avro_and_protobuf_values_typed_with_dead_letters(
     got = t.scan().to_arrow().sort_by("offset").to_pylist()
     assert len(got) == 12 and got[11]["value_json"]["coupon"] == "c"
     assert got[0]["value_json"]["coupon"] is None
+
+
+def test_catalog_opened_by_two_processes_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pyiceberg checks for its catalog tables, then creates them; another process
+    (the dev compactor, a reader) may create them in between. The loser of that
+    race opens the catalog instead of failing (a CI run failed so with `table
+    iceberg_tables already exists`). The race is made certain: the rival creates
+    the tables right before this process does."""
+    from pyiceberg.catalog.sql import SqlCatalog, SqlCatalogBaseTable
+    from sqlalchemy import create_engine
+
+    url = f"sqlite:///{tmp_path / 'meta.db'}"
+    raced: list[bool] = []
+
+    def rival_first(self: SqlCatalog) -> None:
+        if not raced:  # this process saw no tables; the rival creates them now
+            raced.append(True)
+            rival = create_engine(url)
+            SqlCatalogBaseTable.metadata.create_all(rival)
+            rival.dispose()
+        SqlCatalogBaseTable.metadata.create_all(self.engine, checkfirst=False)
+
+    monkeypatch.setattr(SqlCatalog, "create_tables", rival_first)
+    cat = open_catalog("", url, f"file://{tmp_path / 'objects'}")
+    assert raced == [True]
+    cat.create_namespace("floe")
+    assert ("floe",) in cat.list_namespaces()
