@@ -192,6 +192,7 @@ class Clients(threading.Thread):
         self.producing = threading.Event()
         self.producing.set()
         self.stop = threading.Event()
+        self.drained = threading.Event()  # set once producing stopped and nothing is in flight
 
     def _cb(self, err: Any, msg: Any) -> None:
         (self.failed.append(str(err)) if err else self.acked.add(msg.value().decode()))
@@ -205,6 +206,8 @@ class Clients(threading.Thread):
                     for _ in range(20):
                         self.p.produce(self.topic, f"py-{i}".encode(), on_delivery=self._cb)
                         i += 1
+                elif len(self.p) == 0:  # producing stopped and every record delivered
+                    self.drained.set()
                 self.p.poll(0)
                 for m in self.c.consume(200, 0.1):
                     if m.error():
@@ -297,10 +300,14 @@ def test_three_agents_behind_one_address(tmp_path: Path, pg_s3: Backend) -> None
         ring_of_two_s = time.monotonic() - t0
         out, err = java.communicate(timeout=SOAK_S + 120)
         clients.producing.clear()
-        wait_for(lambda: clients.acked and clients.acked <= clients.seen, timeout=60,
-                 what="every acknowledged record consumed", every=0.2)  # fmt: skip
+        wait_for(lambda: clients.drained.is_set() and clients.acked
+                 and clients.acked <= clients.seen, timeout=60,
+                 what="every record delivered and every acknowledged one consumed",
+                 every=0.2)  # fmt: skip
         clients.stop.set()
         clients.join(60)
+        assert not clients.is_alive()
+        assert clients.acked <= clients.seen, len(clients.acked - clients.seen)
         result = next((line for line in out.splitlines() if line.startswith("RESULT")), "")
         print(
             f"\nshared address: soak={SOAK_S:.0f}s samples={samples} registry={sorted(registry_counts)} "
