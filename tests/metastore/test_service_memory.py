@@ -44,26 +44,42 @@ def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> 
     raise AssertionError(f"{url} not up")
 
 
+def _serve(tmp_path: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], int]:
+    """``floe metastore serve`` on a free port, listening. free_port() releases the
+    port before the server binds it, so on a shared box another process may take it
+    first ("address already in use"): then try another port."""
+    for attempt in range(3):
+        port = free_port()
+        with open(tmp_path / "ms.log", "wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "floe_cli.main", "metastore", "--metastore",
+                 f"sqlite:///{tmp_path / 'm.db'}", "serve", "--host", "0.0.0.0", "--port", str(port)],
+                stdout=log, stderr=subprocess.STDOUT, env=env,
+            )  # fmt: skip
+        try:
+            _wait_http(f"http://127.0.0.1:{port}/healthz", proc)
+            return proc, port
+        except AssertionError:
+            proc.kill()
+            proc.wait(30)
+            lost_race = "address already in use" in (tmp_path / "ms.log").read_text().lower()
+            if not lost_race or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
 def test_99mb_request(tmp_path: Path) -> None:
-    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLOE_")}
     env.update(FLOE_INTERNAL_TOKEN=TOKEN, PYTHONPATH=str(REPO))
-    log = open(tmp_path / "ms.log", "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "floe_cli.main", "metastore", "--metastore", f"sqlite:///{tmp_path / 'm.db'}",
-         "serve", "--host", "0.0.0.0", "--port", str(port)],
-        stdout=log, stderr=subprocess.STDOUT, env=env,
-    )  # fmt: skip
+    proc, port = _serve(tmp_path, env)
     try:
         url = f"http://127.0.0.1:{port}"
-        _wait_http(url + "/healthz", proc)
         base, _ = rss(proc.pid)
         result = asyncio.run(_attack(url))
         now, peak = rss(proc.pid)
     finally:
         proc.terminate()
         proc.wait(30)
-        log.close()
     print(f"metastore service: base RSS {base / MiB:.0f} MiB, now {now / MiB:.0f} MiB, peak {peak / MiB:.0f} MiB; {result}")
     assert result["anonymous"] == 401
     assert result["authenticated"] == 413
