@@ -143,6 +143,28 @@ class KafkaBroker:
         log_level: str = "warn",
         timeout: float = 90.0,
     ) -> KafkaBroker:
+        """A broker on two free ports. free_port() releases a port before Kafka binds
+        it, so on a shared box another process may take it first: in a work dir of
+        its own the broker then starts again on new ports."""
+        for attempt in range(3):
+            try:
+                return cls._start_once(version, workdir, overrides, heap, log_level, timeout)
+            except RuntimeError as e:
+                lost_race = "address already in use" in str(e).lower()
+                if workdir is not None or not lost_race or attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    @classmethod
+    def _start_once(
+        cls,
+        version: str,
+        workdir: Path | None,
+        overrides: dict[str, str] | None,
+        heap: str,
+        log_level: str,
+        timeout: float,
+    ) -> KafkaBroker:
         cp = classpath(version)
         java = _java()
         owns = workdir is None
