@@ -12,6 +12,10 @@ record consumed at least once; no partition owned by two members at once (the
 intervals between onPartitionsAssigned and onPartitionsRevoked/Lost never
 overlap); each member starts a partition exactly at the last committed offset;
 committed offsets end at the high watermarks and a fresh member resumes there.
+The upgrade runs on SQLite + file, the downgrade on Postgres + moto S3 (the
+group state they store is checked on both by tests/metastore/test_consumer_groups.py,
+and an online classic-to-consumer upgrade on Postgres + S3 through a coordinator
+kill by tests/cluster/test_kip848_coordinator_kill.py).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as TP
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.fixtures.agent_process import on_backend
 from tests.fixtures.java import SLF4J_SIMPLE, compile_java, java_binary, maven_classpath
 from tests.interop.kip848_member import (
     ADMIN_SOURCE,
@@ -161,11 +166,13 @@ def rolling(agent: Any, java: tuple[str, str, str], tmp_path: Path, start: str, 
     )
 
 
+@on_backend("sqlite-file")
 def test_java_rolling_upgrade_classic_to_consumer(agent_process_factory, java_cp, tmp_path: Path) -> None:
     agent = agent_process_factory(consumer_group_session_timeout_ms=6000, consumer_group_heartbeat_interval_ms=500)
     rolling(agent, java_cp, tmp_path, "classic", "consumer")
 
 
+@on_backend("postgres-s3")
 def test_java_rolling_downgrade_consumer_to_classic(agent_process_factory, java_cp, tmp_path: Path) -> None:
     agent = agent_process_factory(consumer_group_session_timeout_ms=6000, consumer_group_heartbeat_interval_ms=500)
     rolling(agent, java_cp, tmp_path, "consumer", "classic")

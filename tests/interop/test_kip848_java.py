@@ -8,8 +8,12 @@ one member at a time (the intervals between onPartitionsAssigned and
 onPartitionsRevoked/Lost, or the kill, never overlap); each member starts a
 partition exactly at the last committed offset (the killed member's last commit
 may be unlogged: then at or after it); committed offsets end at the high
-watermarks, and a fresh member resumes there. Runs on SQLite + file and on
-Postgres + moto S3 (the agent as its own process, session timeout 6 s).
+watermarks, and a fresh member resumes there. The agent runs as its own process
+(session timeout 6 s). Each scenario runs on one back end: join/leave/crash on
+SQLite + file, the regex and static-member scenarios on Postgres + moto S3 (the
+group state they store is checked on both by tests/metastore/test_consumer_groups.py,
+and KIP-848 members on Postgres + S3 through a coordinator kill by
+tests/cluster/test_kip848_coordinator_kill.py).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as TP
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.fixtures.agent_process import on_backend
 from tests.fixtures.java import SLF4J_SIMPLE, compile_java, java_binary, maven_classpath
 from tests.interop.kip848_member import (
     ADMIN_SOURCE,
@@ -60,6 +65,7 @@ def produce(bootstrap: str, done: threading.Event) -> None:
     done.set()
 
 
+@on_backend("sqlite-file")
 def test_java_consumer_protocol_join_leave_crash(agent_process_factory, member_cp, tmp_path: Path) -> None:
     agent = agent_process_factory(consumer_group_session_timeout_ms=6000, consumer_group_heartbeat_interval_ms=500)
     bs = agent.bootstrap
@@ -137,6 +143,7 @@ def test_java_consumer_protocol_join_leave_crash(agent_process_factory, member_c
     )
 
 
+@on_backend("postgres-s3")
 def test_java_regex_subscription_range_assignor_and_admin(agent_process_factory, member_cp, tmp_path: Path) -> None:
     """A SubscriptionPattern (RE2, resolved by the coordinator) with group.remote.assignor=range;
     the Java Admin's describeConsumerGroups (ConsumerGroupDescribe) and listGroups see it."""
@@ -187,6 +194,7 @@ def test_java_regex_subscription_range_assignor_and_admin(agent_process_factory,
             m.stop()
 
 
+@on_backend("postgres-s3")
 def test_java_static_member_leaves_and_returns(agent_process_factory, member_cp, tmp_path: Path) -> None:
     """group.instance.id: a static member that closes leaves with epoch -2, keeps its partitions
     (no rebalance: the group epoch does not move, the other member does not get them) and its
