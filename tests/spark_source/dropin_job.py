@@ -1,8 +1,10 @@
 """One PySpark job, run unchanged against Apache Kafka (``format("kafka")``) and Floe
 (``format("floe")``): only the format name differs. Writes what it read as JSON lines.
 
-``python -m tests.spark_source.dropin_job FORMAT BOOTSTRAP TOPIC OUTDIR``; the Spark
-session gets Spark's Kafka source jars from ``FLOE_SPARK_JARS`` (a class path).
+``python -m tests.spark_source.dropin_job TOPIC OUTDIR CUT FORMAT BOOTSTRAP [FORMAT
+BOOTSTRAP ...]`` runs the job once per format, one after the other in one Spark session
+(one JVM start instead of one per format); the session gets Spark's Kafka source jars
+from ``FLOE_SPARK_JARS`` (a class path).
 """
 
 from __future__ import annotations
@@ -100,10 +102,12 @@ def job(spark: Any, fmt: str, bootstrap: str, topic: str, out: Path, ts_cut: int
 
 
 def main() -> int:
-    fmt, bootstrap, topic, out, cut = sys.argv[1:6]
+    topic, out, cut, *targets = sys.argv[1:]
+    assert targets and len(targets) % 2 == 0, "FORMAT BOOTSTRAP pairs"
     spark = session()
     try:
-        job(spark, fmt, bootstrap, topic, Path(out), int(cut))
+        for fmt, bootstrap in zip(targets[::2], targets[1::2], strict=True):
+            job(spark, fmt, bootstrap, topic, Path(out), int(cut))
     finally:
         spark.stop()
     return 0
