@@ -21,6 +21,7 @@ import os
 import time
 import uuid
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from compactor.rewrite import compact_partition
 from compactor.tasks import MergeTask, ParquetTask, PoisonedBatch, Task, TaskResult
@@ -30,6 +31,9 @@ from metastore.types import NewObject, ParquetFileInfo, StoredBatch
 from objectstore import parquet as pq
 from objectstore.base import ObjectStore
 from objectstore.segment import BatchMeta, SegmentBuilder
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 RowKey = tuple[uuid.UUID, int, int]
 PARQUET_LEVEL = 2  # Parquet objects are final: never merged again
@@ -246,6 +250,22 @@ async def run_parquet(task: ParquetTask, store: ObjectStore) -> TaskResult:
     )
 
 
+async def _registry_columns(
+    table: pa.Table, settings: str, rows: Sequence[StoredBatch]
+) -> pa.Table:
+    """Typed columns of Confluent wire-format Avro values; an unreachable registry
+    fails the task (the batches stay in their segments; the next pass retries)
+    until the oldest batch is older than the topic's wait, then dead letters."""
+    import json
+
+    from objectstore.schema_registry import add_registry_avro_columns
+
+    cfg = json.loads(settings)
+    oldest = min((b.append_time for b in rows), default=0)
+    give_up = time.time() * 1000 - oldest >= int(cfg["wait_ms"])
+    return await add_registry_avro_columns(table, str(cfg["registry"]), give_up=give_up)
+
+
 async def _write_parquet(
     task: ParquetTask, store: ObjectStore, decoded: Sequence[tuple[StoredBatch, pq.DecodedBatch]]
 ) -> tuple[NewObject, list[StoredBatch], ParquetFileInfo]:
@@ -256,6 +276,8 @@ async def _write_parquet(
         from objectstore.json_values import add_json_columns
 
         table = add_json_columns(table, task.value_schema)
+    elif task.value_format == "avro" and task.value_schema and '"registry"' in task.value_schema:
+        table = await _registry_columns(table, task.value_schema, [b for b, _ in decoded])
     elif task.value_format in ("avro", "protobuf") and task.value_schema:
         from objectstore.typed_values import add_typed_columns
 

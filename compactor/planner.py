@@ -176,8 +176,15 @@ async def plan_parquet(
 def value_settings(topic: TopicInfo) -> str | None:
     """What the Parquet writer needs to type the topic's values: the JSON Schema
     (json), the writer's Avro schema (avro), or the descriptor set and message
-    name as JSON (protobuf)."""
+    name as JSON (protobuf); for avro from a schema registry, its URL and wait
+    as JSON (``{"registry": ..., "wait_ms": ...}``)."""
     fmt = topic_setting(topic, "floe.value.format")
+    registry = topic_setting(topic, "floe.value.schema.registry.url").strip()
+    if fmt == "avro" and registry:
+        import json
+
+        wait_ms = int(topic_setting(topic, "floe.value.schema.registry.wait.ms"))
+        return json.dumps({"registry": registry, "wait_ms": wait_ms})
     if fmt == "avro":
         return topic_setting(topic, "floe.value.avro.schema") or None
     if fmt == "protobuf":

@@ -73,6 +73,11 @@ TOPIC_CONFIG_KEYS: dict[str, ConfigKey] = {
     "floe.value.json.schema": ConfigKey("", "string"),
     # Floe: the writer's Avro schema (JSON) of avro values (Avro binary encoding).
     "floe.value.avro.schema": ConfigKey("", "string"),
+    # Floe: avro values in the Confluent wire format (magic 0, schema id, body); the
+    # writer schemas come from this Confluent-compatible registry (overrides avro.schema).
+    "floe.value.schema.registry.url": ConfigKey("", "string"),
+    # Floe: how long an unreachable registry holds compaction back (then dead letters).
+    "floe.value.schema.registry.wait.ms": ConfigKey("3600000", "long", 0),
     # Floe: protobuf values: a base64 FileDescriptorSet and the message's full name.
     "floe.value.protobuf.descriptor": ConfigKey("", "string"),
     "floe.value.protobuf.message": ConfigKey("", "string"),
@@ -139,6 +144,12 @@ def validate_config_value(key: str, value: str) -> str | None:
                 return f"Invalid value for {key}: not JSON ({e})"
             if not isinstance(doc, dict) or doc.get("type") != "record":
                 return f"Invalid value for {key}: expected an Avro schema of type record"
+        if key == "floe.value.schema.registry.url" and value.strip():
+            from urllib.parse import urlsplit
+
+            parts = urlsplit(value.strip())
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                return f"Invalid value {value!r} for {key}: expected an http(s) URL"
         if key == "floe.value.protobuf.descriptor" and value.strip():
             import base64
             import binascii

@@ -444,3 +444,54 @@ def test_catalog_opened_by_two_processes_at_once(
     assert raced == [True]
     cat.create_namespace("floe")
     assert ("floe",) in cat.list_namespaces()
+
+
+async def test_registry_avro_unreachable_is_retried_not_lost(
+    meta: Metastore, store: ObjectStore, tmp_path: Path, clock: FakeClock
+) -> None:
+    """floe.value.schema.registry.url: Confluent wire-format Avro values typed with
+    the writer schema of their id (cached ids: no registry asked), a later schema id
+    with a new optional field adds a nullable column; an unreachable registry fails
+    the task (the batches stay in their segments, Kafka view unchanged) until the
+    wait is over, then those values are dead letters, nothing dropped."""
+    from objectstore import schema_registry as sr
+    from tests.objectstore.test_schema_registry import V1, V2, closed_url, wire
+
+    url = closed_url()
+    tid = await make_topic(
+        meta, "sr", partitions=1,
+        **{"floe.value.format": "avro", "floe.value.schema.registry.url": url,
+           "floe.value.schema.registry.wait.ms": str(10 * 365 * 86_400_000)},
+    )  # fmt: skip
+    vals = [(b"k", wire(1, {"id": i, "page": f"/{i}"}, V1)) for i in range(5)]
+    await commit_segment(meta, store, "agent/a", [(tid, 0, make_batch(vals, NOW))])
+    before = await kafka_rows(meta, store, tid, partitions=1)
+    sync = iceberg_for(meta, tmp_path)
+    comp = Compactor(meta, store, CFG, now_ms=clock, iceberg=sync)
+    summary = await comp.run_pass()
+    assert summary.phases["parquet"].failed == 1 and summary.phases["parquet"].committed == 0
+    assert await kafka_rows(meta, store, tid, partitions=1) == before  # nothing lost
+    # the registry answers again (here: the schemas are in the process cache)
+    sr._CACHE[(url, 1)] = json.dumps(V1)
+    sr._CACHE[(url, 2)] = json.dumps(V2)
+    await comp.run_pass()
+    assert sync.summary.errors == []
+    t = sync.catalog.load_table(("floe", "sr"))
+    got = t.scan().to_arrow().sort_by("offset").to_pylist()
+    assert [r["value_json"]["page"] for r in got] == [f"/{i}" for i in range(5)]
+    old_files = {f["file_path"] for f in t.inspect.files().to_pylist()}
+    # a later schema id adds an optional field; id 3 is unknown and the registry is down
+    more = [(b"k", wire(2, {"id": 5, "page": "/5", "ref": "r"}, V2)), (b"k", wire(3, {"id": 6, "page": "/6"}, V1))]
+    await commit_segment(meta, store, "agent/b", [(tid, 0, make_batch(more, NOW + 50))])
+    res = await meta.alter_topic_config("sr", {"floe.value.schema.registry.wait.ms": "0"})
+    assert res.error is None or res.error.name == "NONE", res
+    await comp.run_pass()
+    t = sync.catalog.load_table(("floe", "sr"))
+    assert not t.schema().find_field("value_json.ref").required
+    assert old_files <= {f["file_path"] for f in t.inspect.files().to_pylist()}
+    got = t.scan().to_arrow().sort_by("offset").to_pylist()
+    assert len(got) == 7 and got[5]["value_json"]["ref"] == "r" and got[0]["value_json"]["ref"] is None
+    assert got[6]["value_json"] is None and got[6]["value_error"].startswith("schema registry unreachable")
+    assert [(r["partition"], r["offset"], r["key"], r["value"]) for r in got] == (
+        await kafka_rows(meta, store, tid, partitions=1)
+    )
