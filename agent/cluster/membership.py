@@ -69,6 +69,7 @@ class Membership:
         self.started = False
         self.instance = uuid.uuid4().hex
         self.evictions = 0  # times this agent found itself dropped from the registry
+        self._refreshed_at = float("-inf")  # clock.monotonic() of the last refresh
 
     @property
     def rid(self) -> str:
@@ -139,7 +140,24 @@ class Membership:
             await self._register()
         await self.refresh()
 
+    async def fresh_rings(self, max_age_s: float) -> Rings:
+        """The rings, read again from the registry when the last read is older than
+        ``max_age_s``. Metadata answers with this: two agents must not disagree for
+        a heartbeat about who is live. Right after an agent joins, the others know it
+        only at their next refresh; a Metadata answer listing fewer brokers makes
+        librdkafka (2.10+) drop the brokers it does not list, and a partition whose
+        leader is a dropped broker fails with "Unknown partition" (found with
+        ``--workers 2``: one worker listed only itself for ~0.6 s after both were
+        healthy)."""
+        if self.started and self.clock.monotonic() - self._refreshed_at > max_age_s:
+            try:
+                await self.refresh()
+            except Exception:  # metastore outage: answer with the last known rings
+                log.debug("membership refresh for Metadata failed", exc_info=True)
+        return self.rings
+
     async def refresh(self) -> Rings:
+        self._refreshed_at = self.clock.monotonic()
         rows = await self.meta.live_agents(self.clock.now_ms() - self.dead_after_ms)
         peers = {self.me.agent_id: self.me}  # we serve, whatever the registry says
         for a in rows:

@@ -68,7 +68,9 @@ def topic_bytes(broker: Broker, info: TopicInfo, zone: str | None, version: int)
 async def handle(broker: Broker, ctx: RequestContext, req: MetadataRequest) -> EncodedResponse:
     v = ctx.header.api_version
     zone = client_zone(ctx.client_id)
-    broker.metadata.check_rings(broker.cluster.rings)
+    # The live agents as the registry has them now (at most 50 ms old), not as of this
+    # agent's last heartbeat: every agent lists the same brokers (see fresh_rings).
+    broker.metadata.check_rings(await broker.cluster.membership.fresh_rings(0.05))
     topics: list[bytes] = []
     wanted = req.topics
     authz = broker.authorizer is not None

@@ -41,3 +41,20 @@ def test_topic_created_elsewhere_is_known_at_once(agent_factory: Any, tmp_path: 
                     raise
     finally:
         c.close()
+
+
+def test_metadata_lists_an_agent_that_just_joined(agent_factory: Any, tmp_path: Path) -> None:
+    """Every agent lists the live agents as the registry has them now, not as of its
+    last heartbeat. With ``--workers 2`` one worker listed only itself for ~0.6 s after
+    both were healthy; librdkafka (2.10+) drops the brokers a Metadata answer does not
+    list, and a consumer whose partition leader was dropped failed its first watermark
+    query with "Unknown partition" (the idempotent loadtest, 2 of 2 runs). The heartbeat
+    here is a minute, so only the Metadata path can see the new agent."""
+    shared = {"metastore": f"sqlite:///{tmp_path / 'shared.db'}", "objects": f"file://{tmp_path / 'objects'}",
+              "cluster_heartbeat_ms": 60_000, "cluster_dead_after_ms": 120_000}  # fmt: skip
+    a = agent_factory(**shared)
+    assert len(AdminClient({"bootstrap.servers": a.bootstrap}).list_topics(timeout=10).brokers) == 1
+    b = agent_factory(**shared)
+    for agent in (a, b):
+        md = AdminClient({"bootstrap.servers": agent.bootstrap}).list_topics(timeout=10)
+        assert len(md.brokers) == 2, (agent.bootstrap, md.brokers)
