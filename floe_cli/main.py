@@ -209,13 +209,9 @@ def _run_or_supervise(args: argparse.Namespace, kw: dict[str, Any]) -> int:
             print(f"floe: invalid configuration: {e}", file=sys.stderr)
             return 2
         from floe_cli.topics import ensure_sqlite_dir
-        from floe_cli.workers import per_worker_min_interval, run_workers, shared_listener
+        from floe_cli.workers import run_workers, shared_listener
 
         ensure_sqlite_dir(config.metastore)
-        # flush_min_interval_ms bounds the PUT and commit rate of the host: each worker
-        # seals its own segments, so each waits n times as long (PUTs per GiB per host
-        # stay those of one agent when the workers share the traffic).
-        kw["flush_min_interval_ms"] = per_worker_min_interval(config.flush_min_interval_ms, n)
         kw["port"] = config.port  # flag, FLOE_PORT or the default: the port the workers share
         if config.listeners.strip():
             try:

@@ -14,9 +14,7 @@ pool, and two Kafka listeners:
 
 Worker ``i`` serves /metrics and /healthz on ``--admin-port + i`` (metrics are
 per worker; sum them for the host); choose the admin port outside the kernel's
-ephemeral range (like the default 9644), or a worker's own Kafka port may take one.
-``flush_min_interval_ms`` is the host's: each of N workers uses N times it
-(:func:`per_worker_min_interval`), so PUTs per GiB per host do not grow with N. Everything that must be shared between
+ephemeral range (like the default 9644), or a worker's own Kafka port may take one. Everything that must be shared between
 workers already goes through the metastore (offsets, producer ids and
 sequences, group generations) or the cluster layer (membership, wake-ups of
 long-polling fetches: Postgres NOTIFY or watermark polling).
@@ -74,17 +72,6 @@ def worker_env(
     admin = int(env.get("FLOE_ADMIN_PORT") or 0)
     env["FLOE_ADMIN_PORT"] = str(admin + i if admin else 0)
     return env
-
-
-def per_worker_min_interval(host_min_ms: int, n: int) -> int:
-    """Each worker's ``flush_min_interval_ms`` when ``host_min_ms`` is the host's.
-
-    The lower bound exists to bound PUTs (and metastore commits) per GiB; n workers
-    each seal their own segments, so at the same host traffic each sees 1/n of it
-    and must wait n times as long for the same segment size. A worker's interval
-    is capped by ``flush_interval_ms`` in the pipeline (then it seals on the fixed
-    interval alone)."""
-    return host_min_ms * max(1, n)
 
 
 def shared_listener(config: AgentConfig) -> tuple[str, int]:

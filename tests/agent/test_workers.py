@@ -171,26 +171,3 @@ def test_workers_share_the_one_configured_listener(monkeypatch: pytest.MonkeyPat
     assert shared_listener(AgentConfig(listeners="SSL://[::1]:9094")) == ("SSL://[::1]:0", 9094)
     with pytest.raises(ValueError, match="one listener"):
         shared_listener(AgentConfig(listeners="PLAINTEXT://:9092,SSL://:9093"))
-
-
-def test_workers_split_the_hosts_flush_min_interval(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """flush_min_interval_ms bounds PUTs per GiB per host: each of N workers seals its
-    own segments, so each gets N times the host's interval (flag, env or default)."""
-    import argparse
-
-    import floe_cli.workers as workers_mod
-    from floe_cli.main import _run_or_supervise
-
-    got: list[dict[str, object]] = []
-    monkeypatch.setattr(workers_mod, "run_workers", lambda kw, n, level: got.append(dict(kw)) or 0)
-    for name in ("FLOE_LISTENERS", "FLOE_FLUSH_MIN_INTERVAL_MS"):
-        monkeypatch.delenv(name, raising=False)
-    args = argparse.Namespace(workers="2", log_level="WARNING")
-    meta = f"sqlite:///{tmp_path}/meta.db"
-    assert _run_or_supervise(args, {"port": 19092, "metastore": meta}) == 0
-    assert got[-1]["flush_min_interval_ms"] == 250  # default 125 x 2
-    assert _run_or_supervise(args, {"port": 19092, "metastore": meta, "flush_min_interval_ms": 60}) == 0
-    assert got[-1]["flush_min_interval_ms"] == 120
-    monkeypatch.setenv("FLOE_FLUSH_MIN_INTERVAL_MS", "40")
-    assert _run_or_supervise(argparse.Namespace(workers="3", log_level="WARNING"), {"port": 19092, "metastore": meta}) == 0
-    assert got[-1]["flush_min_interval_ms"] == 120
