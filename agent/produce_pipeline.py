@@ -15,6 +15,15 @@ updated once per group). Only then does each waiting
 produce request get its base offsets: nothing is acknowledged before the object
 is durable and the commit has returned.
 
+With a metastore that sequences commits in call order (``ordered_commits``,
+:mod:`metastore.commit_order`) up to ``max_commits_in_flight`` groups (2) are
+committing at once: the next group's round trips and COPY overlap this one's,
+its offsets still come after this one's. Groups are acknowledged strictly in
+seal order. A failed group is retried only while no later group can have been
+sequenced after it; otherwise its requests get a retriable error (the clients
+retry, and an idempotent producer's later batches get OUT_OF_ORDER_SEQUENCE_NUMBER
+from the metastore, as a Kafka broker would answer them).
+
 A byte budget bounds the memory held by produce requests waiting here; a
 request over the budget waits (back-pressure) instead of growing the heap.
 """
@@ -35,6 +44,7 @@ from agent.autobatch import ProduceFlow, SealPolicy
 from agent.clock import Clock, SystemClock
 from agent.metrics import METRICS
 from kafka_protocol.errors import ErrorCode as KafkaErrorCode
+from metastore.commit_order import CommitOrder, CommitTurn
 from metastore.types import BatchToCommit, CommitResult, MetastoreError, ObjectToCommit
 from metastore.unavailable import metastore_unavailable
 from objectstore.base import ObjectStore
@@ -158,6 +168,7 @@ class ProducePipeline:
         commit_attempts: int = 3,
         max_group: int = 64,
         flush_min_interval_ms: int | None = None,
+        max_commits_in_flight: int = 2,
     ) -> None:
         self._store = store
         self._meta = metastore
@@ -176,6 +187,10 @@ class ProducePipeline:
         self._prefix = key_prefix
         self._commit_attempts = commit_attempts
         self._max_group = max_group
+        # Overlapping commits need the metastore to sequence them in call order.
+        ordered = bool(getattr(type(metastore), "ordered_commits", False))  # not through wrappers
+        self._max_commits = max(1, max_commits_in_flight) if ordered else 1
+        self._order = CommitOrder() if self._max_commits > 1 else None
         self._upload_sem = asyncio.Semaphore(upload_concurrency)
         self.budget = ByteBudget(max_buffered_bytes)
         self._open: _Segment | None = None
@@ -351,33 +366,63 @@ class ProducePipeline:
     # -- committer ------------------------------------------------------------------
 
     async def _commit_loop(self) -> None:
+        acks: asyncio.Queue[tuple[list[_Segment], asyncio.Task[list[list[CommitResult]]]] | None]
+        acks = asyncio.Queue()
+        slots = asyncio.Semaphore(self._max_commits)
+        acker = asyncio.get_running_loop().create_task(self._ack_loop(acks, slots))
         carry: list[_Segment | None] = []
-        while True:
-            first = carry.pop() if carry else await self._sealed.get()
-            if first is None:
-                return
-            group = [first]
-            assert first.upload is not None
-            await asyncio.wait([first.upload])
-            # Group commit: the following segments whose uploads are done join it.
-            while len(group) < self._max_group:
-                try:
-                    nxt = self._sealed.get_nowait()
-                except asyncio.QueueEmpty:
-                    break
-                if nxt is None or nxt.upload is None or not nxt.upload.done():
-                    carry.append(nxt)  # committed next, still in seal order
-                    break
-                group.append(nxt)
-            try:
-                outcomes = await self._finish_group(group)
-            except Exception as e:  # never let one group kill the committer
-                if metastore_unavailable(e):  # Postgres down: one line, the clients retry
-                    log.warning("segments %s not committed, metastore unavailable: %s: %s",
-                                [seg.key for seg in group], type(e).__name__, e)  # fmt: skip
-                else:
-                    log.exception("segments %s failed", [seg.key for seg in group])
-                outcomes = [_error_results(KAFKA_STORAGE_ERROR, len(seg.builder)) for seg in group]
+        try:
+            while True:
+                first = carry.pop() if carry else await self._sealed.get()
+                if first is None:
+                    return
+                group = [first]
+                assert first.upload is not None
+                await asyncio.wait([first.upload])
+                await slots.acquire()  # released by the acker once the group is answered
+                # Group commit: the following segments whose uploads are done join it.
+                while len(group) < self._max_group:
+                    try:
+                        nxt = self._sealed.get_nowait()
+                    except asyncio.QueueEmpty:
+                        break
+                    if nxt is None or nxt.upload is None or not nxt.upload.done():
+                        carry.append(nxt)  # committed next, still in seal order
+                        break
+                    group.append(nxt)
+                # The turn is taken here, synchronously: commits are sequenced in seal order.
+                turn = self._order.next() if self._order is not None else None
+                task = asyncio.get_running_loop().create_task(self._commit_group(group, turn))
+                acks.put_nowait((group, task))
+        finally:
+            acks.put_nowait(None)
+            await acker
+
+    async def _commit_group(self, group: list[_Segment], turn: CommitTurn | None) -> list[list[CommitResult]]:
+        try:
+            return await self._finish_group(group, turn)
+        except Exception as e:  # never let one group kill the committer
+            if metastore_unavailable(e):  # Postgres down: one line, the clients retry
+                log.warning("segments %s not committed, metastore unavailable: %s: %s",
+                            [seg.key for seg in group], type(e).__name__, e)  # fmt: skip
+            else:
+                log.exception("segments %s failed", [seg.key for seg in group])
+            return [_error_results(KAFKA_STORAGE_ERROR, len(seg.builder)) for seg in group]
+        finally:
+            if turn is not None:
+                # given up or done: the next group may be sequenced, after the previous one
+                await turn.wait()
+                turn.done()
+
+    async def _ack_loop(
+        self,
+        acks: asyncio.Queue[tuple[list[_Segment], asyncio.Task[list[list[CommitResult]]]] | None],
+        slots: asyncio.Semaphore,
+    ) -> None:
+        """Answers the groups strictly in seal order."""
+        while (item := await acks.get()) is not None:
+            group, task = item
+            outcomes = await task
             released = self._policy.released
             for seg, results in zip(group, outcomes, strict=True):
                 for w in seg.waiters:
@@ -392,8 +437,9 @@ class ProducePipeline:
                 self._pending.pop(id(seg), None)
             if self._inflight == 0:
                 self._idle.set()
+            slots.release()
 
-    async def _finish_group(self, group: list[_Segment]) -> list[list[CommitResult]]:
+    async def _finish_group(self, group: list[_Segment], turn: CommitTurn | None) -> list[list[CommitResult]]:
         """Commit the uploaded segments of ``group`` together; per segment its results."""
         out: dict[int, list[CommitResult]] = {}
         pending: list[tuple[int, ObjectToCommit]] = []
@@ -413,11 +459,18 @@ class ProducePipeline:
             pending.append((i, ObjectToCommit(seg.key, size, self._agent_id, batches)))
         last_error: Exception | None = None
         for _attempt in range(self._commit_attempts):
-            if not pending:
+            if not pending or (turn is not None and turn.is_sequenced):
+                # (the metastore marked the turn: a later group may hold offsets after
+                # the locks this one had; a retry would be sequenced after it)
                 break
             t0 = time.perf_counter()
             try:
-                outcome = await self._meta.commit_objects([o for _, o in pending])  # type: ignore[attr-defined]
+                if turn is None:
+                    outcome = await self._meta.commit_objects([o for _, o in pending])  # type: ignore[attr-defined]
+                else:
+                    outcome = await self._meta.commit_objects(  # type: ignore[attr-defined]
+                        [o for _, o in pending], turn=turn
+                    )
             except MetastoreError as e:
                 last_error = e
                 # Ambiguous: did the transaction commit before the error reached us?

@@ -29,6 +29,7 @@ from typing import Any
 import asyncpg
 
 from metastore.base import Clock
+from metastore.commit_order import CommitTurn
 from metastore.engine import asyncpg_dsn, create_engine
 from metastore.expected_hwm import ExpectedWatermarks
 from metastore.log import DEFAULT_MAX_BATCHES
@@ -145,6 +146,10 @@ class _OneLineWhileDown(logging.Filter):
 logging.getLogger("asyncpg.pool").addFilter(_OneLineWhileDown())
 
 class PostgresMetastore(SqlMetastore):
+    # commit_objects(turn=...) waits for the previous turn before locking partition
+    # rows and marks its own once they are held (metastore.commit_order).
+    ordered_commits = True
+
     def __init__(self, url: str, now_ms: Clock | None = None, pool_size: int = 10) -> None:
         super().__init__(create_engine(url, pool_size=pool_size, max_overflow=0), now_ms)
         self._dsn = asyncpg_dsn(url)
@@ -184,20 +189,32 @@ class PostgresMetastore(SqlMetastore):
             raise ObjectAlreadyCommittedError(f"object {key!r} is already committed")
         return res.results
 
-    async def commit_objects(self, objects: Sequence[ObjectToCommit]) -> list[ObjectCommitResult]:
+    async def commit_objects(
+        self, objects: Sequence[ObjectToCommit], *, turn: CommitTurn | None = None
+    ) -> list[ObjectCommitResult]:
         """The whole group in one transaction: optimistically (the rows COPYed at the
         expected offsets, then ``floe_group_seal``), else the fast path
         (``floe_group_begin`` + one COPY of the batch rows), else the general
-        ``floe_commit_objects``."""
+        ``floe_commit_objects``. With ``turn``: no partition lock before the previous
+        turn is sequenced, and this one is marked as soon as its locks are held."""
+        if turn is not None:
+            # Then no await before the plan (expected watermarks, forget): the
+            # calls plan in turn order.
+            await turn.begin()
         if any(b.producer_id >= 0 and b.base_sequence < 0 for o in objects for b in o.batches):
             # Transaction markers (rare): the generic SQL sequencer knows them; it
             # locks the same partition rows in the same order as the functions.
             keys = list({(b.topic_id.int, b.partition) for o in objects for b in o.batches})
             self._expected.forget(keys)
             try:
-                return await super().commit_objects(objects)
+                if turn is not None:
+                    await turn.wait()
+                out = await super().commit_objects(objects)
             finally:
                 self._expected.forget(keys)
+            if turn is not None:
+                turn.done()
+            return out
         now = self.now_ms()
         n = sum(len(o.batches) for o in objects)
         if n < COPY_MIN_BATCHES:
@@ -205,15 +222,21 @@ class PostgresMetastore(SqlMetastore):
             self._expected.forget(keys)
             try:
                 async with self._acquire() as con:
+                    if turn is not None:
+                        await turn.wait()
                     if len(objects) == 1:
                         # one small object: migration 0002's function is the leanest
-                        return [await self._commit_one(con, objects[0], now)]
-                    # one round trip beats BEGIN + COPY + COMMIT
-                    group = GroupCommit(objects)
-                    row = await con.fetchrow(GENERAL_SQL, now, *group.general_args())
-                    return group.general_results(row, now)
+                        small = [await self._commit_one(con, objects[0], now)]
+                    else:
+                        # one round trip beats BEGIN + COPY + COMMIT
+                        group = GroupCommit(objects)
+                        row = await con.fetchrow(GENERAL_SQL, now, *group.general_args())
+                        small = group.general_results(row, now)
             finally:
                 self._expected.forget(keys)
+            if turn is not None:
+                turn.done()
+            return small
         group = GroupCommit(objects)
         keys = list(zip(map(_UUID_INT, group.t_topic), group.t_part, strict=True))
         sizes = group.t_size.tolist()
@@ -221,7 +244,7 @@ class PostgresMetastore(SqlMetastore):
         if expected is not None:
             try:
                 async with self._acquire() as con:
-                    results = await self._commit_optimistic(con, group, expected, now)
+                    results = await self._commit_optimistic(con, group, expected, now, turn)
             except BaseException:
                 self._expected.miss(keys)
                 raise
@@ -234,10 +257,14 @@ class PostgresMetastore(SqlMetastore):
         try:
             async with self._acquire() as con:
                 group.prepare_rows()
+                if turn is not None:
+                    await turn.wait()
                 await con.execute("BEGIN")
                 try:
                     row = await con.fetchrow(BEGIN_SQL, now, *group.begin_args())
                     if row["fast"]:
+                        if turn is not None:
+                            turn.done()  # the partition rows are locked
                         if group.n:
                             rows = group.copy_rows(row["object_ids"], row["high_watermarks"], now)
                             await con.copy_to_table(
@@ -250,15 +277,24 @@ class PostgresMetastore(SqlMetastore):
                 finally:
                     await _rollback_if_open(con)
                 row = await con.fetchrow(GENERAL_SQL, now, *group.general_args())
-                return group.general_results(row, now)
+                general = group.general_results(row, now)
+                if turn is not None:
+                    turn.done()
+                return general
         finally:
             self._expected.release(keys, before, sizes)
 
     async def _commit_optimistic(
-        self, con: asyncpg.Connection, group: GroupCommit, expected: list[int], now: int
+        self,
+        con: asyncpg.Connection,
+        group: GroupCommit,
+        expected: list[int],
+        now: int,
+        turn: CommitTurn | None,
     ) -> list[ObjectCommitResult] | None:
         """Objects, COPY at ``expected``, seal, COMMIT; ``None`` (rolled back) when
-        an object key is taken or the seal declines."""
+        an object key is taken or the seal declines. The object rows and the COPY
+        hold no partition lock, so they run before ``turn``'s wait."""
         group.prepare_rows()
         await con.execute("BEGIN")
         try:
@@ -270,9 +306,13 @@ class PostgresMetastore(SqlMetastore):
                 await con.copy_to_table(
                     "batches", source=io.BytesIO(rows), columns=BATCH_COLUMNS, format="binary"
                 )
+            if turn is not None:
+                await turn.wait()
             row = await con.fetchrow(SEAL_SQL, now, *group.seal_args(expected))
             if not row["fast"]:
                 return None
+            if turn is not None:
+                turn.done()  # the partition rows are locked
             await con.execute("COMMIT")
             return group.fast_results(expected, row["log_start_offsets"] or [], now)
         except (asyncpg.UniqueViolationError, asyncpg.DeadlockDetectedError):
