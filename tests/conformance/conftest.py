@@ -9,12 +9,14 @@ compactor's retention pass on it (Kafka's broker checks every second).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from compactor.gc import retention_pass
+from kafka_protocol.messages import FindCoordinatorRequest, OffsetFetchRequest
 from metastore.base import system_clock_ms
 from tests.conformance._harness import Target
 from tests.fixtures.agent import start_agent
@@ -41,4 +43,22 @@ def floe_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
 
 @pytest.fixture(scope="session")
 def kafka_target(kafka_broker) -> Target:  # type: ignore[no-untyped-def]
-    return Target("kafka", kafka_broker.bootstrap)
+    t = Target("kafka", kafka_broker.bootstrap)
+    warm_group_coordinator(t)
+    return t
+
+
+def warm_group_coordinator(t: Target, timeout: float = 60) -> None:
+    """Kafka creates __consumer_offsets on the first FindCoordinator and answers group
+    requests NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS until it is loaded; the
+    scenarios send raw group requests the way a client does after FindCoordinator.
+    Without this, a group or offsets scenario run alone (or first) failed on Kafka."""
+    group = t.group("warm")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = t.raw(FindCoordinatorRequest(key=group, key_type=0), 3)
+        fetched = t.raw(OffsetFetchRequest(group_id=group, topics=None), 7)
+        if found.error_code == 0 and fetched.error_code == 0:
+            return
+        time.sleep(0.1)  # bounded poll: the coordinator finishes loading
+    raise TimeoutError(f"Kafka's group coordinator not ready after {timeout}s")
