@@ -38,8 +38,8 @@ import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING, Any
 
-from objectstore.json_values import VALUE_ERROR, VALUE_JSON, _merge, fit_docs, schema_to_arrow
-from objectstore.typed_values import AvroDecoder, plain
+from objectstore.json_values import _merge
+from objectstore.typed_values import AvroDecoder, append_typed, plain
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -141,8 +141,6 @@ async def add_registry_avro_columns(table: pa.Table, url: str, *, give_up: bool)
     """``table`` with :data:`VALUE_JSON` and :data:`VALUE_ERROR` for wire-format
     Avro values. Raises :class:`RegistryUnavailable` when a needed schema cannot be
     fetched, unless ``give_up`` (then those values are dead letters)."""
-    import pyarrow as pa
-
     values = table["value"].to_pylist()
     framed: list[tuple[int, bytes] | str] = []
     for raw in values:
@@ -181,9 +179,4 @@ async def add_registry_avro_columns(table: pa.Table, url: str, *, give_up: bool)
         except Exception as e:  # any decoder failure makes a dead letter, never a crash
             docs.append(None)
             errors.append(f"not avro (schema id {f[0]}): {type(e).__name__}: {e}"[:500])
-    rows, errors, schema = fit_docs(docs, errors, merged)
-    struct_type = schema_to_arrow(schema)
-    if struct_type.num_fields == 0:
-        return table.append_column(VALUE_ERROR, pa.array(errors, pa.string()))
-    table = table.append_column(VALUE_JSON, pa.array(rows, struct_type))
-    return table.append_column(VALUE_ERROR, pa.array(errors, pa.string()))
+    return append_typed(table, docs, errors, merged)

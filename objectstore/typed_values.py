@@ -224,8 +224,6 @@ def decoder(value_format: str, settings: str) -> AvroDecoder | ProtobufDecoder:
 
 def add_typed_columns(table: pa.Table, value_format: str, settings: str) -> pa.Table:
     """``table`` with :data:`VALUE_JSON` and :data:`VALUE_ERROR` for Avro or protobuf values."""
-    import pyarrow as pa
-
     dec = decoder(value_format, settings)
     docs: list[Any] = []
     errors: list[str | None] = []
@@ -241,6 +239,16 @@ def add_typed_columns(table: pa.Table, value_format: str, settings: str) -> pa.T
             docs.append(None)
             errors.append(f"not {value_format}: {type(e).__name__}: {e}"[:500])
     schema = {"type": "object", "properties": dec.json_schema.get("properties") or {}}
+    return append_typed(table, docs, errors, schema)
+
+
+def append_typed(
+    table: pa.Table, docs: list[Any], errors: list[str | None], schema: dict[str, Any]
+) -> pa.Table:
+    """The decoded documents fitted to ``schema`` as the typed value column (none if
+    the schema has no fields) and the dead-letter column."""
+    import pyarrow as pa
+
     rows, errors, schema = fit_docs(docs, errors, schema)
     struct = schema_to_arrow(schema)
     if struct.num_fields == 0:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,18 @@ from agent.produce_pipeline import KAFKA_STORAGE_ERROR, ProducePipeline
 from metastore import ErrorCode, MetastoreError, open_metastore
 from objectstore import open_object_store
 from tests.agent.test_produce_pipeline import batch, item
+
+
+def _started_pipeline(meta: Any) -> ProducePipeline:
+    """An agent's produce pipeline over ``meta``: every batch seals at once (flush_bytes
+    1), no ticker, a manual clock."""
+    p = ProducePipeline(
+        open_object_store("memory://", retry=False), meta, agent_id="agent-1",
+        flush_bytes=1, flush_interval_ms=250, upload_concurrency=4,
+        max_buffered_bytes=1 << 20, clock=ManualClock(),
+    )  # fmt: skip
+    p.start(ticker=False)
+    return p
 
 
 class _OrderedMeta:
@@ -83,12 +96,7 @@ async def _run(meta, script: list[str], n: int):
     topic = (await meta.create_topic("t", 2)).topic
     ordered = _OrderedMeta(meta)
     ordered.script = script
-    p = ProducePipeline(
-        open_object_store("memory://", retry=False), ordered, agent_id="agent-1",
-        flush_bytes=1, flush_interval_ms=250, upload_concurrency=4,
-        max_buffered_bytes=1 << 20, clock=ManualClock(),
-    )  # fmt: skip
-    p.start(ticker=False)
+    p = _started_pipeline(ordered)
     answered: list[int] = []
     futs = []
     data = batch(10)
@@ -160,12 +168,7 @@ async def test_without_ordered_commits_one_in_flight(meta) -> None:
                 self.in_flight -= 1
 
     plain = Plain()
-    p = ProducePipeline(
-        open_object_store("memory://", retry=False), plain, agent_id="agent-1",
-        flush_bytes=1, flush_interval_ms=250, upload_concurrency=4,
-        max_buffered_bytes=1 << 20, clock=ManualClock(),
-    )  # fmt: skip
-    p.start(ticker=False)
+    p = _started_pipeline(plain)
     data = batch(10)
     futs = []
     for _ in range(6):
