@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from metastore.pgserver import free_port
+from metastore.pgserver import free_port, start_on_free_ports
 
 KAFKA_VERSION = os.environ.get("FLOE_KAFKA_VERSION", "4.1.1")
 SCALA = "2.13"
@@ -146,14 +146,11 @@ class KafkaBroker:
         """A broker on two free ports. free_port() releases a port before Kafka binds
         it, so on a shared box another process may take it first: in a work dir of
         its own the broker then starts again on new ports."""
-        for attempt in range(3):
-            try:
-                return cls._start_once(version, workdir, overrides, heap, log_level, timeout)
-            except RuntimeError as e:
-                lost_race = "address already in use" in str(e).lower()
-                if workdir is not None or not lost_race or attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
+        if workdir is not None:  # formatted by the first try: no second one
+            return cls._start_once(version, workdir, overrides, heap, log_level, timeout)
+        return start_on_free_ports(
+            lambda: cls._start_once(version, workdir, overrides, heap, log_level, timeout)
+        )
 
     @classmethod
     def _start_once(

@@ -17,7 +17,11 @@ import shutil
 import socket
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 PG_BIN_GLOBS = ("/usr/lib/postgresql/*/bin", "/usr/local/pgsql/bin")
 
@@ -38,6 +42,19 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def start_on_free_ports(start: Callable[[], T], attempts: int = 3) -> T:
+    """``start()``, which takes its ports from :func:`free_port`, again while it fails
+    with "address already in use": free_port() releases a port before the server
+    binds it, so on a shared host another process may take it first."""
+    for _ in range(attempts - 1):
+        try:
+            return start()
+        except Exception as e:
+            if "address already in use" not in str(e).lower():
+                raise
+    return start()
 
 
 class PostgresServer:

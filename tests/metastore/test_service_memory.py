@@ -21,6 +21,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from metastore.pgserver import start_on_free_ports
 from metastore.remote import RemoteMetastore
 from tests.agent.test_memory_attacks import rss
 from tests.fixtures.s3 import free_port
@@ -48,7 +49,8 @@ def _serve(tmp_path: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes]
     """``floe metastore serve`` on a free port, listening. free_port() releases the
     port before the server binds it, so on a shared box another process may take it
     first ("address already in use"): then try another port."""
-    for attempt in range(3):
+
+    def once() -> tuple[subprocess.Popen[bytes], int]:
         port = free_port()
         with open(tmp_path / "ms.log", "wb") as log:
             proc = subprocess.Popen(
@@ -58,14 +60,13 @@ def _serve(tmp_path: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes]
             )  # fmt: skip
         try:
             _wait_http(f"http://127.0.0.1:{port}/healthz", proc)
-            return proc, port
-        except AssertionError:
+        except AssertionError as e:
             proc.kill()
             proc.wait(30)
-            lost_race = "address already in use" in (tmp_path / "ms.log").read_text().lower()
-            if not lost_race or attempt == 2:
-                raise
-    raise AssertionError("unreachable")
+            raise AssertionError(f"{e}:\n{(tmp_path / 'ms.log').read_text()[-3000:]}") from e
+        return proc, port
+
+    return start_on_free_ports(once)
 
 
 def test_99mb_request(tmp_path: Path) -> None:
