@@ -307,7 +307,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     profiler = subprocess.Popen(
                         [str(Path(sys.executable).parent / "py-spy"), "record", "-p",
                          str(server_pid), "-d", str(args.profile_seconds), "-f", "raw",
-                         "-o", str(prof_path), "--nonblocking"],
+                         "-o", str(prof_path), "--nonblocking", "--subprocesses"],
                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                     )
                 try:

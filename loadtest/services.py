@@ -187,7 +187,7 @@ class Backend:
 
     @property
     def server_pid(self) -> int | None:
-        """The process py-spy looks at (with workers: the supervisor; profile a worker by hand)."""
+        """The process py-spy looks at (with workers: the supervisor; py-spy --subprocesses follows them)."""
         return self.agents[0].pid if self.agents else self.kafka_pid
 
     def server_pids(self) -> list[int]:
