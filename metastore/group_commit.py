@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass
@@ -65,7 +66,7 @@ class GroupCommitter:
         self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
         self.max_in_flight = max_in_flight
         self._tasks: list[asyncio.Task[None]] = []
-        self._held: _Pending | None = None  # taken from the queue, next group's first
+        self._held: deque[_Pending] = deque()  # taken from the queue, next groups' firsts
         # counters (metrics, tests, benchmarks)
         self.groups = 0
         self.objects = 0
@@ -96,7 +97,8 @@ class GroupCommitter:
             with suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
-        pending = [self._held] if self._held is not None else []
+        pending = list(self._held)
+        self._held.clear()
         while not self._queue.empty():
             pending.append(self._queue.get_nowait())
         for p in pending:
@@ -106,8 +108,10 @@ class GroupCommitter:
     # -- the loop -------------------------------------------------------------------
 
     async def _next_group(self) -> list[_Pending]:
-        first = self._held or await self._queue.get()
-        self._held = None
+        # Calls held back (a group was full) come first. Both tasks may hold one
+        # back, and one may do so while the other waits on the queue: a list, and
+        # nothing cleared after an await, or a held call is lost.
+        first = self._held.popleft() if self._held else await self._queue.get()
         group = [first]
         objects, batches = len(first.objects), first.batches
         loop = asyncio.get_running_loop()
@@ -126,7 +130,7 @@ class GroupCommitter:
             if objects + len(item.objects) > self.max_objects or (
                 batches + item.batches > self.max_batches
             ):
-                self._held = item  # too big for this group: it opens the next one
+                self._held.append(item)  # too big for this group: it opens a next one
                 return group
             group.append(item)
             objects += len(item.objects)
