@@ -132,6 +132,7 @@ class Broker:
                 dead_after_s=config.cluster_dead_after_ms / 1000,
                 peer_cache=config.peer_cache,
                 internal_token=config.internal_token,
+                virtual_brokers=config.virtual_brokers,
             ),
         )
         self.cluster.attach_groups(self.groups)

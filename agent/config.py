@@ -199,6 +199,10 @@ class AgentConfig(BaseSettings):
     cluster_heartbeat_ms: int = Field(1000, gt=0, description="Agent registry heartbeat interval")
     cluster_dead_after_ms: int = Field(5000, gt=0, description="An agent without a heartbeat this long leaves the ring")
     peer_cache: bool = Field(True, description="Read blocks through the ring owner's cache (per zone)")
+    virtual_brokers: int = Field(
+        1, ge=1, le=64, description="Kafka node ids (brokers) each agent is listed as, all at its address: clients"
+        " keep a connection and an in-flight limit per node id (ARCHITECTURE.md); equal on every agent",
+    )  # fmt: skip
     ready_interval_ms: int = Field(1000, gt=0, description="How often /readyz probes the metastore and object store")
     ready_deadline_ms: int = Field(
         3000, gt=0, description="A readiness probe not answered within this long fails (agent not ready)"

@@ -51,6 +51,10 @@ def _agent_flags(p: argparse.ArgumentParser, workers_default: str = "auto") -> N
     )
     p.add_argument("--flush-bytes", type=int, help="segment flush size (env FLOE_FLUSH_BYTES)")
     p.add_argument(
+        "--virtual-brokers", type=int,
+        help="Kafka node ids each agent process is listed as (env FLOE_VIRTUAL_BROKERS; equal on every agent)",
+    )
+    p.add_argument(
         "--workers", default=os.environ.get("FLOE_WORKERS", workers_default),
         help="agent processes sharing the Kafka port (SO_REUSEPORT), each a full agent in the ring;"
              " 'auto': one per CPU (1 with --port 0 or with several listeners)"
@@ -137,6 +141,7 @@ def _config_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "flush_interval_ms": args.flush_interval_ms,
         "flush_min_interval_ms": args.flush_min_interval_ms,
         "flush_bytes": args.flush_bytes,
+        "virtual_brokers": args.virtual_brokers,
     }
     if args.auto_create_topics is not None:
         kw["auto_create_topics"] = args.auto_create_topics

@@ -193,6 +193,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                            and str(wl.producer_config.get("enable.idempotence", "true")) == "true")),
         "producer_client": wl.producer_client,
         "workers": args.workers,
+        "virtual_brokers": args.virtual_brokers,
         "load_generator_nice": args.nice,
         "producer_defaults": wl.producer_defaults,
         "interval_s": args.interval,
@@ -202,7 +203,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     say = print if not args.quiet else (lambda *a, **k: None)
     backend: Backend = start_backend(
         args.backend, flush_interval_ms=args.flush_interval_ms, flush_bytes=args.flush_bytes,
-        flush_min_interval_ms=min_ms, workers=args.workers,
+        flush_min_interval_ms=min_ms, workers=args.workers, virtual_brokers=args.virtual_brokers,
         admin_url=args.admin_url, keep=args.keep,
     )
     if args.nice:
@@ -545,6 +546,7 @@ def add_parser(sub: Any) -> None:
                    help="agent adaptive-sealing lower bound (default the agent's; = interval: fixed)")
     p.add_argument("--interval", type=float, default=1.0, help="stats interval seconds")
     p.add_argument("--workers", type=int, default=1, help="agent --workers N (dev, postgres-s3)")
+    p.add_argument("--virtual-brokers", type=int, help="agent --virtual-brokers K (default the agent's)")
     p.add_argument("--nice", type=int, default=0,
                    help="run the load generator with this niceness (the agent keeps its priority)")
     p.add_argument("--profile-seconds", type=int, default=0,

@@ -120,6 +120,7 @@ def start_agent(
     log_level: str = "WARNING",
     name: str = "agent",
     workers: int = 1,
+    virtual_brokers: int | None = None,
 ) -> Agent:
     kport, aport = free_port(), free_port_run(workers)
     log_path = workdir / f"{name}.log"
@@ -137,6 +138,8 @@ def start_agent(
     if flush_min_interval_ms is not None:
         cmd += ["--flush-min-interval-ms", str(flush_min_interval_ms)]
     cmd += ["--workers", str(workers)]
+    if virtual_brokers is not None:
+        cmd += ["--virtual-brokers", str(virtual_brokers)]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
     agent = Agent(proc, kport, aport, log_path, workers)
@@ -210,6 +213,7 @@ def start_backend(
     *,
     agents: int = 1,
     workers: int = 1,
+    virtual_brokers: int | None = None,
     flush_interval_ms: int | None = None,
     flush_bytes: int | None = None,
     flush_min_interval_ms: int | None = None,
@@ -273,7 +277,7 @@ def start_backend(
         agent = start_agent(
             b.metastore_url, b.objects_url, tmp,
             flush_interval_ms=flush_interval_ms, flush_bytes=flush_bytes,
-            flush_min_interval_ms=flush_min_interval_ms, workers=workers,
+            flush_min_interval_ms=flush_min_interval_ms, workers=workers, virtual_brokers=virtual_brokers,
         )
         b._cleanups.append(agent.stop)
         b.agents.append(agent)

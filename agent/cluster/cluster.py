@@ -4,7 +4,9 @@ Where it sits: ``broker.cluster``, created by the :class:`~agent.broker.Broker`
 and started by the :class:`~agent.server.AgentServer` once its ports are bound.
 Handlers ask it for routing decisions:
 
-* :meth:`Cluster.brokers` — the live agents, as Metadata/DescribeCluster list them;
+* :meth:`Cluster.brokers` — the live agents; :meth:`Cluster.nodes` — their node
+  ids as Metadata/DescribeCluster list them (``virtual_brokers`` per agent,
+  :mod:`agent.cluster.virtual`); :meth:`Cluster.leaders` — Metadata's leader ids;
 * :meth:`Cluster.leader` — a partition's "leader": its ring owner among the
   agents of the client's zone (``floe_az=`` in client.id), all agents when the
   zone has none or the client gave no hint;
@@ -30,6 +32,7 @@ from agent.cluster.groups import ClusteredGroupCoordinator
 from agent.cluster.membership import Membership
 from agent.cluster.peer_cache import PeerBlockLoader, StoreGet, add_block_route
 from agent.cluster.ring import Peer, Rings
+from agent.cluster.virtual import VirtualNodes
 from agent.cluster.wakeups import Key, PgWakeups, PollWakeups, Wakeups
 from agent.notify import CommitNotifier
 from metastore import Metastore
@@ -44,6 +47,7 @@ class ClusterSettings:
     poll_interval_s: float = 0.1
     peer_cache: bool = True
     internal_token: str = ""  # sent to peers' internal routes (metastore.internal_auth)
+    virtual_brokers: int = 1  # Kafka node ids per agent (agent.cluster.virtual)
 
 
 class Cluster:
@@ -69,6 +73,7 @@ class Cluster:
             heartbeat_s=s.heartbeat_s,
             dead_after_s=s.dead_after_s,
             on_change=self._changed,
+            virtual_brokers=s.virtual_brokers,
         )
         self.peers = PeerBlockLoader(store_get, self.membership, me.zone, token=s.internal_token)
         self.forwarder = GroupForwarder(lambda: self.me, self.coordinator, token=s.internal_token)
@@ -76,6 +81,7 @@ class Cluster:
         self.wakeups: Wakeups = Wakeups()
         self.groups: ClusteredGroupCoordinator | None = None
         self.ring_listeners: list[Callable[[], None]] = []  # called after each ring change
+        self._virtual: tuple[Rings, VirtualNodes] | None = None
 
     # -- life cycle -------------------------------------------------------------------
 
@@ -132,9 +138,26 @@ class Cluster:
     def brokers(self) -> list[Peer]:
         return list(self.rings.peers)
 
+    @property
+    def virtual(self) -> VirtualNodes:
+        """The node ids of the current live set (``virtual_brokers`` per agent)."""
+        rings = self.rings
+        hit = self._virtual
+        if hit is None or hit[0] is not rings:
+            hit = self._virtual = (rings, VirtualNodes(rings.peers, self.settings.virtual_brokers))
+        return hit[1]
+
+    def nodes(self) -> list[tuple[int, Peer]]:
+        """(node id, agent) of every broker Metadata/DescribeCluster list."""
+        return self.virtual.nodes
+
     def leader(self, topic_id: object, partition: int, zone: str | None) -> Peer:
         owner = self.rings.zone(zone).owner(f"{topic_id}:{partition}")
         return owner or self.me
+
+    def leaders(self, topic_id: object, partitions: int, zone: str | None) -> list[int]:
+        """Each partition's leader node id: a virtual id of its ring owner in ``zone``."""
+        return self.virtual.leaders(self.rings.zone(zone), topic_id, partitions, self.me)
 
     def coordinator(self, key: str) -> Peer:
         return self.rings.all.owner(f"group:{key}") or self.me

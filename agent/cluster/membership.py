@@ -33,6 +33,7 @@ from contextlib import suppress
 
 from agent.clock import Clock
 from agent.cluster.ring import Peer, Rings
+from agent.cluster.virtual import virtual_ids
 from metastore import Metastore
 from metastore.types import AgentInfo
 
@@ -57,6 +58,7 @@ class Membership:
         heartbeat_s: float = 1.0,
         dead_after_s: float = 5.0,
         on_change: Callable[[Rings], None] | None = None,
+        virtual_brokers: int = 1,
     ) -> None:
         self.meta = meta
         self.me = me
@@ -64,6 +66,7 @@ class Membership:
         self.heartbeat_s = heartbeat_s
         self.dead_after_ms = int(dead_after_s * 1000)
         self.on_change = on_change
+        self.virtual_brokers = virtual_brokers
         self.rings = Rings([me])
         self._task: asyncio.Task[None] | None = None
         self.started = False
@@ -124,12 +127,14 @@ class Membership:
             log.error("%s; not registering again", msg)
             return
         if starting:
+            mine = set(virtual_ids(self.rid, self.virtual_brokers))
             for a in await self.meta.live_agents(live_since):
-                if a.id != self.rid and peer_of(a).node_id == me.node_id:
+                same = mine.intersection(virtual_ids(a.id, self.virtual_brokers))
+                if a.id != self.rid and same:
                     await self.meta.deregister_agent(self.rid, self.instance)
                     raise DuplicateAgentError(
                         f"agent ids {self.rid!r} and {a.id!r} map to the same Kafka node id "
-                        f"{me.node_id}; give one of them another --agent-id"
+                        f"{min(same)}; give one of them another --agent-id"
                     )
 
     async def tick(self) -> None:

@@ -1,8 +1,9 @@
 """DescribeCluster (key 60).
 
 Behavior: ``cluster_id`` from the agent's config, the controller is this node,
-the brokers are the live agents (agent.cluster) with their advertised host,
-port and rack (zone), never fenced. v1+ ``endpoint_type`` 1
+the brokers are the live agents (agent.cluster), each as its
+``virtual_brokers`` node ids, with their advertised host, port and rack (zone),
+never fenced. v1+ ``endpoint_type`` 1
 (brokers) is served; anything else (2 = controllers) gets
 UNSUPPORTED_ENDPOINT_TYPE, as a Kafka broker answers. With
 ``include_cluster_authorized_operations`` every cluster operation is reported
@@ -58,9 +59,9 @@ async def handle(
         controller_id=node.node_id,
         brokers=[
             DescribeClusterResponse.DescribeClusterBroker(
-                broker_id=p.node_id, host=ep[0], port=ep[1], rack=p.zone, is_fenced=False
+                broker_id=n, host=ep[0], port=ep[1], rack=p.zone, is_fenced=False
             )
-            for p in broker.cluster.brokers()  # the live agents
+            for n, p in broker.cluster.nodes()  # the live agents' (virtual) node ids
             if (ep := p.endpoint(ctx.listener_name))
         ],
         cluster_authorized_operations=(

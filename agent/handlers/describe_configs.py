@@ -201,7 +201,8 @@ async def _describe_topic(
 def _describe_broker(
     broker: Broker, res: DescribeConfigsRequest.DescribeConfigsResource, synonyms: bool, docs: bool
 ) -> Result:
-    if res.resource_name not in ("", str(broker.node_id)):
+    mine = broker.cluster.virtual.ids.get(broker.cluster.me.agent_id) or [broker.node_id]
+    if res.resource_name not in ("", *map(str, mine)):  # any of its virtual node ids
         return _error(res, ErrorCode.INVALID_REQUEST, f"This agent is broker {broker.node_id}, not {res.resource_name!r}")
     wanted = set(res.configuration_keys) if res.configuration_keys else None
     configs = [

@@ -1,9 +1,10 @@
 """Metadata (key 3).
 
-Behavior: the brokers are the live agents (agent.cluster); a partition's
-leader is its ring owner among the agents of the client's zone (``floe_az=<zone>``
-in client.id; all agents when that zone has none or no hint is given), so its
-fetches land where its blocks are cached. Any agent accepts any produce and
+Behavior: the brokers are the live agents (agent.cluster), each listed as
+``virtual_brokers`` node ids at its own address (agent.cluster.virtual); a
+partition's leader is one of the node ids of its ring owner among the agents of
+the client's zone (``floe_az=<zone>`` in client.id; all agents when that zone
+has none or no hint is given), so its fetches land where its blocks are cached. Any agent accepts any produce and
 fetch, so the leader is only a routing hint. A request for all
 topics (null list, or an empty list in v0) lists every topic; unknown topics
 are auto-created when both the agent option and the request allow it
@@ -47,14 +48,7 @@ Topic = MetadataResponse.MetadataResponseTopic
 
 
 def _leaders(broker: Broker, info: TopicInfo, zone: str | None) -> Callable[[], list[int]]:
-    def compute() -> list[int]:
-        ring = broker.cluster.rings.zone(zone)
-        if len(ring) <= 1:  # one agent: every partition's leader, no hashing
-            node = broker.cluster.leader(info.id, 0, zone).node_id
-            return [node] * info.partitions
-        return [broker.cluster.leader(info.id, p, zone).node_id for p in range(info.partitions)]
-
-    return compute
+    return lambda: broker.cluster.leaders(info.id, info.partitions, zone)
 
 
 def topic_bytes(broker: Broker, info: TopicInfo, zone: str | None, version: int) -> bytes:
@@ -122,8 +116,8 @@ async def handle(broker: Broker, ctx: RequestContext, req: MetadataRequest) -> E
     head = MetadataResponse(
         throttle_time_ms=0,
         brokers=[
-            MetadataResponse.MetadataResponseBroker(node_id=p.node_id, host=ep[0], port=ep[1], rack=p.zone)
-            for p in broker.cluster.brokers()
+            MetadataResponse.MetadataResponseBroker(node_id=n, host=ep[0], port=ep[1], rack=p.zone)
+            for n, p in broker.cluster.nodes()  # virtual_brokers per agent, all at its address
             if (ep := p.endpoint(ctx.listener_name))
         ],
         cluster_id=broker.config.cluster_id,

@@ -48,7 +48,7 @@ async def handle(broker: Broker, ctx: RequestContext, req: ShareAcknowledgeReque
     epoch = req.share_session_epoch
     if epoch == INITIAL_EPOCH:
         return R(error_code=ErrorCode.INVALID_SHARE_SESSION_EPOCH, error_message="no share session to acknowledge in")
-    err, session = cache.check(req.group_id, req.member_id, epoch)
+    err, session = cache.check(req.group_id, req.member_id, epoch, ctx.conn)
     if session is None:
         return R(error_code=err)
     if epoch == FINAL_EPOCH:

@@ -83,15 +83,15 @@ async def handle(broker: Broker, ctx: RequestContext, req: ShareFetchRequest) ->
     if epoch == INITIAL_EPOCH:
         if acks:
             return _error(ErrorCode.INVALID_REQUEST, "acknowledgements in a new share session")
-        old = cache.get(req.group_id, req.member_id)
+        old = cache.get(req.group_id, req.member_id, ctx.conn)
         if old is not None:
             cache.close(old)
-        session = cache.open(req.group_id, req.member_id)
+        session = cache.open(req.group_id, req.member_id, ctx.conn)
         if session is None:
             return _error(ErrorCode.SHARE_SESSION_LIMIT_REACHED)
         session.add(listed)
     else:
-        err, session = cache.check(req.group_id, req.member_id, epoch)
+        err, session = cache.check(req.group_id, req.member_id, epoch, ctx.conn)
         if session is None:
             return _error(err)
         if epoch == FINAL_EPOCH:
