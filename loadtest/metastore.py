@@ -55,6 +55,7 @@ ROUNDS = 4
 PATHS = ("before #18", "group (rows)", "group (memory)", "floor")
 _FLOOR_OFFSETS = itertools.count()  # the floor's rows only need unique offsets
 _PRODUCER_IDS = itertools.count()
+GROUP_OPTIONS: dict[str, Any] = {}  # GroupCommitter options (--max-group-objects)
 
 
 @dataclass
@@ -214,12 +215,14 @@ async def run_scenario(
     warmup: float,
     idempotent: bool,
     run_id: str,
+    paths: Sequence[str] = PATHS,
 ) -> dict[str, Outcome]:
     dsn = asyncpg_dsn(url)
     connections: list[asyncpg.Connection] = []
     outcomes = {p: Outcome(p) for p in PATHS}
-    committer = GroupCommitter(meta)
-    memory_committer = GroupCommitter(memory) if memory is not None else None
+    committer = GroupCommitter(meta, **GROUP_OPTIONS)
+    # the prototype commits on one connection: one group at a time
+    memory_committer = GroupCommitter(memory, max_in_flight=1) if memory is not None else None
 
     async def before_worker(i: int) -> Worker:
         con = await asyncpg.connect(dsn, server_settings={"jit": "off"})
@@ -278,6 +281,7 @@ async def run_scenario(
                 group_worker(i, "group (memory)", memory_committer, 4 * (partitions * 100 + i) + 2)
                 for i in range(concurrency)
             ]
+        workers = {p: ws for p, ws in workers.items() if p in paths}
         counters = dict.fromkeys(workers, 0)
         for _ in range(ROUNDS):
             for path, ws in workers.items():
@@ -304,6 +308,7 @@ async def bench(
     idempotent: bool,
     scenarios: list[tuple[int, int]],
     with_memory: bool,
+    paths: Sequence[str] = PATHS,
 ) -> list[dict[str, Any]]:
     run_id = uuid.uuid4().hex[:8]
     admin = await open_metastore(url)
@@ -332,12 +337,12 @@ async def bench(
             try:
                 outcomes = await run_scenario(
                     url, meta, memory, topics, partitions, concurrency, duration, warmup,
-                    idempotent, run_id,
+                    idempotent, run_id, paths,
                 )  # fmt: skip
             finally:
                 if memory is not None:
                     await memory.close()
-            before = outcomes["before #18"].rate
+            before = outcomes["before #18"].rate or float("nan")
             for o in outcomes.values():
                 if not o.commits:
                     continue
@@ -383,12 +388,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--no-memory", action="store_true", help="skip the in-memory sequencer prototype"
     )
+    parser.add_argument(
+        "--paths", nargs="+", choices=PATHS, default=list(PATHS),
+        help="paths to run (default all; the ratios need 'before #18')",
+    )
+    parser.add_argument("--max-group-objects", type=int, help="GroupCommitter max_objects")
     args = parser.parse_args(argv)
+    if args.max_group_objects:
+        GROUP_OPTIONS["max_objects"] = args.max_group_objects
     scenarios = [(p, c) for p in args.partitions for c in args.concurrency]
 
     def go(url: str) -> None:
         asyncio.run(
-            bench(url, args.duration, args.warmup, args.idempotent, scenarios, not args.no_memory)
+            bench(
+                url, args.duration, args.warmup, args.idempotent, scenarios,
+                not args.no_memory and "group (memory)" in args.paths, args.paths,
+            )
         )
 
     if args.dsn:

@@ -20,6 +20,8 @@ pay a wasted COPY on most commits).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Sequence
 
 Key = tuple[int, int]  # (topic id as int, partition): UUID hashing is Python code
@@ -33,6 +35,7 @@ class ExpectedWatermarks:
         self._busy: dict[Key, int] = {}  # ordinary groups in flight per partition
         self._pause = 0  # groups to commit the ordinary way before trying again
         self._misses = 0
+        self._waiters: list[asyncio.Event] = []  # settle() calls, woken by release()
         # counters (tests, benchmarks)
         self.hits = 0
         self.declined = 0
@@ -59,6 +62,23 @@ class ExpectedWatermarks:
             busy[k] = busy.get(k, 0) + 1
         return None
 
+    async def settle(self, keys: Sequence[Key], wait_s: float) -> None:
+        """Wait (at most ``wait_s``) while an ordinary group in flight touches one
+        of ``keys`` that has no expectation: its outcome teaches it. Without this, two
+        groups in flight on the same partitions would keep each other ordinary for
+        ever (each marks the partitions busy while the other learns them)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        hwm, busy = self._hwm, self._busy
+        while busy and not self._pause and any(k in busy and k not in hwm for k in keys):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            released = asyncio.Event()
+            self._waiters.append(released)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(released.wait(), remaining)
+
     def release(self, keys: Sequence[Key], before: Sequence[int] | None, sizes: Sequence[int]) -> None:
         """An ordinary group is done: ``before`` are the high watermarks it found if
         every batch was accepted at them (its fast path), else ``None``."""
@@ -71,6 +91,9 @@ class ExpectedWatermarks:
             busy.pop(k, None)
             if before is not None:
                 hwm[k] = before[i] + sizes[i]
+        waiters, self._waiters = self._waiters, []
+        for released in waiters:
+            released.set()
 
     def hit(self) -> None:
         self.hits += 1

@@ -11,7 +11,12 @@ flight keep both the database and this process busy, and groups touching
 different partitions commit in parallel; groups touching the same ones
 serialize on the partition rows, which every commit locks in one order. Each touched partition row
 is then locked and updated once per group instead of once per object, and the
-group is durable (one COMMIT) before any of its callers hears back.
+group is durable (one COMMIT) before any of its callers hears back. When a task
+forms a group while the other is idle and at least two COPY-sized groups are
+waiting (``split_min_batches`` each), it takes about half: on Postgres the two
+groups then COPY their batch rows at once, each on its own backend (the
+optimistic path, metastore/expected_hwm.py), and seal in the order they were
+planned.
 
 Each caller gets exactly its own outcome: the objects of one call stay
 together and in their order; if a group fails as a whole (a lost connection, a
@@ -58,6 +63,7 @@ class GroupCommitter:
         max_objects: int = 256,
         max_batches: int = 200_000,
         max_in_flight: int = 2,
+        split_min_batches: int = 2048,
     ) -> None:
         self.meta = meta
         self.window = window_ms / 1000
@@ -65,6 +71,9 @@ class GroupCommitter:
         self.max_batches = max_batches
         self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
         self.max_in_flight = max_in_flight
+        self.split_min_batches = split_min_batches
+        self._waiting = 0  # batches of the calls queued or held, not yet in a group
+        self._busy = 0  # tasks committing a group
         self._tasks: list[asyncio.Task[None]] = []
         self._held: deque[_Pending] = deque()  # taken from the queue, next groups' firsts
         # counters (metrics, tests, benchmarks)
@@ -79,7 +88,9 @@ class GroupCommitter:
             while len(self._tasks) < self.max_in_flight:
                 self._tasks.append(loop.create_task(self._run(), name="group-commit"))
         fut: asyncio.Future[list[ObjectCommitResult]] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(_Pending(objects, sum(len(o.batches) for o in objects), fut))
+        batches = sum(len(o.batches) for o in objects)
+        self._waiting += batches
+        self._queue.put_nowait(_Pending(objects, batches, fut))
         return await fut
 
     async def commit_object(
@@ -114,6 +125,13 @@ class GroupCommitter:
         first = self._held.popleft() if self._held else await self._queue.get()
         group = [first]
         objects, batches = len(first.objects), first.batches
+        limit = self.max_batches
+        if self._busy + 1 < self.max_in_flight and self._waiting >= 2 * self.split_min_batches:
+            # Another task is idle and there is enough for two COPY-sized groups:
+            # take about half, the other task takes the rest, and their COPYs run
+            # side by side (one Postgres backend each) instead of one after the other.
+            limit = min(limit, self._waiting // 2)
+        self._waiting -= first.batches
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.window
         while True:
@@ -127,18 +145,18 @@ class GroupCommitter:
                     item = await asyncio.wait_for(self._queue.get(), remaining)
                 except TimeoutError:
                     return group
-            if objects + len(item.objects) > self.max_objects or (
-                batches + item.batches > self.max_batches
-            ):
+            if objects + len(item.objects) > self.max_objects or batches + item.batches > limit:
                 self._held.append(item)  # too big for this group: it opens a next one
                 return group
             group.append(item)
+            self._waiting -= item.batches
             objects += len(item.objects)
             batches += item.batches
 
     async def _run(self) -> None:
         while True:
             group = await self._next_group()
+            self._busy += 1
             try:
                 await self._commit(group)
             except Exception:  # never let one group stop the committer
@@ -146,6 +164,8 @@ class GroupCommitter:
                 for p in group:
                     if not p.future.done():
                         p.future.set_exception(RuntimeError("group commit failed"))
+            finally:
+                self._busy -= 1
 
     async def _commit(self, group: list[_Pending]) -> None:
         live = [p for p in group if not p.future.done()]  # callers may have gone

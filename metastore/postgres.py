@@ -18,8 +18,8 @@ trip per call) and only rolls back a connection left inside a transaction.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import io
 import logging
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -109,6 +109,8 @@ SELECT w.i, p.log_start_offset, p.high_watermark, x.key, x.byte_pos, x.byte_len,
 # Groups with fewer batches take the one-call general path: the fast path's
 # extra round trips (BEGIN, COPY, COMMIT) cost more than they save below this.
 COPY_MIN_BATCHES = 512
+# How long an optimistic group without a turn waits for the previous one's seal.
+SEAL_ORDER_WAIT_S = 2.0
 _UUID_INT = attrgetter("int")
 
 _CODES = {code.value: code for code in ErrorCode}
@@ -118,6 +120,13 @@ _EMPTY_COLUMNS: list[tuple[Any, ...]] = [() for _ in BatchToCommit._fields]
 async def _reset(con: asyncpg.Connection) -> None:
     if con.is_in_transaction():
         await con.execute("ROLLBACK")
+
+
+async def _copy_batches(con: asyncpg.Connection, rows: bytes) -> None:
+    """One binary COPY of batch rows. A memoryview, not a file: asyncpg reads a
+    file-like source through the default thread pool (two hand-offs per COPY),
+    and takes ``bytes`` for a path."""
+    await con.copy_to_table("batches", source=memoryview(rows), columns=BATCH_COLUMNS, format="binary")
 
 
 async def _rollback_if_open(con: asyncpg.Connection) -> None:
@@ -156,6 +165,7 @@ class PostgresMetastore(SqlMetastore):
         self._pool_size = pool_size
         self._pool: asyncpg.Pool | None = None
         self._expected = ExpectedWatermarks()  # the optimistic group commit's hints
+        self._sealed: asyncio.Event | None = None  # the last optimistic group's seal
 
     async def start(self) -> PostgresMetastore:
         try:
@@ -240,14 +250,27 @@ class PostgresMetastore(SqlMetastore):
         group = GroupCommit(objects)
         keys = list(zip(map(_UUID_INT, group.t_topic), group.t_part, strict=True))
         sizes = group.t_size.tolist()
+        if turn is None:
+            await self._expected.settle(keys, SEAL_ORDER_WAIT_S)
         expected = self._expected.plan(keys, sizes)
         if expected is not None:
+            # Without a turn, optimistic groups still seal in the order they were
+            # planned (each expects the watermarks the previous one leaves): the
+            # seal waits, bounded, until the previous group's seal has answered.
+            after, sealed = (None, None) if turn is not None else (self._sealed, asyncio.Event())
+            if sealed is not None:
+                self._sealed = sealed
             try:
                 async with self._acquire() as con:
-                    results = await self._commit_optimistic(con, group, expected, now, turn)
+                    results = await self._commit_optimistic(
+                        con, group, expected, now, turn, after, sealed
+                    )
             except BaseException:
                 self._expected.miss(keys)
                 raise
+            finally:
+                if sealed is not None:
+                    sealed.set()
             if results is not None:
                 self._expected.hit()
                 return results
@@ -267,10 +290,7 @@ class PostgresMetastore(SqlMetastore):
                             turn.done()  # the partition rows are locked
                         if group.n:
                             rows = group.copy_rows(row["object_ids"], row["high_watermarks"], now)
-                            await con.copy_to_table(
-                                "batches", source=io.BytesIO(rows), columns=BATCH_COLUMNS,
-                                format="binary",
-                            )
+                            await _copy_batches(con, rows)
                         await con.execute("COMMIT")
                         before = list(row["high_watermarks"] or [])
                         return group.fast_results(before, row["log_start_offsets"] or [], now)
@@ -291,10 +311,14 @@ class PostgresMetastore(SqlMetastore):
         expected: list[int],
         now: int,
         turn: CommitTurn | None,
+        after: asyncio.Event | None = None,
+        sealed: asyncio.Event | None = None,
     ) -> list[ObjectCommitResult] | None:
         """Objects, COPY at ``expected``, seal, COMMIT; ``None`` (rolled back) when
         an object key is taken or the seal declines. The object rows and the COPY
-        hold no partition lock, so they run before ``turn``'s wait."""
+        hold no partition lock, so they run before ``turn``'s wait (or, without a
+        turn, before waiting for ``after``, the previous optimistic group's seal;
+        ``sealed`` is this group's, set once the seal has answered)."""
         group.prepare_rows()
         await con.execute("BEGIN")
         try:
@@ -303,12 +327,18 @@ class PostgresMetastore(SqlMetastore):
                 return None
             if group.n:
                 rows = group.copy_rows(ids, expected, now)
-                await con.copy_to_table(
-                    "batches", source=io.BytesIO(rows), columns=BATCH_COLUMNS, format="binary"
-                )
+                await _copy_batches(con, rows)
             if turn is not None:
                 await turn.wait()
+            elif after is not None and not after.is_set():
+                # Bounded: the order is only a hint (the seal checks the watermarks
+                # under the locks), and the previous group might be waiting on one
+                # of this transaction's rows (the same object key in both).
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(after.wait(), SEAL_ORDER_WAIT_S)
             row = await con.fetchrow(SEAL_SQL, now, *group.seal_args(expected))
+            if sealed is not None:
+                sealed.set()  # our partition rows are locked (or we declined)
             if not row["fast"]:
                 return None
             if turn is not None:

@@ -128,3 +128,49 @@ async def test_another_writer_makes_the_seal_decline(postgres_url: str) -> None:
         await a.close()
         await b.close()
     await _check_tiling(postgres_url, acked)
+
+
+async def test_split_groups_copy_side_by_side_and_seal_in_order(postgres_url: str) -> None:
+    """Many callers, groups split in two (GroupCommitter ``split_min_batches``):
+    two optimistic groups are in flight at once, each COPYs before the other
+    seals, they seal in the order they were planned (no decline), and the offsets
+    tile every partition. At the start both groups in flight go the ordinary way;
+    the next ones wait for their outcome (``settle``) instead of staying ordinary."""
+    meta = await open_metastore(postgres_url, auto_migrate=False, pool_size=4)
+    assert isinstance(meta, PostgresMetastore)
+    topic = (await meta.create_topic("split", PARTITIONS)).topic
+    assert topic is not None
+    committer = GroupCommitter(meta, split_min_batches=PARTITIONS)
+    acked: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    in_flight, most = 0, 0
+    commit = meta.commit_objects
+
+    async def counting(objects, **kw):  # type: ignore[no-untyped-def]
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        try:
+            return await commit(objects, **kw)
+        finally:
+            in_flight -= 1
+
+    meta.commit_objects = counting  # type: ignore[method-assign]
+
+    async def caller(i: int) -> None:
+        for n in range(5):
+            records = 1 + (i + n) % 3
+            obj = _object(topic.id, f"s{i}/{n}", records)
+            (res,) = await committer.commit_objects([obj])
+            for b, r in zip(obj.batches, res.results, strict=True):
+                assert r.error is ErrorCode.NONE
+                acked[b.partition].append((r.base_offset, r.base_offset + b.last_offset_delta))
+
+    try:
+        await asyncio.gather(*(caller(i) for i in range(8)))
+        assert most == 2, "the groups were not split"
+        assert meta._expected.hits > 0
+        assert meta._expected.declined == 0
+    finally:
+        await committer.close()
+        await meta.close()
+    await _check_tiling(postgres_url, acked)
