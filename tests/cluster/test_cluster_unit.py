@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from pathlib import Path
+from typing import Any
 
 from agent.clock import ManualClock
 from agent.cluster import ClusteredGroupCoordinator, Peer, Rings, client_zone, node_id_for
@@ -154,6 +155,27 @@ async def test_poll_wakeups_see_other_agents_commits(tmp_path: Path) -> None:
             assert await poll.poll_once() == [(topic.id, 1)]
             assert ev.is_set()
         assert await poll.poll_once() == []  # nobody waiting: no queries
+        # Eight watched partitions of one topic: one metastore read per poll, not eight.
+        calls: list[str] = []
+        orig_po, orig_lo = ms.partition_offsets, ms.list_offsets
+
+        async def counted_po(*a: Any) -> Any:
+            calls.append("partition_offsets")
+            return await orig_po(*a)
+
+        async def counted_lo(*a: Any, **kw: Any) -> Any:
+            calls.append("list_offsets")
+            return await orig_lo(*a, **kw)
+
+        await ms.create_topic("wide", 8)
+        wide = await ms.get_topic("wide")
+        assert wide is not None
+        ms.partition_offsets, ms.list_offsets = counted_po, counted_lo  # type: ignore[method-assign]
+        with notifier.watch([(wide.id, p) for p in range(8)]):
+            assert await poll.poll_once() == []
+            await ms.commit_object("k2", 100, "other-agent", [batch(wide.id, 5)])
+            assert await poll.poll_once() == [(wide.id, 5)]
+        assert calls == ["partition_offsets", "partition_offsets"]
         keys = [(uuid.uuid4(), i) for i in range(500)]
         payloads = encode_keys(keys)
         assert len(payloads) > 1 and all(len(p) <= 7000 for p in payloads)
