@@ -393,6 +393,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="paths to run (default all; the ratios need 'before #18')",
     )
     parser.add_argument("--max-group-objects", type=int, help="GroupCommitter max_objects")
+    parser.add_argument(
+        "--pg-options", default="", help="more settings for the private server: '-c name=value ...'"
+    )
     args = parser.parse_args(argv)
     if args.max_group_objects:
         GROUP_OPTIONS["max_objects"] = args.max_group_objects
@@ -409,9 +412,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.dsn:
         go(args.dsn)
         return
-    with PostgresServer() as server:
-        print(f"started a private PostgreSQL on port {server.port} (fsync off)")
+    server = PostgresServer().start(args.pg_options)
+    try:
+        print(f"started a private PostgreSQL on port {server.port} (fsync off) {args.pg_options}")
         go(server.url())
+    finally:
+        server.stop()
 
 
 if __name__ == "__main__":
