@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import and_, delete, func, insert, or_, select, tuple_, update
+from sqlalchemy import delete, func, insert, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -55,7 +55,6 @@ from metastore.types import (
 OPEN_STATES = (TXN_ONGOING, TXN_PREPARE_COMMIT, TXN_PREPARE_ABORT)
 _ENDED = (TXN_EMPTY, TXN_COMPLETE_COMMIT, TXN_COMPLETE_ABORT)
 _CHUNK = 1000
-_ABORTED_CHUNK = 64  # request entries per aborted-ranges statement (an OR of that many)
 
 PartitionRef = tuple[uuid.UUID, int]
 
@@ -563,42 +562,39 @@ class TxnMixin(RegistryMixin, GroupsMixin):
                     if found is not None:
                         lso = min(lso, found)
                 lsos[key] = lso
-            # The aborted ranges of many partitions in one statement each (a Fetch's
-            # partitions with data), each filtered again per request entry below.
-            known = [w for w in partitions if (w[0], w[1]) in hwms]
-            ranges: dict[PartitionRef, set[tuple[int, int, int]]] = {}
-            for start in range(0, len(known), _ABORTED_CHUNK):
-                entries = known[start : start + _ABORTED_CHUNK]
+            # Which partitions have any aborted range at all, in one statement per
+            # chunk (usually none: then nothing more is read); only those are
+            # looked up one by one.
+            with_aborted: set[PartitionRef] = set()
+            known = [k for k in keys if k in hwms]
+            for start in range(0, len(known), _CHUNK):
+                chunk = known[start : start + _CHUNK]
                 rows = await conn.execute(
-                    select(a.topic_id, a.partition, a.producer_id, a.first_offset, a.last_offset).where(
-                        or_(
-                            *(
-                                and_(
-                                    a.topic_id == t,
-                                    a.partition == p_,
-                                    a.last_offset >= f,
-                                    a.first_offset < lsos[(t, p_)],
-                                )
-                                for t, p_, f in entries
-                            )
-                        )
-                    )
+                    select(a.topic_id, a.partition)
+                    .where(tuple_(a.topic_id, a.partition).in_(chunk))
+                    .distinct()
                 )
-                for r in rows:
-                    ranges.setdefault((r.topic_id, r.partition), set()).add(
-                        (r.producer_id, r.first_offset, r.last_offset)
-                    )
+                with_aborted.update((r.topic_id, r.partition) for r in rows)
             for topic_id, partition, fetch_offset in partitions:
                 key = (topic_id, partition)
                 if key not in hwms:
                     out.append(StableOffsets(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                     continue
                 lso = lsos[key]
-                mine = sorted(
-                    (x for x in ranges.get(key, ()) if x[2] >= fetch_offset and x[1] < lso),
-                    key=lambda x: (x[1], x[0]),
-                )
-                out.append(StableOffsets(ErrorCode.NONE, lso, hwms[key], mine))
+                ranges: list[tuple[int, int, int]] = []
+                if key in with_aborted:
+                    rows = await conn.execute(
+                        select(a.producer_id, a.first_offset, a.last_offset)
+                        .where(
+                            a.topic_id == topic_id,
+                            a.partition == partition,
+                            a.last_offset >= fetch_offset,
+                            a.first_offset < lso,
+                        )
+                        .order_by(a.first_offset, a.producer_id)
+                    )
+                    ranges = [(r.producer_id, r.first_offset, r.last_offset) for r in rows]
+                out.append(StableOffsets(ErrorCode.NONE, lso, hwms[key], ranges))
         return out
 
     async def txn_verify(
