@@ -36,6 +36,19 @@ def _object(topic_id: object, key: str, records: int, pid: int = -1, seq: int = 
     return ObjectToCommit(key, 10 * PARTITIONS, "a", batches)
 
 
+async def _caller(
+    committer: GroupCommitter, topic_id: object, prefix: str, i: int, count: int,
+    acked: dict[int, list[tuple[int, int]]],
+) -> None:
+    """One committer's objects of 1-3 records, one at a time; every batch acknowledged."""
+    for n in range(count):
+        obj = _object(topic_id, f"{prefix}/{n}", 1 + (i + n) % 3)
+        (res,) = await committer.commit_objects([obj])
+        for b, r in zip(obj.batches, res.results, strict=True):
+            assert r.error is ErrorCode.NONE
+            acked[b.partition].append((r.base_offset, r.base_offset + b.last_offset_delta))
+
+
 async def _check_tiling(url: str, acked: dict[int, list[tuple[int, int]]]) -> None:
     con = await asyncpg.connect(asyncpg_dsn(url))
     try:
@@ -66,13 +79,7 @@ async def test_pipelined_groups_take_the_optimistic_path(postgres_url: str) -> N
     pid = (await meta.init_producer_id()).producer_id
 
     async def caller(i: int) -> None:
-        for n in range(6):
-            records = 1 + (i + n) % 3
-            obj = _object(topic.id, f"k{i}/{n}", records)
-            (res,) = await committer.commit_objects([obj])
-            for b, r in zip(obj.batches, res.results, strict=True):
-                assert r.error is ErrorCode.NONE
-                acked[b.partition].append((r.base_offset, r.base_offset + b.last_offset_delta))
+        await _caller(committer, topic.id, f"k{i}", i, 6, acked)
 
     async def idempotent() -> None:
         for n in range(6):  # one producer, in order: the seal's producer check
@@ -157,13 +164,7 @@ async def test_split_groups_copy_side_by_side_and_seal_in_order(postgres_url: st
     meta.commit_objects = counting  # type: ignore[method-assign]
 
     async def caller(i: int) -> None:
-        for n in range(5):
-            records = 1 + (i + n) % 3
-            obj = _object(topic.id, f"s{i}/{n}", records)
-            (res,) = await committer.commit_objects([obj])
-            for b, r in zip(obj.batches, res.results, strict=True):
-                assert r.error is ErrorCode.NONE
-                acked[b.partition].append((r.base_offset, r.base_offset + b.last_offset_delta))
+        await _caller(committer, topic.id, f"s{i}", i, 5, acked)
 
     try:
         await asyncio.gather(*(caller(i) for i in range(8)))
