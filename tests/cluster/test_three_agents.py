@@ -266,11 +266,14 @@ def test_get_efficiency_and_zone_routing(tmp_path: Path, pg_s3: Backend) -> None
         zone_b = agents[2]
         # -- zone routing: a floe_az=b client is led to the zone-b agent only -----------
         create_topic(agents[0], "zoned", 12)
+        # The spread over a zone's agents is checked on a wide topic: with 12 partitions
+        # one of three agents owns none about 1 run in 50 (the ring hashes random ids).
+        create_topic(agents[0], "spread", 96)
         for a in agents:
             assert set(leaders(a, "zoned", "app floe_az=b").values()) == {node_of(zone_b)}
-            zone_a = set(leaders(a, "zoned", "app;floe_az=a").values())
-            assert zone_a <= {node_of(agents[0]), node_of(agents[1])} and len(zone_a) == 2
-            assert len(set(leaders(a, "zoned", "no-hint").values())) == 3
+            zone_a = set(leaders(a, "spread", "app;floe_az=a").values())
+            assert zone_a == {node_of(agents[0]), node_of(agents[1])}
+            assert len(set(leaders(a, "spread", "no-hint").values())) == 3
         stats: list[dict[str, Any]] = []
         conf = {"bootstrap.servers": zone_b.bootstrap, "client.id": "zb floe_az=b", "statistics.interval.ms": 200,
                 "stats_cb": lambda s: stats.append(json.loads(s))}  # fmt: skip
