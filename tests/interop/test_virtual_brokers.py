@@ -133,10 +133,33 @@ def _check(records: list[tuple[int, int, str]], expected: set[str]) -> None:
     assert all(offs == sorted(offs) for offs in by_part.values())
 
 
+def _wait_for_both_workers(bootstrap: str, topic: str) -> None:
+    """The fixture is ready once the port answers; the second worker joins the live
+    set a moment later. Wait until each worker (asked on its own port) lists all six
+    ids and leads the topic from both workers, as an operator would before a load test."""
+    from confluent_kafka.admin import AdminClient
+
+    def view(address: str) -> tuple[int, set[int]]:
+        md = AdminClient({"bootstrap.servers": address}).list_topics(topic, timeout=10)
+        leaders = {p.leader for p in md.topics[topic].partitions.values()}
+        ports = {md.brokers[n].port for n in leaders if n in md.brokers}
+        return len(md.brokers), ports | ({-1} if len(ports) < 2 else set())
+
+    host = bootstrap.rsplit(":", 1)[0]
+    deadline = time.monotonic() + 60
+    while True:
+        count, ports = view(bootstrap)
+        if count == 6 and -1 not in ports and all(view(f"{host}:{p}") == (6, ports) for p in ports):
+            return
+        assert time.monotonic() < deadline, f"a worker still lists {count} node ids"
+        time.sleep(0.2)
+
+
 @on_backend("sqlite-file")
 def test_idempotent_confluent_and_java_over_virtual_brokers(agent: AgentProcess, tmp_path: Any) -> None:
     topic = unique_topic("vbrokers")
     create_topic(agent.bootstrap, topic, PARTITIONS)
+    _wait_for_both_workers(agent.bootstrap, topic)
     produce_per_node = _confluent_produce(agent.bootstrap, topic)
     used = [name for name, n in produce_per_node.items() if n > 0]
     ports = {name.split("/")[0] for name in used}
