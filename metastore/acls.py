@@ -22,7 +22,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from metastore import schema as s
-from metastore.base import SqlBase
+from metastore.base import SqlBase, chunks
 from metastore.types import ACL_MATCH, ACL_WILDCARD, AclBinding, AclBindingFilter
 
 _COLUMNS = (
@@ -120,10 +120,8 @@ class AclsMixin(SqlBase):
             await conn.execute(select(v.version).where(v.id == 1).with_for_update())
             rows = (await conn.execute(select(s.acls.c.id, *_COLUMNS))).all()
             doomed = _claim([(row.id, _binding(row)) for row in rows], filters, out)
-            for start in range(0, len(doomed), 500):
-                await conn.execute(
-                    delete(s.acls).where(s.acls.c.id.in_(doomed[start : start + 500]))
-                )
+            for chunk in chunks(doomed, 500):
+                await conn.execute(delete(s.acls).where(s.acls.c.id.in_(chunk)))
             if doomed:
                 await self._bump_acl_version(conn)
         return out

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, nullcontext
 from typing import Any
 
@@ -20,6 +20,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from metastore.engine import IMMEDIATE
 from metastore.types import MetastoreError
+
+
+def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    """``items`` in slices of at most ``size``: the IN (...) lists of one statement
+    each (SQLite allows 32,766 bound variables per statement)."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
 
 Clock = Callable[[], int]
 

@@ -22,14 +22,14 @@ SQLAlchemy code shared by both databases.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import and_, delete, exists, func, insert, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from metastore import schema as s
-from metastore.base import SqlBase
+from metastore.base import SqlBase, chunks
 from metastore.types import (
     CompactionObject,
     ErrorCode,
@@ -43,11 +43,6 @@ from metastore.types import (
 
 COMPACTOR_AGENT_ID = "compactor"
 _CHUNK = 500  # tuples per IN (...) list (SQLite allows 32766 bound variables)
-
-
-def _chunks(items: Sequence[Any], size: int = _CHUNK) -> Iterable[Sequence[Any]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
 
 
 _B = s.batches.c
@@ -135,7 +130,7 @@ class CompactionMixin(SqlBase):
         """Every batch row stored in these objects, by (topic, partition, offset)."""
         out: list[StoredBatch] = []
         async with self._read() as conn:
-            for chunk in _chunks(list(object_ids)):
+            for chunk in chunks(list(object_ids), _CHUNK):
                 rows = await conn.execute(
                     select(*_BATCH_COLUMNS)
                     .join(s.objects, _O.id == _B.object_id)
@@ -207,7 +202,7 @@ class CompactionMixin(SqlBase):
         """Those of ``keys`` that the objects table knows (in any state)."""
         found: set[str] = set()
         async with self._read() as conn:
-            for chunk in _chunks(list(keys)):
+            for chunk in chunks(list(keys), _CHUNK):
                 found.update(
                     (await conn.execute(select(_O.key).where(_O.key.in_(chunk)))).scalars()
                 )
@@ -270,7 +265,7 @@ class CompactionMixin(SqlBase):
         async with self._write() as conn:
             await self._lock_partitions(conn, tps)
             current: dict[tuple[uuid.UUID, int, int], Any] = {}
-            for chunk in _chunks(list(want)):
+            for chunk in chunks(list(want), _CHUNK):
                 rows = await conn.execute(
                     select(
                         _B.topic_id,
@@ -301,7 +296,7 @@ class CompactionMixin(SqlBase):
                 ids: dict[str, int] = {}
                 for o in new_objects:
                     ids[o.key] = await self._insert_compacted_object(conn, o, now, live=True)
-                for chunk in _chunks(list(want)):
+                for chunk in chunks(list(want), _CHUNK):
                     await conn.execute(
                         delete(s.batches).where(
                             tuple_(_B.topic_id, _B.partition, _B.last_offset).in_(chunk)
@@ -355,7 +350,7 @@ class CompactionMixin(SqlBase):
         self, conn: AsyncConnection, tps: Sequence[tuple[uuid.UUID, int]]
     ) -> None:
         p = s.partitions.c
-        for chunk in _chunks(list(tps)):
+        for chunk in chunks(list(tps), _CHUNK):
             await conn.execute(
                 select(p.topic_id, p.partition)
                 .where(tuple_(p.topic_id, p.partition).in_(chunk))
@@ -404,7 +399,7 @@ class CompactionMixin(SqlBase):
         """Move live objects among ``object_ids`` that no row references to ``deleting``."""
         keys: list[str] = []
         pf = s.parquet_files.c
-        for chunk in _chunks(list(object_ids)):
+        for chunk in chunks(list(object_ids), _CHUNK):
             result = await conn.execute(
                 update(s.objects)
                 .where(

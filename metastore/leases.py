@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from sqlalchemy import and_, delete, exists, func, insert, or_, select, update
 
 from metastore import schema as s
-from metastore.base import SqlBase
+from metastore.base import SqlBase, chunks
 from metastore.types import ObjectInfo, ReadLeaseGrant, ReadLeaseInfo
 
 _O = s.objects.c
@@ -62,8 +62,7 @@ class LeasesMixin(SqlBase):
                     update(s.read_leases).where(_L.id == lease_id).values(expires_at=until)
                 )
             ids: dict[str, int] = {}
-            for i in range(0, len(keys), _CHUNK):
-                chunk = keys[i : i + _CHUNK]
+            for chunk in chunks(keys, _CHUNK):
                 rows = await conn.execute(
                     select(_O.id, _O.key, _O.size, _O.state)
                     .where(_O.key.in_(chunk))

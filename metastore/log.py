@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import bindparam, delete, func, insert, or_, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from metastore import schema as s
-from metastore.base import SqlBase
+from metastore.base import SqlBase, chunks
 from metastore.sequencer import PartitionState, ProducerBatch, ProducerKey, plan_commit
 from metastore.types import (
     EARLIEST_TIMESTAMP,
@@ -46,11 +46,6 @@ from metastore.types import (
 
 DEFAULT_MAX_BATCHES = 1000  # cap on batches per find_batches answer
 _CHUNK = 2000  # tuples per IN (...) list: SQLite allows 32766 bound variables
-
-
-def _chunks(items: Sequence[Any], size: int = _CHUNK) -> Iterable[Sequence[Any]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
 
 
 _SQLITE_STATE = "SELECT log_start_offset, high_watermark FROM partitions WHERE topic_id = ? AND partition = ?"
@@ -122,7 +117,7 @@ class LogMixin(SqlBase):
         async with self._write() as conn:
             keys = [o.key for o in objects]
             registered: set[str] = set()
-            for chunk in _chunks(sorted(set(keys))):
+            for chunk in chunks(sorted(set(keys)), _CHUNK):
                 rows = await conn.execute(
                     select(s.objects.c.key).where(s.objects.c.key.in_(chunk))
                 )
@@ -137,7 +132,7 @@ class LogMixin(SqlBase):
                 {(b.topic_id, b.partition, b.producer_id) for b in batches if b.producer_id >= 0}
             )
             states: dict[tuple[uuid.UUID, int], PartitionState] = {}
-            for chunk in _chunks(wanted):
+            for chunk in chunks(wanted, _CHUNK):
                 rows = await conn.execute(
                     select(p.topic_id, p.partition, p.log_start_offset, p.high_watermark)
                     .where(tuple_(p.topic_id, p.partition).in_(chunk))
@@ -212,7 +207,7 @@ class LogMixin(SqlBase):
     ) -> dict[ProducerKey, list[ProducerBatch]]:
         pb = s.producer_batches.c
         producers: dict[ProducerKey, list[ProducerBatch]] = {}
-        for chunk in _chunks(keys):
+        for chunk in chunks(keys, _CHUNK):
             rows = await conn.execute(
                 select(
                     pb.topic_id,
@@ -251,7 +246,7 @@ class LogMixin(SqlBase):
             return
         pb = s.producer_batches.c
         keys = sorted(touched)
-        for chunk in _chunks(keys):
+        for chunk in chunks(keys, _CHUNK):
             await conn.execute(
                 delete(s.producer_batches).where(
                     tuple_(pb.topic_id, pb.partition, pb.producer_id).in_(chunk)

@@ -33,6 +33,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from metastore import schema as s
+from metastore.base import chunks
 from metastore.groups import GroupsMixin
 from metastore.registry import MAX_PRODUCER_EPOCH, RegistryMixin
 from metastore.types import (
@@ -214,10 +215,10 @@ class TxnMixin(RegistryMixin, GroupsMixin):
                 return TxnResult(error)
             p = s.partitions.c
             hwms: dict[PartitionRef, int] = {}
-            for start in range(0, len(wanted), _CHUNK):
+            for chunk in chunks(wanted, _CHUNK):
                 rows = await conn.execute(
                     select(p.topic_id, p.partition, p.high_watermark).where(
-                        tuple_(p.topic_id, p.partition).in_(wanted[start : start + _CHUNK])
+                        tuple_(p.topic_id, p.partition).in_(chunk)
                     )
                 )
                 hwms.update({(r.topic_id, r.partition): r.high_watermark for r in rows})
@@ -315,12 +316,12 @@ class TxnMixin(RegistryMixin, GroupsMixin):
             to = s.txn_offsets.c
             latest = {(o.topic_id, o.partition): o for o in offsets}
             keys = sorted(latest, key=lambda k: (str(k[0]), k[1]))
-            for start in range(0, len(keys), _CHUNK):
+            for chunk in chunks(keys, _CHUNK):
                 await conn.execute(
                     delete(s.txn_offsets).where(
                         to.transactional_id == transactional_id,
                         to.group_id == group_id,
-                        tuple_(to.topic_id, to.partition).in_(keys[start : start + _CHUNK]),
+                        tuple_(to.topic_id, to.partition).in_(chunk),
                     )
                 )
             if keys:
@@ -535,16 +536,14 @@ class TxnMixin(RegistryMixin, GroupsMixin):
         async with self._read() as conn:
             hwms: dict[PartitionRef, int] = {}
             open_txns: dict[PartitionRef, list[tuple[int, int]]] = {}
-            for start in range(0, len(keys), _CHUNK):
-                chunk = keys[start : start + _CHUNK]
+            for chunk in chunks(keys, _CHUNK):
                 rows = await conn.execute(
                     select(p.topic_id, p.partition, p.high_watermark).where(
                         tuple_(p.topic_id, p.partition).in_(chunk)
                     )
                 )
                 hwms.update({(r.topic_id, r.partition): r.high_watermark for r in rows})
-            for start in range(0, len(keys), _CHUNK):
-                chunk = keys[start : start + _CHUNK]
+            for chunk in chunks(keys, _CHUNK):
                 rows = await conn.execute(
                     select(tp.topic_id, tp.partition, tp.producer_id, tp.first_offset).where(
                         tuple_(tp.topic_id, tp.partition).in_(chunk)
@@ -567,8 +566,7 @@ class TxnMixin(RegistryMixin, GroupsMixin):
             # looked up one by one.
             with_aborted: set[PartitionRef] = set()
             known = [k for k in keys if k in hwms]
-            for start in range(0, len(known), _CHUNK):
-                chunk = known[start : start + _CHUNK]
+            for chunk in chunks(known, _CHUNK):
                 rows = await conn.execute(
                     select(a.topic_id, a.partition)
                     .where(tuple_(a.topic_id, a.partition).in_(chunk))
