@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agent.clock import ManualClock
 from kafka_protocol import messages as M
 from kafka_protocol.codegen.samples import Sampler
 from kafka_protocol.codegen.schema import load_message
@@ -275,6 +276,10 @@ def test_transaction_version_2(floe_agent):
 
 def test_timeout_abort_fences_and_describe(agent_factory):
     agent = agent_factory(transaction_check_interval_ms=50)
+    # the coordinator's clock stands still until the test moves it, so the 200 ms
+    # timeout cannot fire while a slow box is still describing the transaction
+    clock = ManualClock(start_ms=time.time_ns() // 1_000_000)
+    agent.broker.txn.clock = clock
     with RawConn(agent.port) as c:
         _create(c, "tp-timeout", 1)
         pid, ep = _init(c, "tp-t", timeout_ms=200)
@@ -294,8 +299,9 @@ def test_timeout_abort_fences_and_describe(agent_factory):
         )
         (state,) = dp.topics[0].partitions[0].active_producers
         assert (state.producer_id, state.current_txn_start_offset) == (pid, 0)
+        clock.advance(60)  # well past the timeout: the coordinator's next check aborts it
         deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:  # the coordinator's check aborts it
+        while time.monotonic() < deadline:
             d = c.request(M.DescribeTransactionsRequest(transactional_ids=["tp-t"]), M.DescribeTransactionsResponse, 0)
             if d.transaction_states[0].transaction_state == "CompleteAbort":
                 break
