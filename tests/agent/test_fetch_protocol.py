@@ -77,7 +77,7 @@ def produce_batch(agent: Any, topic: str, partition: int, n: int, tag: str = "r"
 
 def fetch(agent: Any, parts: list[tuple[str, int, int]], *, version: int = 11, max_wait_ms: int = 0,
           min_bytes: int = 1, max_bytes: int = 50 << 20, partition_max_bytes: int = 1 << 20,
-          topic_ids: dict[str, uuid.UUID] | None = None, session_epoch: int = -1) -> FetchResponse:
+          topic_ids: dict[str, uuid.UUID] | None = None, session_epoch: int = -1, timeout: float = 15) -> FetchResponse:
     topics: dict[str, FT] = {}
     for name, p, off in parts:
         t = topics.setdefault(name, FT(topic=name, topic_id=(topic_ids or {}).get(name, uuid.UUID(int=0))))
@@ -86,7 +86,7 @@ def fetch(agent: Any, parts: list[tuple[str, int, int]], *, version: int = 11, m
         replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
         isolation_level=0, session_id=0, session_epoch=session_epoch, topics=list(topics.values()),
     )
-    return raw_call(agent, req, version)
+    return raw_call(agent, req, version, timeout=timeout)
 
 
 def _offsets(records: bytes) -> list[int]:
@@ -164,7 +164,7 @@ def test_long_poll_wakes_on_commit(floe_agent):
 
     def waiter() -> None:
         t0 = time.monotonic()
-        out["resp"] = fetch(floe_agent, [("lp", 0, 1)], max_wait_ms=10_000)
+        out["resp"] = fetch(floe_agent, [("lp", 0, 1)], max_wait_ms=30_000, timeout=60)
         out["done"] = time.monotonic()
         out["t0"] = t0
 
@@ -177,11 +177,12 @@ def test_long_poll_wakes_on_commit(floe_agent):
     assert floe_agent.broker.notifier._waiters, "fetch never started waiting"
     produced_at = time.monotonic()
     produce_batch(floe_agent, "lp", 0, 2)
-    th.join(15)
+    th.join(60)
     assert not th.is_alive()
     pd = out["resp"].responses[0].partitions[0]
     assert _offsets(pd.records) == [1, 2]
-    assert out["done"] - produced_at < 2.0
+    # woken by the commit, not by max_wait_ms (30 s): half of it leaves room for a slow flush
+    assert out["done"] - produced_at < 15
 
 
 def test_long_poll_times_out_with_empty_records(floe_agent):
@@ -194,5 +195,5 @@ def test_long_poll_times_out_with_empty_records(floe_agent):
     assert 0.25 <= took < 5
     # min_bytes 0 answers at once.
     t0 = time.monotonic()
-    fetch(floe_agent, [("lt", 0, 0)], max_wait_ms=5000, min_bytes=0)
-    assert time.monotonic() - t0 < 2
+    fetch(floe_agent, [("lt", 0, 0)], max_wait_ms=30_000, min_bytes=0, timeout=60)
+    assert time.monotonic() - t0 < 15  # not after max_wait_ms (30 s)
