@@ -13,23 +13,29 @@ consumer-protocol one: the successor continues it from the metastore too.
 from __future__ import annotations
 
 import itertools
-import threading
 import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as TP
 
 from tests.cluster.helpers import create_topic, node_of, start_cluster
 from tests.cluster.test_three_agents import _coordinator
 from tests.fixtures.agent_process import Backend
 from tests.fixtures.java import SLF4J_SIMPLE, compile_java, java_binary, maven_classpath
-from tests.interop.kip848_member import SOURCE, Member, check_resume, intervals, wait_for
+from tests.interop.kip848_member import (
+    SOURCE,
+    Member,
+    PacedProducer,
+    check_resume,
+    intervals,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.s3, pytest.mark.interop, pytest.mark.timeout(400)]
 
-TOPIC, GROUP, PARTITIONS, RECORDS = "kip848c", "kip848-cluster", 6, 4000
+TOPIC, GROUP, PARTITIONS = "kip848c", "kip848-cluster", 6
 
 
 @pytest.fixture
@@ -54,27 +60,16 @@ def _kill9_coordinator(tmp_path: Path, pg_s3: Backend, protocols: list[str]) -> 
         tmp_path, pg_s3, ["a", "a", "b"], consumer_group_session_timeout_ms=6000, consumer_group_heartbeat_interval_ms=500
     )
     members: list[Member] = []
+    producer: PacedProducer | None = None
     try:
         create_topic(agents[0], TOPIC, PARTITIONS)
         coord = _coordinator(agents[0], GROUP)
         victim = next(a for a in agents if node_of(a) == coord)
         survivors = [a for a in agents if a is not victim]
         bs = ",".join(a.bootstrap for a in agents)
-        done = threading.Event()
-
-        def produce() -> None:
-            # Idempotent: a produce lost with the killed agent is retried without a duplicate.
-            p = Producer({"bootstrap.servers": survivors[0].bootstrap, "linger.ms": 5, "enable.idempotence": True})
-            for i in range(RECORDS):
-                p.produce(TOPIC, key=f"k{i}", value=b"v", partition=i % PARTITIONS)
-                if i % 100 == 99:
-                    p.flush(30)
-                    time.sleep(0.4)  # pacing (~16 s): records keep arriving across the kill
-            assert p.flush(30) == 0
-            done.set()
-
-        producer = threading.Thread(target=produce, daemon=True)
-        producer.start()
+        # Idempotent: a produce lost with the killed agent is retried without a duplicate.
+        producer = PacedProducer(survivors[0].bootstrap, TOPIC, PARTITIONS, pause_s=0.4, idempotent=True)
+        producer.start()  # ~250 records/s until 2,000 after the kill
         members = []
         for i, protocol in enumerate(protocols, 1):  # one at a time: the group's protocol follows the first
             members.append(Member(java, bs, f"c{i}", tmp_path, TOPIC, GROUP, protocol=protocol))
@@ -85,22 +80,26 @@ def _kill9_coordinator(tmp_path: Path, pg_s3: Backend, protocols: list[str]) -> 
         before = {m.name: max(int(x[2]) for x in m.lines() if x[0] == "ASSIGN") for m in members}
         consumed_before = sum(m.records() for m in members)
         victim.kill()
-        assert not done.is_set(), "the producer finished before the kill"
+        assert not producer.done.is_set(), "the producer finished before the kill"
+        producer.finish()
         for a in survivors:
             wait_for(lambda a=a: len((a.healthz() or {}).get("ring", [])) == 2, "the dead agent to leave the ring", 30)
         assert _coordinator(survivors[0], GROUP) in {node_of(a) for a in survivors}
         wait_for(lambda: sum(m.records() for m in members) > consumed_before + 300, "consumption after the move", 90)
         producer.join(120)
-        assert done.is_set()
-        wait_for(lambda: len({x[3] for m in members for x in m.lines() if x[0] == "REC"}) == RECORDS, "every record", 90)
+        assert producer.done.is_set() and producer.error is None, producer.error
+        total = producer.sent
+        wait_for(lambda: len({x[3] for m in members for x in m.lines() if x[0] == "REC"}) == total, "every record", 90)
         for m in members:
             m.stop()
         probe = Consumer({"bootstrap.servers": survivors[0].bootstrap, "group.id": GROUP})
         hw = {p: probe.get_watermark_offsets(TP(TOPIC, p), timeout=10)[1] for p in range(PARTITIONS)}
         committed = {tp.partition: tp.offset for tp in probe.committed([TP(TOPIC, p) for p in range(PARTITIONS)], timeout=10)}
         probe.close()
-        assert sum(hw.values()) == RECORDS and committed == hw, (committed, hw)
+        assert sum(hw.values()) == total and committed == hw, (committed, hw)
     finally:
+        if producer is not None:
+            producer.stop()
         for m in members:
             if m.proc.poll() is None:
                 m.proc.kill()
@@ -118,6 +117,6 @@ def _kill9_coordinator(tmp_path: Path, pg_s3: Backend, protocols: list[str]) -> 
     checked = check_resume(members, None)
     deliveries = sum(m.records() for m in members)
     print(
-        f"\nKIP848 coordinator kill -9 ({protocols}): {RECORDS} records, {deliveries} deliveries, epochs before {before}, "
+        f"\nKIP848 coordinator kill -9 ({protocols}): {total} records, {deliveries} deliveries, epochs before {before}, "
         f"after {after}, {checked} resume points exact, {sum(len(s) for s in own.values())} spans non-overlapping"
     )

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -177,6 +178,58 @@ def wait_for(cond: Any, what: str, timeout: float = 60.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.1)
+
+
+class PacedProducer(threading.Thread):
+    """Writes keyed records ``k<i>`` (partition = i mod ``partitions``) in flushed batches
+    of 100 with ``pause_s`` between batches until :meth:`finish` is called, then
+    ``tail_batches`` more batches, and stops (``done``; ``sent`` is then the total).
+    :meth:`stop` (in a test's ``finally``) ends it at once without ``done``.
+
+    The scenario, not the clock, decides when the producer ends: a fixed record count
+    at a fixed pace ran out before the member churn and the kill on a slow box (three
+    JVMs starting one after another), so the records no longer crossed the kill."""
+
+    def __init__(
+        self, bootstrap: str, topic: str, partitions: int, *, pause_s: float, tail_batches: int = 20,
+        idempotent: bool = False,
+    ) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
+        self.pause_s, self.tail_batches, self.idempotent = pause_s, tail_batches, idempotent
+        self._finishing, self._halt = threading.Event(), threading.Event()
+        self.done = threading.Event()
+        self.sent = 0
+        self.error: BaseException | None = None
+
+    def finish(self) -> None:
+        self._finishing.set()
+
+    def stop(self) -> None:
+        self._halt.set()
+
+    def run(self) -> None:
+        from confluent_kafka import Producer
+
+        try:
+            conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "linger.ms": 5}
+            if self.idempotent:  # a produce lost with a killed agent is retried without a duplicate
+                conf["enable.idempotence"] = True
+            p = Producer(conf)
+            tail = self.tail_batches
+            while tail > 0 and not self._halt.is_set():
+                for i in range(self.sent, self.sent + 100):
+                    p.produce(self.topic, key=f"k{i}", value=b"v", partition=i % self.partitions)
+                p.flush(30)
+                self.sent += 100
+                if self._finishing.is_set():
+                    tail -= 1
+                self._halt.wait(self.pause_s)  # pacing: records keep arriving while members come and go
+            assert p.flush(30) == 0, "records left undelivered"
+            if not self._halt.is_set():
+                self.done.set()
+        except BaseException as e:  # reported by the test
+            self.error = e
 
 
 def intervals(members: list[Member]) -> dict[int, list[tuple[int, int, str]]]:

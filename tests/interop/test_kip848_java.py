@@ -1,8 +1,8 @@
 """The Java 4.1 KafkaConsumer with ``group.protocol=consumer`` (KIP-848) against Floe.
 
 Three members (separate JVMs, :mod:`tests.interop.kip848_member`) consume a
-6-partition topic while a producer writes 6,000 records; one member leaves
-cleanly (SIGTERM), a fourth joins, one is killed with SIGKILL. Checked from the
+6-partition topic while a producer writes records (until 2,000 after the kill);
+one member leaves cleanly (SIGTERM), a fourth joins, one is killed with SIGKILL. Checked from the
 members' own logs: every record consumed at least once; each partition owned by
 one member at a time (the intervals between onPartitionsAssigned and
 onPartitionsRevoked/Lost, or the kill, never overlap); each member starts a
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import itertools
 import subprocess
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from tests.interop.kip848_member import (
     ADMIN_SOURCE,
     SOURCE,
     Member,
+    PacedProducer,
     check_resume,
     intervals,
     wait_for,
@@ -44,7 +44,6 @@ from tests.interop.kip848_member import (
 pytestmark = [pytest.mark.interop, pytest.mark.slow, pytest.mark.timeout(400)]
 
 PARTITIONS = 6
-RECORDS = 6000
 TOPIC, GROUP = "kip848", "kip848-group"
 
 
@@ -54,25 +53,13 @@ def member_cp(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     return java_binary(), compile_java(SOURCE, cp, tmp_path_factory.mktemp("kip848"))
 
 
-def produce(bootstrap: str, done: threading.Event) -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for i in range(RECORDS):
-        p.produce(TOPIC, key=f"k{i}", value=b"v", partition=i % PARTITIONS)
-        if i % 100 == 99:
-            p.flush(30)
-            time.sleep(0.3)  # pacing (~20 s): the records arrive while members come and go
-    assert p.flush(30) == 0
-    done.set()
-
-
 @on_backend("sqlite-file")
 def test_java_consumer_protocol_join_leave_crash(agent_process_factory, member_cp, tmp_path: Path) -> None:
     agent = agent_process_factory(consumer_group_session_timeout_ms=6000, consumer_group_heartbeat_interval_ms=500)
     bs = agent.bootstrap
     admin = AdminClient({"bootstrap.servers": bs})
     admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(30)
-    done = threading.Event()
-    producer = threading.Thread(target=produce, args=(bs, done), daemon=True)
+    producer = PacedProducer(bs, TOPIC, PARTITIONS, pause_s=0.3)  # ~330 records/s until after the kill
     producer.start()
     t0 = time.monotonic()
     m1, m2, m3 = (Member(member_cp, bs, f"m{i}", tmp_path, TOPIC, GROUP) for i in (1, 2, 3))
@@ -84,20 +71,22 @@ def test_java_consumer_protocol_join_leave_crash(agent_process_factory, member_c
         m4 = Member(member_cp, bs, "m4", tmp_path, TOPIC, GROUP)
         members.append(m4)
         wait_for(lambda: m4.has("ASSIGN", lambda x: x[3] != "-"), "m4 assigned partitions")
-        assert not done.is_set(), "the producer finished too early for this scenario"
+        assert not producer.done.is_set(), "the producer finished too early for this scenario"
         m2.kill()
+        producer.finish()  # 2,000 more records after the kill, then it stops
         producer.join(120)
-        assert done.is_set()
+        assert producer.done.is_set() and producer.error is None, producer.error
+        total = producer.sent
 
         def consumed() -> set[str]:
             return {x[3] for m in members for x in m.lines() if x[0] == "REC"}
 
-        wait_for(lambda: len(consumed()) == RECORDS, "every record consumed", 90)
+        wait_for(lambda: len(consumed()) == total, "every record consumed", 90)
         hw = {}
         probe = Consumer({"bootstrap.servers": bs, "group.id": "probe"})
         for p in range(PARTITIONS):
             hw[p] = probe.get_watermark_offsets(TP(TOPIC, p), timeout=10)[1]
-        assert sum(hw.values()) == RECORDS
+        assert sum(hw.values()) == total
         for m in (m1, m4):
             m.stop()
         committed_reader = Consumer({"bootstrap.servers": bs, "group.id": GROUP})
@@ -115,6 +104,7 @@ def test_java_consumer_protocol_join_leave_crash(agent_process_factory, member_c
         assert {int(x[2]): int(x[3]) for x in m5.lines() if x[0] == "POS"} == hw
         m5.stop()
     finally:
+        producer.stop()
         for m in members:
             if m.proc.poll() is None:
                 m.proc.kill()
@@ -133,10 +123,10 @@ def test_java_consumer_protocol_join_leave_crash(agent_process_factory, member_c
     assert all(g is not None for g in gaps.values()), gaps  # someone took every partition over
     checked = check_resume(members, m2)
     epochs = {m.name: sorted({int(x[2]) for x in m.lines() if x[0] == "ASSIGN"}) for m in members}
-    dupes = sum(m.records() for m in members) - RECORDS
+    dupes = sum(m.records() for m in members) - total
     fails = [x for m in members for x in m.lines() if x[0] == "COMMITFAIL"]
     print(
-        f"KIP848 java: {RECORDS} records, {sum(m.records() for m in members)} deliveries ({dupes} redelivered), "
+        f"KIP848 java: {total} records, {sum(m.records() for m in members)} deliveries ({dupes} redelivered), "
         f"{sum(len(s) for s in own.values())} ownership spans non-overlapping, {checked} resume points exact, "
         f"epochs {epochs}, commit failures {len(fails)}, killed member's partitions taken over after {gaps} s, "
         f"{elapsed:.1f} s"
