@@ -189,7 +189,10 @@ def test_java_static_member_leaves_and_returns(agent_process_factory, member_cp,
     """group.instance.id: a static member that closes leaves with epoch -2, keeps its partitions
     (no rebalance: the group epoch does not move, the other member does not get them) and its
     successor process with the same instance id gets them back."""
-    agent = agent_process_factory(consumer_group_session_timeout_ms=30000, consumer_group_heartbeat_interval_ms=500)
+    # The departed static member keeps its partitions only for the session timeout: it must
+    # outlast a JVM Admin describe plus the successor JVM's start and join on a slow box
+    # (30 s left little room at 1.5-3x slower), and nothing here waits for an expiry.
+    agent = agent_process_factory(consumer_group_session_timeout_ms=180_000, consumer_group_heartbeat_interval_ms=500)
     bs = agent.bootstrap
     admin = AdminClient({"bootstrap.servers": bs})
     admin.create_topics([NewTopic("static-t", 4, 1)])["static-t"].result(30)
