@@ -27,9 +27,10 @@ def raw_fetch(t: Target, topic: str, offset: int, partition: int = 0, version: i
         isolation_level=0,
         topics=[FT(topic=topic, partitions=[FP(partition=partition, fetch_offset=offset, partition_max_bytes=1 << 20)])],
     )
-    for _ in range(40):  # a new partition's leader may still be loading on Kafka
+    deadline = time.monotonic() + 30
+    while True:  # a new partition's leader may still be loading on Kafka
         p = t.raw(req, version).responses[0].partitions[0]
-        if error_name(p.error_code) != "NOT_LEADER_OR_FOLLOWER":
+        if error_name(p.error_code) != "NOT_LEADER_OR_FOLLOWER" or time.monotonic() > deadline:
             break
         time.sleep(0.05)
     batches = [
@@ -97,7 +98,7 @@ def sc_fetch_versions(t: Target) -> Any:
 
 
 def _reset(t: Target, topic: str, offset: int, reset: str) -> list[Any]:
-    out = t.consume(topic, 1, offset=offset, timeout=8, **{"auto.offset.reset": reset})
+    out = t.consume(topic, 1, offset=offset, timeout=30, **{"auto.offset.reset": reset})  # a record or an error ends it
     return [{"offset": r["offset"], "value": r["value"]} if "offset" in r else r for r in out[:1]]
 
 
@@ -113,14 +114,16 @@ def sc_reset_latest_out_of_range(t: Target) -> Any:
     c = t.consumer(**{"auto.offset.reset": "latest"})
     try:
         c.assign([TopicPartition(topic, 0, 50)])
-        for _ in range(20):  # until the reset happened (position known)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # until the reset happened (position known)
             c.poll(0.1)
             if c.position([TopicPartition(topic, 0)])[0].offset >= 0:
                 break
         position = c.position([TopicPartition(topic, 0)])[0].offset
         t.produce(topic, [(None, b"new", T0 + 99)])
         got = None
-        for _ in range(100):
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
             m = c.poll(0.1)
             if m is not None and m.error() is None:
                 got = {"offset": m.offset(), "value": m.value()}
@@ -146,10 +149,13 @@ def sc_reset_no_committed_offset(t: Target) -> Any:
         try:
             c.assign([TopicPartition(topic, 0)])  # OFFSET_INVALID: use the committed offset
             m = None
-            for _ in range(30):
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
                 m = c.poll(0.1)
                 if m is not None:
                     break
+                if reset == "latest" and c.position([TopicPartition(topic, 0)])[0].offset >= 0:
+                    break  # reset to the end: there is nothing to deliver
             out[reset] = {
                 "first": None if m is None or m.error() else m.offset(),
                 "position": c.position([TopicPartition(topic, 0)])[0].offset,

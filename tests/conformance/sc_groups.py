@@ -138,7 +138,8 @@ def sc_group_rebalance_in_progress(t: Target) -> Any:
     with RawConn(t.port) as c2:
         r = join(t, g)  # member 2 gets its id
         corr = c2.send(join_req(g, r.member_id), JOIN_V)  # blocks until member 1 rejoins
-        for _ in range(100):  # until the coordinator has seen the join
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # until the coordinator has seen the join
             if describe(t, g)["state"] == "PreparingRebalance":
                 break
             time.sleep(0.02)

@@ -59,9 +59,12 @@ def sc_metadata_unknown_no_autocreate(t: Target) -> Any:
 def sc_metadata_auto_create(t: Target) -> Any:
     name = t.topic("md-auto")
     first = metadata(t, [name], auto=True)
-    for _ in range(100):
+    deadline = time.monotonic() + 30
+    while True:
         later = metadata(t, [name], auto=False)
         if later and later[0]["error"] == "NONE" and later[0]["partitions"] and later[0]["partitions"][0]["has_leader"]:
+            break
+        if time.monotonic() > deadline:
             break
         time.sleep(0.05)
     return {"first_error": first[0]["error"] if first else None, "later": later}
