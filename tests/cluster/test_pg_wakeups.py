@@ -80,14 +80,20 @@ async def test_notify_wakes_other_agent_and_costs_little(postgres_url: str) -> N
             return n / (time.perf_counter() - t0)
 
         await run(100, False, "warm")
-        plain = await run(600, False, "plain")
-        with_notify = await run(600, True, "notify")
+        # Interleaved rounds, best of each: one 600-commit run after the other let a load
+        # spike from another process during the second run alone (a second or so on a
+        # shared box) push the ratio under the bound; a spike now has to hit every
+        # NOTIFY round and no plain one.
+        plain = with_notify = 0.0
+        for r in range(3):
+            plain = max(plain, await run(200, False, f"plain{r}"))
+            with_notify = max(with_notify, await run(200, True, f"notify{r}"))
 
         async def b_caught_up() -> bool:  # every NOTIFY a sent has reached b
             return not a._pending and not a._kick.is_set() and b.received >= a.sent
 
         await until(b_caught_up, 10, "b to receive a's NOTIFYs")
-        print(f"\ncommits/s (12 partitions each, concurrency 1): plain {plain:.0f}, with NOTIFY {with_notify:.0f}; "
+        print(f"\ncommits/s (12 partitions each, concurrency 1, best of 3): plain {plain:.0f}, with NOTIFY {with_notify:.0f}; "
               f"NOTIFYs sent {a.sent}, received by the other agent {b.received}")  # fmt: skip
         assert with_notify > 0.6 * plain
         assert b.received > 0
