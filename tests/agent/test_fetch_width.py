@@ -37,6 +37,7 @@ def test_wide_fetch_matches_per_partition_path(floe_agent, monkeypatch):
     assert sorted(calls) == ["find_batches_many", "partition_offsets"]
     calls.clear()
     monkeypatch.setattr(fetch_handler, "BULK_MIN", 1 << 30)  # the per-partition path
+    monkeypatch.setattr(fetch_handler, "LOOKUP_MANY_MIN", 1 << 30)
     narrow = _answer(fetch(floe_agent, parts, max_bytes=1 << 20, partition_max_bytes=1 << 16))
     assert set(calls) == {"find_batches"}
     assert wide == narrow
@@ -44,3 +45,27 @@ def test_wide_fetch_matches_per_partition_path(floe_agent, monkeypatch):
     assert by_part[("fw", 1)] == (0, 5) and by_part[("fw", 7)] == (1, -1)  # last: 9 > hwm 4
     assert by_part[("fw", 40)][0] == 3 and by_part[("nope", 0)][0] == 3
     assert sum(1 for _, _, err, _, _, rec in wide if err == 0 and rec) == 4  # p1@0, p1@3, p7@0, p30@0
+
+
+def test_fetch_of_a_few_partitions_is_one_lookup(floe_agent, monkeypatch):
+    """A Fetch naming a few partitions (a worker's share of a consumer's assignment,
+    below BULK_MIN) looks them all up in one metastore call, not one call each."""
+    make_topic(floe_agent, "fw3", partitions=4)
+    for p in range(3):
+        produce_batch(floe_agent, "fw3", p, 2, tag=f"p{p}-")
+    meta = floe_agent.broker.meta
+    calls: list[str] = []
+    for name in ("find_batches", "find_batches_many"):
+        real = getattr(meta, name)
+
+        async def counted(*a, _real=real, _name=name, **kw):
+            calls.append(_name)
+            return await _real(*a, **kw)
+
+        monkeypatch.setattr(meta, name, counted)
+    resp = fetch(floe_agent, [("fw3", p, 0) for p in range(3)], max_bytes=1 << 20, partition_max_bytes=1 << 16)
+    assert calls == ["find_batches_many"]
+    assert [(p.partition_index, p.error_code, p.high_watermark) for p in resp.responses[0].partitions] == [
+        (0, 0, 2), (1, 0, 2), (2, 0, 2)
+    ]
+    assert all(p.records for p in resp.responses[0].partitions)
