@@ -83,6 +83,11 @@ def create_engine(url: str | URL, **kwargs: Any) -> AsyncEngine:
         # enough of them pooled.
         kwargs.setdefault("pool_size", 32)
         kwargs.setdefault("max_overflow", 32)
+        # No ROLLBACK when a connection goes back to the pool: every use ends its own
+        # transaction (Connection.close() rolls back one left open), and on aiosqlite
+        # the redundant rollback is one more round trip to the connection's thread
+        # on every read (a Fetch's lookups, the wake-up poll).
+        kwargs.setdefault("pool_reset_on_return", None)
     engine = create_async_engine(parsed, **kwargs)
     synchronous = sqlite_synchronous()
 
