@@ -536,23 +536,36 @@ class TxnMixin(RegistryMixin, GroupsMixin):
         async with self._read() as conn:
             hwms: dict[PartitionRef, int] = {}
             open_txns: dict[PartitionRef, list[tuple[int, int]]] = {}
+            # Which partitions have any aborted range at all (usually none: then
+            # nothing more is read; only those are looked up one by one).
+            with_aborted: set[PartitionRef] = set()
+            # One statement per chunk: each partition's high watermark, its open
+            # transactions (a row each, or one row of NULLs) and whether it has any
+            # aborted range (three statements before: a Fetch with data paid each).
+            any_aborted = (
+                select(a.topic_id)
+                .where(a.topic_id == p.topic_id, a.partition == p.partition)
+                .exists()
+            )
+            joined = s.partitions.outerjoin(
+                s.txn_partitions, (tp.topic_id == p.topic_id) & (tp.partition == p.partition)
+            )
             for chunk in chunks(keys, _CHUNK):
                 rows = await conn.execute(
-                    select(p.topic_id, p.partition, p.high_watermark).where(
-                        tuple_(p.topic_id, p.partition).in_(chunk)
+                    select(
+                        p.topic_id, p.partition, p.high_watermark, tp.producer_id, tp.first_offset,
+                        any_aborted.label("aborted"),
                     )
-                )
-                hwms.update({(r.topic_id, r.partition): r.high_watermark for r in rows})
-            for chunk in chunks(keys, _CHUNK):
-                rows = await conn.execute(
-                    select(tp.topic_id, tp.partition, tp.producer_id, tp.first_offset).where(
-                        tuple_(tp.topic_id, tp.partition).in_(chunk)
-                    )
+                    .select_from(joined)
+                    .where(tuple_(p.topic_id, p.partition).in_(chunk))
                 )
                 for r in rows:
-                    open_txns.setdefault((r.topic_id, r.partition), []).append(
-                        (r.producer_id, r.first_offset)
-                    )
+                    key = (r.topic_id, r.partition)
+                    hwms[key] = r.high_watermark
+                    if r.producer_id is not None:
+                        open_txns.setdefault(key, []).append((r.producer_id, r.first_offset))
+                    if r.aborted:
+                        with_aborted.add(key)
             lsos: dict[PartitionRef, int] = {}
             for key, hwm in hwms.items():
                 lso = hwm
@@ -561,18 +574,6 @@ class TxnMixin(RegistryMixin, GroupsMixin):
                     if found is not None:
                         lso = min(lso, found)
                 lsos[key] = lso
-            # Which partitions have any aborted range at all, in one statement per
-            # chunk (usually none: then nothing more is read); only those are
-            # looked up one by one.
-            with_aborted: set[PartitionRef] = set()
-            known = [k for k in keys if k in hwms]
-            for chunk in chunks(known, _CHUNK):
-                rows = await conn.execute(
-                    select(a.topic_id, a.partition)
-                    .where(tuple_(a.topic_id, a.partition).in_(chunk))
-                    .distinct()
-                )
-                with_aborted.update((r.topic_id, r.partition) for r in rows)
             for topic_id, partition, fetch_offset in partitions:
                 key = (topic_id, partition)
                 if key not in hwms:
