@@ -49,18 +49,17 @@ _CHUNK = 2000  # tuples per IN (...) list: SQLite allows 32766 bound variables
 
 
 _SQLITE_STATE = "SELECT log_start_offset, high_watermark FROM partitions WHERE topic_id = ? AND partition = ?"
-# The SQLAlchemy query of _find_batches, as SQLite text.
+# _find_batches' query as SQLite text, without its window functions: the rows
+# from ``offset`` on, in offset order; _sqlite_find_many keeps the prefix that fits
+# ``max_bytes`` (the first row always) and stops reading there. The windowed form
+# materialised up to ``max_batches`` rows for every partition of every Fetch.
 _SQLITE_FIND = """
-SELECT key, byte_pos, byte_len, base_offset, last_offset, record_count, max_timestamp, append_time
-  FROM (SELECT o.key, b.byte_pos, b.byte_len, b.base_offset, b.last_offset, b.record_count,
-               b.max_timestamp, b.append_time,
-               sum(b.byte_len) OVER (ORDER BY b.last_offset) AS cum,
-               row_number() OVER (ORDER BY b.last_offset) AS rn
-          FROM (SELECT * FROM batches WHERE topic_id = ? AND partition = ? AND last_offset >= ?
-                 ORDER BY last_offset LIMIT ?) b
-          JOIN objects o ON o.id = b.object_id)
- WHERE rn = 1 OR cum <= ?
- ORDER BY last_offset
+SELECT o.key, b.byte_pos, b.byte_len, b.base_offset, b.last_offset, b.record_count,
+       b.max_timestamp, b.append_time
+  FROM batches b JOIN objects o ON o.id = b.object_id
+ WHERE b.topic_id = ? AND b.partition = ? AND b.last_offset >= ?
+ ORDER BY b.last_offset
+ LIMIT ?
 """
 
 
@@ -81,8 +80,14 @@ def _sqlite_find_many(
         elif offset == hwm:
             out.append(FindResult(ErrorCode.NONE, lso, hwm))
         else:
-            rows = db.execute(_SQLITE_FIND, (tid, partition, offset, max_batches, max_bytes))
-            out.append(FindResult(ErrorCode.NONE, lso, hwm, [BatchLocation(*r) for r in rows]))
+            found: list[BatchLocation] = []
+            total = 0
+            for r in db.execute(_SQLITE_FIND, (tid, partition, offset, max_batches)):
+                total += r[2]
+                if found and total > max_bytes:
+                    break
+                found.append(BatchLocation(*r))
+            out.append(FindResult(ErrorCode.NONE, lso, hwm, found))
     return out
 
 
