@@ -97,6 +97,18 @@ class Target:
         with RawConn(self.port) as c:
             return c.request(req, resp_cls, version)
 
+    def raw_led(self, req: Any, version: int, error_code: Callable[[Any], int]) -> Any:
+        """:meth:`raw`, sent again while ``error_code(response)`` is NOT_LEADER_OR_FOLLOWER,
+        for up to 30 s: Kafka can list a new partition's leader in Metadata before that
+        broker leads it, and answers so meanwhile (nothing appended or read); clients
+        retry it. Floe never answers it."""
+        deadline = time.monotonic() + 30
+        while True:
+            resp = self.raw(req, version)
+            if error_name(error_code(resp)) != "NOT_LEADER_OR_FOLLOWER" or time.monotonic() > deadline:
+                return resp
+            time.sleep(0.05)
+
     # -- common steps ----------------------------------------------------------------
 
     def create(self, topic: str, partitions: int = 1, config: dict[str, str] | None = None) -> str:

@@ -27,12 +27,7 @@ def raw_fetch(t: Target, topic: str, offset: int, partition: int = 0, version: i
         isolation_level=0,
         topics=[FT(topic=topic, partitions=[FP(partition=partition, fetch_offset=offset, partition_max_bytes=1 << 20)])],
     )
-    deadline = time.monotonic() + 30
-    while True:  # a new partition's leader may still be loading on Kafka
-        p = t.raw(req, version).responses[0].partitions[0]
-        if error_name(p.error_code) != "NOT_LEADER_OR_FOLLOWER" or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
+    p = t.raw_led(req, version, lambda r: r.responses[0].partitions[0].error_code).responses[0].partitions[0]
     batches = [
         {"base": b.base_offset, "last": b.last_offset, "count": b.records_count}
         for b in iter_batches(bytes(p.records or b""), allow_partial_tail=True)

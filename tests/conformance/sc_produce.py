@@ -106,14 +106,8 @@ def sc_record_too_large_topic_limit(t: Target) -> Any:
 
 def _raw_produce(t: Target, topic: str, batch: bytes, version: int = 9, acks: int = -1) -> dict[str, Any]:
     req = ProduceRequest(acks=acks, timeout_ms=10000, topic_data=[PT(name=topic, partition_data=[PP(index=0, records=batch)])])
-    # Kafka can list a new partition's leader in Metadata before that broker leads it,
-    # and answers NOT_LEADER_OR_FOLLOWER (nothing appended) meanwhile; clients retry it.
-    deadline = time.monotonic() + 30
-    while True:
-        p = t.raw(req, version).responses[0].partition_responses[0]
-        if p.error_code != 6 or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
+    resp = t.raw_led(req, version, lambda r: r.responses[0].partition_responses[0].error_code)
+    p = resp.responses[0].partition_responses[0]
     return {"error": error_name(p.error_code), "base_offset": p.base_offset, "log_start": p.log_start_offset}
 
 
