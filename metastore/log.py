@@ -286,9 +286,9 @@ class LogMixin(SqlBase):
         stays within ``max_bytes`` (the first batch always comes back whole)."""
         async with self._read() as conn:
             if conn.dialect.name == "sqlite":
-                # The raw sqlite3 path even for one partition: a Fetch reaching one
-                # worker of several names only its own partitions, often fewer than
-                # the bulk threshold, and SQLAlchemy's query building cost ~5x more.
+                # The raw sqlite3 path even for one partition (a Fetch naming one
+                # partition; more go through find_batches_many): SQLAlchemy's query
+                # building cost ~5x more.
                 (res,) = await _sqlite_find(conn, [(topic_id, partition, offset, max_bytes)], max_batches)
                 return res
             return await self._find_batches(conn, topic_id, partition, offset, max_bytes, max_batches)
