@@ -129,10 +129,17 @@ async def _copy_batches(con: asyncpg.Connection, rows: bytes) -> None:
     await con.copy_to_table("batches", source=memoryview(rows), columns=BATCH_COLUMNS, format="binary")
 
 
+# A lost or confused connection: the commit's outcome is unknown (MetastoreError, the
+# caller retries). InternalClientError is asyncpg's "another operation is in progress"
+# on a connection whose session the server terminated mid-statement.
+_CONNECTION_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError)
+
+
 async def _rollback_if_open(con: asyncpg.Connection) -> None:
-    """Declined or failed: nothing of the transaction stays."""
-    if not con.is_closed() and con.is_in_transaction():
-        with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+    """Declined or failed: nothing of the transaction stays. A connection already
+    lost (or its pool proxy already released) has nothing to roll back here."""
+    with contextlib.suppress(*_CONNECTION_ERRORS):
+        if not con.is_closed() and con.is_in_transaction():
             await con.execute("ROLLBACK")
 
 
@@ -357,7 +364,7 @@ class PostgresMetastore(SqlMetastore):
         try:
             async with self._require_pool().acquire() as con:
                 yield con
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
+        except _CONNECTION_ERRORS as e:
             raise MetastoreError(f"group commit failed: {e}") from e
 
     async def _commit_one(
@@ -393,7 +400,7 @@ class PostgresMetastore(SqlMetastore):
                     [w[3] for w in wants],
                     max(1, max_batches),
                 )
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
+        except _CONNECTION_ERRORS as e:
             raise MetastoreError(f"find_batches_many failed: {e}") from e
         by_index: dict[int, list[Any]] = {}
         for r in rows:
@@ -429,7 +436,7 @@ class PostgresMetastore(SqlMetastore):
                 rows = await con.fetch(
                     FIND_SQL, topic_id, partition, offset, max_bytes, max(1, max_batches)
                 )
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
+        except _CONNECTION_ERRORS as e:
             raise MetastoreError(f"find_batches failed: {e}") from e
         if not rows:
             return FindResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1)
