@@ -72,7 +72,8 @@ class Membership:
         self.started = False
         self.instance = uuid.uuid4().hex
         self.evictions = 0  # times this agent found itself dropped from the registry
-        self._refreshed_at = float("-inf")  # clock.monotonic() of the last refresh
+        self._refreshed_at = float("-inf")  # clock.monotonic() when the applied read began
+        self._reads = self._applied = 0  # registry reads begun; the newest one applied
 
     @property
     def rid(self) -> str:
@@ -162,8 +163,16 @@ class Membership:
         return self.rings
 
     async def refresh(self) -> Rings:
-        self._refreshed_at = self.clock.monotonic()
+        started, self._reads = self.clock.monotonic(), self._reads + 1
+        read = self._reads
         rows = await self.meta.live_agents(self.clock.now_ms() - self.dead_after_ms)
+        # Fresh as of when the read began, and only once it has an answer: a refresh
+        # still in flight (the heartbeat's, begun before another agent registered)
+        # must not make fresh_rings answer with the rings it is about to replace, nor
+        # replace, when it ends, the rings a later read has already applied.
+        if read < self._applied:
+            return self.rings
+        self._applied, self._refreshed_at = read, started
         peers = {self.me.agent_id: self.me}  # we serve, whatever the registry says
         for a in rows:
             peers.setdefault(a.id, peer_of(a))

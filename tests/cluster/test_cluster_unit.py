@@ -100,6 +100,41 @@ async def test_membership_heartbeats_and_timeouts(tmp_path: Path) -> None:
         await ms.close()
 
 
+async def test_fresh_rings_does_not_trust_a_refresh_still_in_flight(tmp_path: Path) -> None:
+    """The heartbeat's refresh began before another agent registered and is still
+    reading (a slow metastore): a Metadata request meanwhile must read again, not
+    answer with the rings that refresh is about to replace (CI: an agent listed only
+    itself right after a second one started)."""
+    clock = ManualClock()
+    ms = await open_metastore(f"sqlite:///{tmp_path / 'm.db'}", now_ms=clock.now_ms)
+    try:
+        m1, m2 = Membership(ms, PEERS[0], clock), Membership(ms, PEERS[1], clock)
+        await m1._register()
+        m1.started = True
+        clock.advance(1)  # the start's refresh is long past
+        gate, entered = asyncio.Event(), asyncio.Event()
+        real = ms.live_agents
+
+        async def slow_first(since: int) -> Any:
+            rows = await real(since)  # read before a2 registers
+            if not entered.is_set():
+                entered.set()
+                await gate.wait()
+            return rows
+
+        ms.live_agents = slow_first  # type: ignore[method-assign]
+        heartbeat = asyncio.create_task(m1.refresh())
+        await entered.wait()
+        await m2._register()  # a2 joins while the heartbeat's read is in flight
+        rings = await m1.fresh_rings(0.05)  # no time passed on the clock
+        assert sorted(p.agent_id for p in rings.peers) == ["a1", "a2"]
+        gate.set()
+        await heartbeat  # its older read does not undo the newer one
+        assert sorted(p.agent_id for p in m1.rings.peers) == ["a1", "a2"]
+    finally:
+        await ms.close()
+
+
 async def test_not_coordinator_and_release(tmp_path: Path) -> None:
     clock = ManualClock()
     ms = await open_metastore(f"sqlite:///{tmp_path / 'm.db'}")

@@ -81,6 +81,8 @@ def test_metadata_lists_virtual_ids_at_each_agents_address(agent_factory: Any, t
     admin = AdminClient({"bootstrap.servers": a.bootstrap})
     admin.create_topics([NewTopic("vt", 24, 1)])["vt"].result(30)
     by_agent = {x.broker.cluster.me.agent_id: x for x in (a, b)}
+    for agent in (a, b):  # both have read the registry since b joined (freshness: test_topic_cache)
+        assert len(agent.call(agent.broker.cluster.membership.refresh()).peers) == 2
     for agent in (a, b):
         with RawConn(agent.port) as conn:
             md = conn.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="vt")]), MetadataResponse, 12)
