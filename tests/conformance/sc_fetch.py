@@ -5,7 +5,9 @@ batch containing the fetch offset, the watermarks a fetch reports.
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import TopicPartition
@@ -103,17 +105,45 @@ def sc_reset_earliest_out_of_range(t: Target) -> Any:
     return {"below": _reset(t, topic, 1, "earliest"), "beyond": _reset(t, topic, 50, "earliest")}
 
 
+class _Fetching:
+    """librdkafka's own view of one partition, from its statistics: ``position()``
+    stays OFFSET_INVALID until a record is consumed, so it cannot say that an offset
+    reset is done; the statistics' ``fetch_state`` and ``next_offset`` can."""
+
+    def __init__(self, topic: str, partition: int = 0) -> None:
+        self.topic, self.partition = topic, str(partition)
+        self.state: tuple[str, int] = ("none", -1)
+
+    def conf(self, **conf: Any) -> dict[str, Any]:
+        return {**conf, "statistics.interval.ms": 50, "stats_cb": self._stats}
+
+    def _stats(self, raw: str) -> None:
+        p = json.loads(raw).get("topics", {}).get(self.topic, {}).get("partitions", {}).get(self.partition)
+        if p is not None:
+            self.state = (p["fetch_state"], p["next_offset"])
+
+    def wait(self, c: Any, done: Callable[[int], bool], timeout: float = 30) -> Any:
+        """Poll until the partition is fetched from an offset ``done`` accepts (or a
+        record or error arrives); that record, or None."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            m = c.poll(0.05)
+            if m is not None:
+                return m
+            state, offset = self.state
+            if state == "active" and done(offset):
+                return None
+        return None
+
+
 @scenario
 def sc_reset_latest_out_of_range(t: Target) -> Any:
     topic = filled(t, "r-late", 5)
-    c = t.consumer(**{"auto.offset.reset": "latest"})
+    fetching = _Fetching(topic)
+    c = t.consumer(**fetching.conf(**{"auto.offset.reset": "latest"}))
     try:
         c.assign([TopicPartition(topic, 0, 50)])
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # until the reset happened (position known)
-            c.poll(0.1)
-            if c.position([TopicPartition(topic, 0)])[0].offset >= 0:
-                break
+        fetching.wait(c, lambda offset: 0 <= offset < 50)  # until the reset happened
         position = c.position([TopicPartition(topic, 0)])[0].offset
         t.produce(topic, [(None, b"new", T0 + 99)])
         got = None
@@ -123,7 +153,7 @@ def sc_reset_latest_out_of_range(t: Target) -> Any:
             if m is not None and m.error() is None:
                 got = {"offset": m.offset(), "value": m.value()}
                 break
-        return {"position": position, "got": got}
+        return {"position": position, "fetching_from": fetching.state[1], "got": got}
     finally:
         c.close()
 
@@ -140,17 +170,12 @@ def sc_reset_no_committed_offset(t: Target) -> Any:
     topic = filled(t, "r-none", 3)
     out = {}
     for reset in ("earliest", "latest"):
-        c = t.consumer(**{"auto.offset.reset": reset})
+        fetching = _Fetching(topic)
+        c = t.consumer(**fetching.conf(**{"auto.offset.reset": reset}))
         try:
             c.assign([TopicPartition(topic, 0)])  # OFFSET_INVALID: use the committed offset
-            m = None
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                m = c.poll(0.1)
-                if m is not None:
-                    break
-                if reset == "latest" and c.position([TopicPartition(topic, 0)])[0].offset >= 0:
-                    break  # reset to the end: there is nothing to deliver
+            # Earliest delivers offset 0; latest fetches from the end, with nothing to deliver.
+            m = fetching.wait(c, lambda offset, latest=reset == "latest": latest and offset >= 0)
             out[reset] = {
                 "first": None if m is None or m.error() else m.offset(),
                 "position": c.position([TopicPartition(topic, 0)])[0].offset,
