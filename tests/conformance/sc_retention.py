@@ -34,7 +34,8 @@ def retention_earliest(t: Target) -> Any:
         "log_start": start,
         "log_start_after_new": after,
         "raw": [{**r, "timestamp": _now(r["timestamp"])} for r in raw_list(t, topic, [-2, -1, T0 + 5])],
-        "consumed": [r["value"] for r in t.consume(topic, 3, offset=0)],
+        # From below the log start: reset to the earliest retained record, the new ones.
+        "consumed": [r["value"] for r in t.consume(topic, 3, offset=0, **{"auto.offset.reset": "earliest"})],
     }
 
 

@@ -35,7 +35,7 @@ def retention_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target
 
 def test_retention_earliest(retention_kafka: Target, floe_target: Target) -> None:
     # Both sides at once, as test_conformance runs every scenario: each waits out the
-    # same client timeouts (3 s for a log start that must not move, 20 s for the consume).
+    # same 3 s for a log start that must not move.
     with ThreadPoolExecutor(2, thread_name_prefix="retention") as pool:
         fk, ff = pool.submit(retention_earliest, retention_kafka), pool.submit(retention_earliest, floe_target)
         kafka, floe = fk.result(), ff.result()
