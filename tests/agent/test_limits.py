@@ -166,6 +166,15 @@ def test_declared_length_costs_at_most_64k() -> None:
         conn, t = _conn(clock)
         _feed(conn, struct.pack(">i", 1024 * 1024))
         assert conn._frame is not None and len(conn._frame) <= 64 * 1024
+        # Trickled bytes: the buffer stays within 64 KiB of twice what arrived, and it
+        # is copied once per 32 KiB received at most, not once per byte.
+        copies, frame = 0, conn._frame
+        for i in range(1, 200_001):
+            _feed(conn, b"x")
+            if conn._frame is not frame:
+                copies, frame = copies + 1, conn._frame
+            assert len(frame) <= 2 * i + 64 * 1024, (i, len(frame))
+        assert copies <= 200_000 // (32 * 1024) + 1, copies
         t.close()
 
     asyncio.run(go())
