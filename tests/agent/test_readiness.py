@@ -82,7 +82,10 @@ async def test_readyz_follows_object_store_and_metastore(outage_agent: Any) -> N
     assert status == 503 and not body["checks"]["object_store"]["ok"] and body["checks"]["metastore"]["ok"]
     state["moto"], _ = start_moto(port=state["port"])  # the same endpoint comes back
     create_bucket(f"http://127.0.0.1:{state['port']}", "ready")  # moto keeps nothing
-    took, ready, reasons = await _round(server)
+    for _ in range(3):  # a pooled connection to the old moto may fail one probe first
+        took, ready, reasons = await _round(server)
+        if ready:
+            break
     assert ready, reasons
 
     # Postgres stopped: not ready within the deadline, ready again once it is back.

@@ -319,7 +319,8 @@ def test_three_agents_behind_one_address(tmp_path: Path, pg_s3: Backend) -> None
         assert java.returncode == 0 and result, f"java failed:\n{out[-2000:]}\n{err[-4000:]}"
         fields = dict(kv.split("=") for kv in result.split()[1:])
         assert int(fields["acked"]) > 0 and fields["missing"] == "0", result
-        assert ring_of_two_s <= (DEAD_AFTER_MS + 2 * HEARTBEAT_MS) / 1000 + 1.0, ring_of_two_s
+        # Within the timeout and two heartbeats, plus 3 s for a loaded box's late ticks.
+        assert ring_of_two_s <= (DEAD_AFTER_MS + 2 * HEARTBEAT_MS) / 1000 + 3.0, ring_of_two_s
     finally:
         lb.close()
         group.close(show_logs=False)
