@@ -64,8 +64,9 @@ async def handle(broker: Broker, ctx: RequestContext, req: MetadataRequest) -> E
     zone = client_zone(ctx.client_id)
     # The live agents as the registry has them now (at most 50 ms old), not as of this
     # agent's last heartbeat: every agent lists the same brokers (see fresh_rings).
-    broker.metadata.check_rings(await broker.cluster.membership.fresh_rings(0.05))
-    topics: list[bytes] = []
+    await broker.cluster.membership.fresh_rings(0.05)
+    # Entries: an encoded error, or a topic to encode once every await is behind us.
+    topics: list[bytes | TopicInfo] = []
     wanted = req.topics
     authz = broker.authorizer is not None
     if wanted is None or (v == 0 and not wanted):
@@ -73,7 +74,7 @@ async def handle(broker: Broker, ctx: RequestContext, req: MetadataRequest) -> E
             # Only the topics the caller may DESCRIBE are listed (Kafka's rule).
             if authz and not allowed(broker, ctx, Op.DESCRIBE, RT.TOPIC, info.name):
                 continue
-            topics.append(topic_bytes(broker, info, zone, v))
+            topics.append(info)
     else:
         allow_create = broker.config.auto_create_topics and (v < 4 or req.allow_auto_topic_creation)
         for t in wanted:
@@ -111,7 +112,14 @@ async def handle(broker: Broker, ctx: RequestContext, req: MetadataRequest) -> E
                 code = INVALID_TOPIC_EXCEPTION if bad else UNKNOWN_TOPIC_OR_PARTITION
                 topics.append(encode_topic(Topic(error_code=code, name=t.name), v))
                 continue
-            topics.append(topic_bytes(broker, info, zone, v))
+            topics.append(info)
+    # No await from here to the answer: the leaders (cached per rings) and the brokers
+    # come from one membership view. Encoding the leaders before an await and the
+    # brokers after it let a membership change in between list a leader that is not
+    # among the brokers (an agent that had just left), and librdkafka then failed the
+    # partition as "Unknown partition" (CI, test_txn_jepsen, after an agent restart).
+    broker.metadata.check_rings(broker.cluster.rings)
+    encoded = [t if isinstance(t, bytes) else topic_bytes(broker, t, zone, v) for t in topics]
     node = broker.advertised
     head = MetadataResponse(
         throttle_time_ms=0,
@@ -123,4 +131,4 @@ async def handle(broker: Broker, ctx: RequestContext, req: MetadataRequest) -> E
         cluster_id=broker.config.cluster_id,
         controller_id=node.node_id,
     )
-    return assemble(head, topics, v)
+    return assemble(head, encoded, v)

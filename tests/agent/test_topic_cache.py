@@ -58,3 +58,48 @@ def test_metadata_lists_an_agent_that_just_joined(agent_factory: Any, tmp_path: 
     for agent in (a, b):
         md = AdminClient({"bootstrap.servers": agent.bootstrap}).list_topics(timeout=10)
         assert len(md.brokers) == 2, (agent.bootstrap, md.brokers)
+
+
+def test_leaders_and_brokers_come_from_one_membership_view(agent_factory: Any) -> None:
+    """An agent leaves while a Metadata request awaits its topic lookup: the answer
+    must not list that agent as a leader while leaving it out of the brokers. The
+    leaders came from the metadata cache filled under the old membership and the
+    brokers from the new one; librdkafka then failed the partition as "Unknown
+    partition" (CI: test_txn_jepsen, right after an agent restart)."""
+    from agent.cluster import Peer
+    from agent.cluster.membership import Membership
+    from kafka_protocol.messages import MetadataRequest, MetadataResponse
+    from tests.interop._raw import RawConn
+
+    a = agent_factory()
+    admin = AdminClient({"bootstrap.servers": a.bootstrap})
+    admin.create_topics([NewTopic("t", 32, 1)])["t"].result(30)
+    membership = a.broker.cluster.membership
+    ghost = Membership(a.broker.meta, Peer("ghost", "127.0.0.1", 1, None, None), membership.clock)
+    a.call(ghost._register())
+
+    def metadata() -> Any:
+        req = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="t")])
+        with RawConn(a.port) as conn:
+            return conn.request(req, MetadataResponse, 12)
+
+    def led_by_unlisted(md: Any) -> set[int]:
+        listed = {b.node_id for b in md.brokers}
+        return {p.leader_id for t in md.topics for p in t.partitions} - listed
+
+    a.call(membership.refresh())
+    first = metadata()  # fills the cache: the ghost leads some of the 32 partitions
+    assert len(first.brokers) == 2 and not led_by_unlisted(first)
+    real_topic = a.broker.topic
+
+    async def topic_while_the_ghost_leaves(name: str) -> Any:
+        await a.broker.meta.deregister_agent("ghost", ghost.instance)
+        await membership.refresh()  # the heartbeat's refresh, mid-request
+        return await real_topic(name)
+
+    a.broker.topic = topic_while_the_ghost_leaves
+    try:
+        second = metadata()
+    finally:
+        del a.broker.topic
+    assert len(second.brokers) == 1 and not led_by_unlisted(second), led_by_unlisted(second)
