@@ -126,7 +126,9 @@ class GroupCommit:
         keys = (_ints(list(map(tmap.__getitem__, topic_ints))) << 32) | _ints(parts)
         uniq, inv = np.unique(keys, return_inverse=True)
         self.idx = idx = inv.reshape(-1).astype(np.int64)  # 0-based partition index per batch
-        self.t_topic = [distinct_topics[t] for t in (uniq >> 32).tolist()]
+        self.distinct_topics = distinct_topics
+        self.t_tidx = t_tidx = (uniq >> 32).tolist()  # index into distinct_topics
+        self.t_topic = [distinct_topics[t] for t in t_tidx]
         self.t_part = (uniq & 0xFFFFFFFF).tolist()
         self.deltas = deltas = _ints(cols[5])
         sizes = deltas + 1
@@ -185,8 +187,9 @@ class GroupCommit:
         rows["n"] = len(_FIELDS)
         for name, kind in _FIELDS:
             rows[f"len_{name}"] = np.dtype(kind).itemsize
-        topic_bytes = np.frombuffer(b"".join(t.bytes for t in self.t_topic), dtype="S16")
-        rows["topic_id"] = topic_bytes[self.idx]
+        # UUID.bytes is Python code: once per distinct topic, not once per partition
+        distinct = np.frombuffer(b"".join(t.bytes for t in self.distinct_topics), dtype="S16")
+        rows["topic_id"] = distinct[np.asarray(self.t_tidx, dtype=np.int64)][self.idx]
         rows["partition"] = np.asarray(self.t_part, dtype=np.int64)[self.idx]
         rows["byte_pos"] = _ints(cols[2])
         rows["byte_len"] = _ints(cols[3])
