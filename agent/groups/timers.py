@@ -3,8 +3,8 @@
 A keyed timer heap on the injectable clock. Scheduling a key again replaces its
 deadline (a heartbeat pushes the session deadline back); cancelled and replaced
 entries stay in the heap and are skipped when they surface. In production a
-driver task sleeps with ``asyncio.wait_for(wake.wait(), next_deadline - now)``
-and runs what is due; unit tests skip the driver, move a ``ManualClock`` and call
+driver task waits for a wake-up event, set by a new earliest deadline or by a
+``call_later`` at the next deadline, and runs what is due; unit tests skip the driver, move a ``ManualClock`` and call
 :meth:`Timers.run_due` themselves, so the state machine is tested without sleeps.
 Callbacks are synchronous: they only change in-memory state.
 """
@@ -90,14 +90,19 @@ class Timers:
             self._task = None
 
     async def _drive(self) -> None:
+        # The next deadline sets the wake-up event itself; no asyncio.wait_for:
+        # on Python 3.11 it returns instead of raising when a cancel arrives just
+        # after the event was set (bpo-42130), and this loop then outlived stop().
+        loop = asyncio.get_running_loop()
         while True:
             self._wake.clear()
             deadline = self.next_deadline()
-            if deadline is None:
-                await self._wake.wait()
-            else:
-                delay = deadline - self._clock.monotonic()
-                if delay > 0:
-                    with suppress(TimeoutError):
-                        await asyncio.wait_for(self._wake.wait(), delay)
+            delay = None if deadline is None else deadline - self._clock.monotonic()
+            if delay is None or delay > 0:
+                alarm = None if delay is None else loop.call_later(delay, self._wake.set)
+                try:
+                    await self._wake.wait()
+                finally:
+                    if alarm is not None:
+                        alarm.cancel()
             self.run_due()
