@@ -127,8 +127,8 @@ class GroupCommit:
         uniq, inv = np.unique(keys, return_inverse=True)
         self.idx = idx = inv.reshape(-1).astype(np.int64)  # 0-based partition index per batch
         self.distinct_topics = distinct_topics
-        self.t_tidx = t_tidx = (uniq >> 32).tolist()  # index into distinct_topics
-        self.t_topic = [distinct_topics[t] for t in t_tidx]
+        self.t_tidx = t_tidx = uniq >> 32  # index into distinct_topics, per partition
+        self.t_topic = [distinct_topics[t] for t in t_tidx.tolist()]
         self.t_part = (uniq & 0xFFFFFFFF).tolist()
         self.deltas = deltas = _ints(cols[5])
         sizes = deltas + 1
@@ -189,7 +189,7 @@ class GroupCommit:
             rows[f"len_{name}"] = np.dtype(kind).itemsize
         # UUID.bytes is Python code: once per distinct topic, not once per partition
         distinct = np.frombuffer(b"".join(t.bytes for t in self.distinct_topics), dtype="S16")
-        rows["topic_id"] = distinct[np.asarray(self.t_tidx, dtype=np.int64)][self.idx]
+        rows["topic_id"] = distinct[self.t_tidx][self.idx]
         rows["partition"] = np.asarray(self.t_part, dtype=np.int64)[self.idx]
         rows["byte_pos"] = _ints(cols[2])
         rows["byte_len"] = _ints(cols[3])

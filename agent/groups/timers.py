@@ -4,8 +4,9 @@ A keyed timer heap on the injectable clock. Scheduling a key again replaces its
 deadline (a heartbeat pushes the session deadline back); cancelled and replaced
 entries stay in the heap and are skipped when they surface. In production a
 driver task waits for a wake-up event, set by a new earliest deadline or by a
-``call_later`` at the next deadline, and runs what is due; unit tests skip the driver, move a ``ManualClock`` and call
-:meth:`Timers.run_due` themselves, so the state machine is tested without sleeps.
+``call_later`` at the next deadline, and runs what is due; unit tests skip the
+driver, move a ``ManualClock`` and call :meth:`Timers.run_due` themselves, so
+the state machine is tested without sleeps.
 Callbacks are synchronous: they only change in-memory state.
 """
 
