@@ -30,25 +30,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 import uuid
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from agent.cache import BlockCache
 from agent.clock import Clock
 from agent.fetch_leases import FetchLeases
+from agent.fetch_plan import BatchReadError, ReadRange, assemble, plan_reads, select_batches
 from agent.parquet_fetch import ParquetFetcher
-from kafka_protocol.records import (
-    BATCH_LENGTH_OFFSET,
-    LOG_OVERHEAD,
-    MAGIC_OFFSET,
-    patch_base_offset,
-    patch_partition_leader_epoch,
-)
 from metastore.types import BatchLocation, ErrorCode, FindResult
+from objectstore.errors import ObjectStoreError
 from objectstore.parquet import is_parquet_key
 
 if TYPE_CHECKING:
@@ -57,24 +51,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_I32 = struct.Struct(">i")
+__all__ = [
+    "BatchReadError", "FetchReader", "PartitionFetch", "ReadRange", "assemble", "plan_reads",
+    "reader_for", "select_batches",
+]  # fmt: skip
+
+# What a read of a partition's bytes may fail with (that partition alone gets an error).
+_READ_ERRORS = (ObjectStoreError, BatchReadError, OSError)
 
 # find_batches answers kept at most this many entries (oldest evicted first).
 _MAX_CACHED_LOOKUPS = 10_000
-
-
-class BatchReadError(Exception):
-    """The bytes at a batch's recorded position are not that batch."""
-
-
-@dataclass(frozen=True, slots=True)
-class ReadRange:
-    """One contiguous read of an object covering one or more batches."""
-
-    object_key: str
-    start: int
-    end: int
-    batches: tuple[BatchLocation, ...]
 
 
 @dataclass(slots=True)
@@ -99,74 +85,6 @@ class PartitionFetch:
     @property
     def nbytes(self) -> int:
         return sum(b.byte_len for b in self.batches)
-
-
-def select_batches(
-    batches: Sequence[BatchLocation], limit: int, *, min_one: bool
-) -> list[BatchLocation]:
-    """The leading batches whose total size stays within ``limit``; if none fits and
-    ``min_one``, the first batch alone (Kafka returns it whole so that large
-    messages make progress)."""
-    out: list[BatchLocation] = []
-    total = 0
-    for b in batches:
-        if total + b.byte_len > limit:
-            break
-        out.append(b)
-        total += b.byte_len
-    if not out and min_one and batches:
-        out.append(batches[0])
-    return out
-
-
-def plan_reads(batches: Iterable[BatchLocation]) -> list[ReadRange]:
-    """Group batches by object and merge adjacent byte ranges into one read each."""
-    by_object: dict[str, list[BatchLocation]] = {}
-    for b in batches:
-        by_object.setdefault(b.object_key, []).append(b)
-    ranges: list[ReadRange] = []
-    for key, group in by_object.items():
-        group.sort(key=lambda b: b.byte_pos)
-        start = group[0].byte_pos
-        end = start + group[0].byte_len
-        members = [group[0]]
-        for b in group[1:]:
-            if b.byte_pos <= end:  # adjacent (or, defensively, overlapping)
-                end = max(end, b.byte_pos + b.byte_len)
-                members.append(b)
-            else:
-                ranges.append(ReadRange(key, start, end, tuple(members)))
-                start, end, members = b.byte_pos, b.byte_pos + b.byte_len, [b]
-        ranges.append(ReadRange(key, start, end, tuple(members)))
-    return ranges
-
-
-def assemble(batches: Sequence[BatchLocation], reads: dict[tuple[str, int], tuple[int, bytes]]) -> bytes:
-    """Copy ``batches`` (in order) out of the read ranges and patch their headers.
-
-    ``reads`` maps ``(object_key, byte_pos)`` of each batch to ``(range start,
-    range bytes)``.
-    """
-    out = bytearray(sum(b.byte_len for b in batches))
-    pos = 0
-    for b in batches:
-        start, data = reads[(b.object_key, b.byte_pos)]
-        lo = b.byte_pos - start
-        chunk = data[lo : lo + b.byte_len]
-        if len(chunk) != b.byte_len:
-            raise BatchReadError(
-                f"object {b.object_key} has {len(chunk)} bytes at {b.byte_pos}, expected {b.byte_len}"
-            )
-        out[pos : pos + b.byte_len] = chunk
-        (length,) = _I32.unpack_from(out, pos + BATCH_LENGTH_OFFSET)
-        if length + LOG_OVERHEAD != b.byte_len or out[pos + MAGIC_OFFSET] != 2:
-            raise BatchReadError(
-                f"object {b.object_key} at {b.byte_pos}: not a v2 batch of {b.byte_len} bytes"
-            )
-        patch_base_offset(out, pos, b.base_offset)
-        patch_partition_leader_epoch(out, pos, 0)
-        pos += b.byte_len
-    return bytes(out)
 
 
 class FetchReader:
@@ -281,6 +199,57 @@ class FetchReader:
                 reads[(b.object_key, b.byte_pos)] = (r.start, data)
         return assemble(batches, reads)
 
+    async def read_many(self, parts: Sequence[Sequence[BatchLocation]]) -> list[bytes | Exception]:
+        """:meth:`read` of each partition's batches of one Fetch response, with one
+        read per run of adjacent bytes across all of them (a segment holds many
+        partitions side by side): a coroutine per range, not per partition. A
+        partition whose bytes could not be read gets the exception (an object
+        store error, ``OSError`` or :class:`BatchReadError`) instead of its bytes;
+        anything else is raised."""
+        flat = [b for bs in parts for b in bs]
+        if any(is_parquet_key(b.object_key) for b in flat):
+            return list(await asyncio.gather(*(self._read_or_error(bs) for bs in parts)))
+        ranges = plan_reads(flat)
+        cache = self.cache
+        datas: list[bytes | BaseException]
+        if len(ranges) == 1:
+            r = ranges[0]
+            try:
+                datas = [await cache.read(r.object_key, r.start, r.end)]
+            except _READ_ERRORS as e:
+                datas = [e]
+        else:
+            datas = await asyncio.gather(
+                *(cache.read(r.object_key, r.start, r.end) for r in ranges), return_exceptions=True
+            )
+        reads: dict[tuple[str, int], tuple[int, bytes]] = {}
+        failed: dict[tuple[str, int], Exception] = {}
+        for r, data in zip(ranges, datas, strict=True):
+            if isinstance(data, BaseException):
+                if not isinstance(data, _READ_ERRORS):
+                    raise data
+                for b in r.batches:
+                    failed[(b.object_key, b.byte_pos)] = data
+            else:
+                for b in r.batches:
+                    reads[(b.object_key, b.byte_pos)] = (r.start, data)
+        out: list[bytes | Exception] = []
+        for bs in parts:
+            error = next((failed[k] for b in bs if (k := (b.object_key, b.byte_pos)) in failed), None) if failed else None
+            if error is not None:
+                out.append(error)
+                continue
+            try:
+                out.append(assemble(bs, reads))
+            except BatchReadError as e:
+                out.append(e)
+        return out
+
+    async def _read_or_error(self, batches: Sequence[BatchLocation]) -> bytes | Exception:
+        try:
+            return await self.read(batches)
+        except _READ_ERRORS as e:
+            return e
 
     async def _read_mixed(self, batches: Sequence[BatchLocation]) -> bytes:
         """Segment batches as usual; batches the compactor moved into Parquet objects

@@ -41,6 +41,7 @@ from metastore.pg_group import (
     SEAL_SQL,
     GroupCommit,
 )
+from metastore.pg_reads import PgReadsMixin
 from metastore.sql import SqlMetastore
 from metastore.types import (
     BatchLocation,
@@ -161,7 +162,7 @@ class _OneLineWhileDown(logging.Filter):
 
 logging.getLogger("asyncpg.pool").addFilter(_OneLineWhileDown())
 
-class PostgresMetastore(SqlMetastore):
+class PostgresMetastore(PgReadsMixin, SqlMetastore):
     # commit_objects(turn=...) waits for the previous turn before locking partition
     # rows and marks its own once they are held (metastore.commit_order).
     ordered_commits = True

@@ -31,7 +31,6 @@ from __future__ import annotations
 import struct
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import google_crc32c
@@ -81,9 +80,9 @@ class BatchMeta(NamedTuple):
         return cls(count, max_ts, base_ts, lod, pid, epoch, seq, attrs)
 
 
-@dataclass(frozen=True, slots=True)
-class SegmentEntry:
-    """One batch's place in a segment object, plus its header fields."""
+class SegmentEntry(NamedTuple):
+    """One batch's place in a segment object, plus its header fields (a NamedTuple,
+    like :class:`BatchMeta`: :meth:`SegmentBuilder.finish` makes one per batch)."""
 
     topic_id: uuid.UUID
     partition: int
@@ -164,33 +163,26 @@ class SegmentBuilder:
     def finish(self) -> tuple[bytes, list[SegmentEntry]]:
         """Lay out the object. ``entries[i]`` describes the i-th :meth:`add` call."""
         parts: list[bytes | memoryview] = [HEADER]
-        entries: list[SegmentEntry | None] = [None] * len(self._batches)
-        in_file: list[SegmentEntry] = []
+        batches = self._batches
+        entries: list[SegmentEntry | None] = [None] * len(batches)
+        # The footer is packed here, entry by entry in byte order, from the topic's
+        # bytes already in the group key (UUID.bytes is Python code).
+        footer = bytearray(_COUNT.pack(len(batches)))
+        pack, make = _ENTRY.pack, SegmentEntry._make
         pos = HEADER_SIZE
         for key in sorted(self._groups):
+            tbytes, partition = key
             for index in self._groups[key]:
-                topic_id, partition, data, m = self._batches[index]
+                topic_id, _, data, m = batches[index]
+                n = len(data)
                 parts.append(data)
-                entries[index] = entry = SegmentEntry(
-                    topic_id,
-                    partition,
-                    pos,
-                    len(data),
-                    m.record_count,
-                    m.max_timestamp,
-                    m.base_timestamp,
-                    m.last_offset_delta,
-                    m.producer_id,
-                    m.producer_epoch,
-                    m.base_sequence,
-                    m.attributes,
-                )
-                in_file.append(entry)
-                pos += len(data)
-        footer = encode_footer(in_file)
-        parts.append(footer)
-        parts.append(_TRAILER.pack(len(footer), google_crc32c.value(footer), HEADER))
-        return b"".join(parts), [e for e in entries if e is not None]
+                entries[index] = make((topic_id, partition, pos, n, *m))
+                footer += pack(tbytes, partition, pos, n, *m)
+                pos += n
+        body = bytes(footer)
+        parts.append(body)
+        parts.append(_TRAILER.pack(len(body), google_crc32c.value(body), HEADER))
+        return b"".join(parts), entries  # type: ignore[return-value]  # every index was set
 
 
 def encode_footer(entries: list[SegmentEntry]) -> bytes:

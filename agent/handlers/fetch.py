@@ -62,7 +62,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agent.connection import Deferred
-from agent.fetch import BatchReadError, FetchReader, PartitionFetch, reader_for, select_batches
+from agent.fetch import FetchReader, PartitionFetch, reader_for, select_batches
 from agent.fetch_session import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
@@ -80,7 +80,6 @@ from kafka_protocol.messages import FetchRequest, FetchResponse
 from kafka_protocol.messages._runtime import ZERO_UUID
 from metastore.types import ErrorCode as MetaError
 from metastore.types import MetastoreError, PartitionOffsets
-from objectstore.errors import ObjectStoreError
 
 if TYPE_CHECKING:
     from agent.broker import Broker
@@ -182,17 +181,23 @@ async def _lookup_many(
     return out
 
 
-async def _read(reader: FetchReader, w: _Want, pf: PartitionFetch) -> None:
-    try:
-        pf.records = await reader.read(pf.batches)
-    except (ObjectStoreError, BatchReadError, OSError) as e:
-        # E.g. the compactor replaced the object after our (cached) lookup.
-        log.warning("fetch: reading %s/%d at %d failed: %s", w.topic_id, w.partition, w.fetch_offset, e)
-        if w.topic_id is not None:
-            reader.forget(w.topic_id, w.partition)
-        pf.error = ErrorCode.KAFKA_STORAGE_ERROR
-        pf.batches = []
-        pf.records = b""
+async def _read_all(reader: FetchReader, wants: list[_Want], found: list[PartitionFetch]) -> None:
+    """The bytes of every partition with batches to send, in one planned read."""
+    todo = [(w, pf) for w, pf in zip(wants, found, strict=True) if pf.batches]
+    if not todo:
+        return
+    datas = await reader.read_many([pf.batches for _, pf in todo])
+    for (w, pf), data in zip(todo, datas, strict=True):
+        if isinstance(data, Exception):
+            # E.g. the compactor replaced the object after our (cached) lookup.
+            log.warning("fetch: reading %s/%d at %d failed: %s", w.topic_id, w.partition, w.fetch_offset, data)
+            if w.topic_id is not None:
+                reader.forget(w.topic_id, w.partition)
+            pf.error = ErrorCode.KAFKA_STORAGE_ERROR
+            pf.batches = []
+            pf.records = b""
+        else:
+            pf.records = data
 
 
 async def _caught_up(reader: FetchReader, wants: list[_Want]) -> dict[int, PartitionFetch]:
@@ -281,7 +286,7 @@ async def fetch_once(
         if pf.batches:
             min_one = False
             left = max(0, left - pf.nbytes)
-    await asyncio.gather(*(_read(reader, w, pf) for w, pf in zip(wants, found, strict=True) if pf.batches))
+    await _read_all(reader, wants, found)
     return list(found)
 
 

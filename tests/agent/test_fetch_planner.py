@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from dataclasses import replace
 
 import pytest
 
@@ -197,3 +198,61 @@ async def test_missing_object_is_a_retriable_partition_error():
     assert res.error == 56 and res.records == b""  # KAFKA_STORAGE_ERROR: clients retry
     await fetch_once(reader, [want], 1 << 20)
     assert meta.calls == 2, "the cached lookup pointing at the missing object was dropped"
+
+
+async def test_read_many_one_get_for_partitions_side_by_side():
+    """A segment holds many partitions' batches side by side: one Fetch response's
+    partitions are read with one GET and each gets exactly its own batches."""
+    store = CountingStore()
+    raw = [_batch(2, "p0"), _batch(3, "p1"), _batch(1, "p2")]
+    locs = _object(store, "seg", raw, first_offset=0)
+    # each batch is its own partition's, at that partition's offsets
+    parts = [[replace(locs[0], base_offset=10, last_offset=11)], [replace(locs[1], base_offset=40, last_offset=42)],
+             [replace(locs[2], base_offset=7, last_offset=7)]]
+    reader = _reader(store)
+    got = await reader.read_many(parts)
+    assert len(store.gets) == 1
+    assert all(isinstance(g, bytes) for g in got)
+    expected = [await _reader(store).read(p) for p in parts]
+    assert got == expected
+    assert [[v.base_offset for v in iter_batches(g, validate=True)] for g in got] == [[10], [40], [7]]  # type: ignore[arg-type]
+    assert [r.key for r in RecordBatchView(got[1]).records()] == [b"p1-k0", b"p1-k1", b"p1-k2"]  # type: ignore[arg-type]
+
+
+async def test_read_many_failure_stays_with_its_partitions():
+    """An object that cannot be read fails only the partitions with batches in it;
+    a wrong location fails only its own partition."""
+    from objectstore.errors import ObjectNotFound
+
+    store = CountingStore()
+    good = _object(store, "good", [_batch(2, "a"), _batch(2, "b")], first_offset=0)
+    gone = _object(store, "gone", [_batch(2, "c")], first_offset=0)
+    del store.objects["gone"]
+
+    async def get(key: str, start: int, end: int) -> bytes:
+        if key not in store.objects:
+            raise ObjectNotFound(f"no such object: {key}", key=key)
+        return store.objects[key][start:end]
+
+    reader = FetchReader(None, BlockCache(get, capacity_bytes=1 << 20, block_size=1 << 16), ManualClock(),  # type: ignore[arg-type]
+                         lookup_ttl_ms=0)
+    bad = replace(good[1], byte_pos=good[1].byte_pos + 1)
+    got = await reader.read_many([[good[0]], gone, [bad], [good[1]], []])
+    assert isinstance(got[0], bytes) and [v.base_offset for v in iter_batches(got[0])] == [0]
+    assert isinstance(got[1], ObjectNotFound)
+    assert isinstance(got[2], BatchReadError)
+    assert isinstance(got[3], bytes) and [v.base_offset for v in iter_batches(got[3])] == [2]
+    assert got[4] == b""
+
+
+async def test_read_many_raises_what_is_not_a_read_error():
+    store = CountingStore()
+    locs = _object(store, "obj", [_batch(1, "a")], first_offset=0)
+
+    async def get(key: str, start: int, end: int) -> bytes:
+        raise RuntimeError("bug")
+
+    reader = FetchReader(None, BlockCache(get, capacity_bytes=1 << 20, block_size=1 << 16), ManualClock(),  # type: ignore[arg-type]
+                         lookup_ttl_ms=0)
+    with pytest.raises(RuntimeError):
+        await reader.read_many([locs])

@@ -314,3 +314,48 @@ async def test_aborted_ranges_pruned_below_the_log_start(ms: Metastore) -> None:
     await ms.enforce_retention(t, 0)
     (view,) = await ms.stable_offsets([(t, 0, 0)])
     assert view.aborted == [(pid, markers[0] + 1, markers[1])]
+
+
+async def test_stable_offsets_many_partitions_in_one_call(ms: Metastore) -> None:
+    """One call over several partitions (a read_committed Fetch): two open
+    transactions on one partition hold it back at the earlier one's first batch,
+    aborted ranges come by first offset, unknown partitions and topics get an
+    error in their place, and a partition asked twice is answered twice."""
+    t = await _topic(ms, partitions=3)
+    ids = []
+    for name in ("ta", "tb", "tc"):
+        r = await ms.txn_init(name, 60_000)
+        assert r.txn is not None
+        ids.append((name, r.txn.producer_id, r.txn.producer_epoch))
+    (na, pa, ea), (nb, pb, eb), (nc, pc, ec) = ids
+    for name, pid, ep in ids:
+        assert (await ms.txn_add_partitions(name, pid, ep, [(t, 0), (t, 1)])).error is E.NONE
+    await _append(ms, batch(t, 0, 2))  # 0-1
+    await _append(ms, _txn_batch(t, 0, pc, ec, 0))  # 2-3 (tc, aborted below)
+    await _append(ms, _txn_batch(t, 0, pb, eb, 0))  # 4-5 (tb, stays open)
+    await _append(ms, _txn_batch(t, 0, pa, ea, 0))  # 6-7 (ta, aborted below)
+    await _append(ms, _txn_batch(t, 1, pa, ea, 2))  # partition 1: 0-1 (ta)
+    for name, pid, ep in ((nc, pc, ec), (na, pa, ea)):
+        assert (await ms.txn_prepare_end(name, pid, ep, False)).error is E.NONE
+        (m0,) = await _append(ms, _marker(t, 0, pid, ep))
+        (m1,) = await _append(ms, _marker(t, 1, pid, ep))
+        assert (await ms.txn_complete(name, pid, ep, [(t, 0, m0), (t, 1, m1)])).error is E.NONE
+    # partition 0: 0-1 plain, 2-3 tc (aborted, marker 8), 4-5 tb (open), 6-7 ta (aborted, marker 9)
+    await _append(ms, _txn_batch(t, 2, pb, eb, 2))  # partition 2 is not in tb's transaction
+    views = await ms.stable_offsets([(t, 0, 0), (t, 9, 0), (t, 1, 0), (uuid.uuid4(), 0, 0), (t, 0, 4), (t, 2, 0)])
+    v0, bad_part, v1, bad_topic, v0_late, v2 = views
+    assert (v0.error, v0.last_stable_offset, v0.high_watermark) == (E.NONE, 4, 10)
+    assert v0.aborted == [(pc, 2, 8)]  # ta's range starts at 6 >= the last stable offset 4
+    assert bad_part.error is E.UNKNOWN_TOPIC_OR_PARTITION
+    assert bad_topic.error is E.UNKNOWN_TOPIC_OR_PARTITION
+    assert (v1.last_stable_offset, v1.high_watermark, v1.aborted) == (4, 4, [(pa, 0, 3)])  # markers 2 (tc), 3 (ta)
+    assert (v0_late.last_stable_offset, v0_late.aborted) == (4, [(pc, 2, 8)])  # tc's marker (8) is past 4
+    # tb ends: nothing is held back any more and both aborted ranges show, by first offset
+    assert (await ms.txn_prepare_end(nb, pb, eb, True)).error is E.NONE
+    (m0,) = await _append(ms, _marker(t, 0, pb, eb))
+    (m1,) = await _append(ms, _marker(t, 1, pb, eb))
+    assert (await ms.txn_complete(nb, pb, eb, [(t, 0, m0), (t, 1, m1)])).error is E.NONE
+    (v0,) = await ms.stable_offsets([(t, 0, 0)])
+    assert (v0.last_stable_offset, v0.aborted) == (11, [(pc, 2, 8), (pa, 6, 9)])
+    assert v2.last_stable_offset == v2.high_watermark
+    assert await ms.stable_offsets([]) == []

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import random
 import struct
@@ -211,13 +210,13 @@ def corruptions() -> list[tuple[str, bytes]]:
     struct.pack_into(">I", odd_len, n - TRAILER_SIZE, 4 + ENTRY_SIZE * 10 + 1)
     count = bytearray(encode_footer(in_file))
     struct.pack_into(">I", count, 0, 9)
-    past_end = [*in_file[:-1], dataclasses.replace(in_file[-1], byte_len=in_file[-1].byte_len + 1)]
+    past_end = [*in_file[:-1], in_file[-1]._replace(byte_len=in_file[-1].byte_len + 1)]
     overlap = [
         in_file[0],
-        dataclasses.replace(in_file[1], byte_pos=in_file[1].byte_pos - 1),
+        in_file[1]._replace(byte_pos=in_file[1].byte_pos - 1),
         *in_file[2:],
     ]
-    before_header = [dataclasses.replace(in_file[0], byte_pos=2), *in_file[1:]]
+    before_header = [in_file[0]._replace(byte_pos=2), *in_file[1:]]
     return [
         ("trailer magic", data[:-2] + b"XX"),
         ("version", data[:-1] + b"\x02"),

@@ -1,0 +1,103 @@
+"""Postgres fast paths of hot, wide reads: one asyncpg statement over arrays.
+
+Where it sits: mixed into :class:`metastore.postgres.PostgresMetastore` ahead of
+the portable SQLAlchemy implementations (``TxnMixin.stable_offsets``,
+``TopicsMixin.partition_offsets``), which SQLite keeps. Every read_committed
+Fetch with data asks for the last stable offsets of its partitions, and a
+consumer of a wide topic asks for the watermarks of every partition; through
+SQLAlchemy those cost a compiled, cache-keyed statement per 64 partitions
+(expanding tuple IN lists) and a statement per open transaction. Here each is
+one prepared statement over ``unnest`` arrays, and the answers are the same
+(the metastore contract suite runs both).
+
+``stable_offsets`` reads everything in one statement, so in one snapshot: the
+high watermark, the first batch of every open transaction (the last stable
+offset is the lowest of these and the high watermark) and the aborted
+transactions from the fetch offset below it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import asyncpg
+
+from metastore.types import ErrorCode, MetastoreError, PartitionOffsets, StableOffsets
+
+_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError)
+
+STABLE_SQL = """
+SELECT w.i, p.high_watermark, l.lso, ab.pids, ab.firsts, ab.lasts
+  FROM unnest($1::uuid[], $2::integer[], $3::bigint[])
+       WITH ORDINALITY AS w(topic_id, partition, fetch_offset, i)
+  JOIN partitions p ON p.topic_id = w.topic_id AND p.partition = w.partition
+ CROSS JOIN LATERAL (
+        SELECT LEAST(p.high_watermark, (
+                 SELECT min(b.base_offset)
+                   FROM txn_partitions tp
+                   JOIN batches b ON b.topic_id = tp.topic_id AND b.partition = tp.partition
+                                 AND b.last_offset >= tp.first_offset
+                                 AND b.producer_id = tp.producer_id AND b.is_transactional
+                  WHERE tp.topic_id = w.topic_id AND tp.partition = w.partition)) AS lso
+  ) l
+  LEFT JOIN LATERAL (
+        SELECT array_agg(a.producer_id ORDER BY a.first_offset, a.producer_id) AS pids,
+               array_agg(a.first_offset ORDER BY a.first_offset, a.producer_id) AS firsts,
+               array_agg(a.last_offset ORDER BY a.first_offset, a.producer_id) AS lasts
+          FROM aborted_txns a
+         WHERE a.topic_id = w.topic_id AND a.partition = w.partition
+           AND a.last_offset >= w.fetch_offset AND a.first_offset < l.lso
+  ) ab ON true
+"""
+
+OFFSETS_SQL = """
+SELECT partition, log_start_offset, high_watermark
+  FROM partitions WHERE topic_id = $1 ORDER BY partition
+"""
+
+
+class PgReadsMixin:
+    """``stable_offsets`` and ``partition_offsets`` as single asyncpg statements."""
+
+    def _require_pool(self) -> asyncpg.Pool:  # provided by PostgresMetastore
+        raise NotImplementedError
+
+    async def stable_offsets(
+        self, partitions: Sequence[tuple[uuid.UUID, int, int]]
+    ) -> list[StableOffsets]:
+        """Per ``(topic_id, partition, fetch_offset)``: the last stable offset and the
+        aborted transactions a read_committed reader from ``fetch_offset`` must skip."""
+        if not partitions:
+            return []
+        try:
+            async with self._require_pool().acquire() as con:
+                rows = await con.fetch(
+                    STABLE_SQL,
+                    [t for t, _, _ in partitions],
+                    [p for _, p, _ in partitions],
+                    [o for _, _, o in partitions],
+                )
+        except _ERRORS as e:
+            raise MetastoreError(f"stable_offsets failed: {e}") from e
+        found: dict[int, Any] = {r[0] - 1: r for r in rows}
+        out: list[StableOffsets] = []
+        for i in range(len(partitions)):
+            r = found.get(i)
+            if r is None:
+                out.append(StableOffsets(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            ranges = list(zip(r[3], r[4], r[5], strict=True)) if r[3] is not None else []
+            out.append(StableOffsets(ErrorCode.NONE, r[2], r[1], ranges))
+        return out
+
+    async def partition_offsets(self, topic_id: uuid.UUID) -> list[PartitionOffsets]:
+        """Log start offset and high watermark of every partition of a topic, in
+        partition order; empty for an unknown or deleted topic."""
+        try:
+            async with self._require_pool().acquire() as con:
+                rows = await con.fetch(OFFSETS_SQL, topic_id)
+        except _ERRORS as e:
+            raise MetastoreError(f"partition_offsets failed: {e}") from e
+        return [PartitionOffsets(r[0], r[1], r[2]) for r in rows]
