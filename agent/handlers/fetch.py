@@ -361,28 +361,38 @@ def _cap(broker: Broker, ctx: RequestContext, req: FetchRequest) -> FetchRequest
     return req
 
 
-async def _wait_loop(
-    broker: Broker, req: FetchRequest, wants: list[_Want], first: list[PartitionFetch]
+async def _fetch_waiting(
+    broker: Broker, req: FetchRequest, wants: list[_Want], *, fresh: bool
 ) -> list[PartitionFetch]:
-    """Long-poll: re-plan on commits to the wanted partitions until enough or timeout."""
+    """One answer for ``wants``, long-polling (re-planned on commits to the wanted
+    partitions) until enough or ``max_wait_ms``.
+
+    The commit watch is registered before the first look, so a look that found
+    nothing was already current and the wait starts at once (a consumer caught up
+    on many partitions pays one look per commit, not two). Only answers with
+    batches are ever served from the lookup cache, so a first look that found
+    data but not ``min_bytes`` is repeated fresh before waiting."""
     reader, clock = reader_for(broker), broker.clock
+    committed = req.isolation_level == 1
     deadline = clock.monotonic() + req.max_wait_ms / 1000.0
-    results = first
     keys = [(w.topic_id, w.partition) for w in wants if w.topic_id is not None]
-    while keys and not _enough(results, req.min_bytes):
-        remaining = deadline - clock.monotonic()
-        if remaining <= 0:
-            break
-        with broker.notifier.watch(keys) as ev:
-            # Registered first, then re-checked: a commit landing in between wakes us.
-            results = await fetch_once(reader, wants, req.max_bytes, fresh=True, read_committed=req.isolation_level == 1)
-            if _enough(results, req.min_bytes):
-                break
-            try:
-                await asyncio.wait_for(ev.wait(), timeout=remaining)
-            except TimeoutError:
-                break
-        results = await fetch_once(reader, wants, req.max_bytes, fresh=True, read_committed=req.isolation_level == 1)
+    if not keys or req.max_wait_ms <= 0:
+        return await fetch_once(reader, wants, req.max_bytes, fresh=fresh, read_committed=committed)
+    with broker.notifier.watch(keys) as ev:
+        results = await fetch_once(reader, wants, req.max_bytes, fresh=fresh, read_committed=committed)
+        again = not fresh and any(r.records for r in results)
+        while not _enough(results, req.min_bytes):
+            if not again:
+                remaining = deadline - clock.monotonic()
+                if remaining <= 0:
+                    break
+                try:
+                    await asyncio.wait_for(ev.wait(), timeout=remaining)
+                except TimeoutError:
+                    break
+            again = False
+            ev.clear()  # before looking: a commit landing during the look wakes the next wait
+            results = await fetch_once(reader, wants, req.max_bytes, fresh=True, read_committed=committed)
     return results
 
 
@@ -402,11 +412,7 @@ async def _full_fetch(
             session.upsert(key, _session_partition(t, w))
             keys.append(key)
         session.take_candidates()
-    results = await fetch_once(
-        reader_for(broker), wants, req.max_bytes, fresh=session is not None,
-        read_committed=req.isolation_level == 1,
-    )
-    results = await _wait_loop(broker, req, wants, results)
+    results = await _fetch_waiting(broker, req, wants, fresh=session is not None)
     METRICS.fetched_bytes.inc(sum(len(r.records) for r in results))
     if session is None:
         return _response(req, wants, results)

@@ -69,3 +69,46 @@ def test_fetch_of_a_few_partitions_is_one_lookup(floe_agent, monkeypatch):
         (0, 0, 2), (1, 0, 2), (2, 0, 2)
     ]
     assert all(p.records for p in resp.responses[0].partitions)
+
+
+def test_long_poll_looks_once_per_commit_and_misses_none(floe_agent, monkeypatch):
+    """A caught-up consumer's long poll registers for commit wake-ups before its
+    first look, so it waits right after one empty look (not two), and a commit
+    landing while that look runs still wakes it at once."""
+    import asyncio
+    import threading
+    import time
+
+    make_topic(floe_agent, "lw", partitions=2)
+    real = fetch_handler.fetch_once
+    looks: list[int] = []
+    looked, produced = threading.Event(), threading.Event()
+
+    async def counted(*a, **kw):
+        res = await real(*a, **kw)
+        looks.append(sum(len(r.records) for r in res))
+        if len(looks) == 1 and gate:
+            looked.set()  # the first look found nothing; a commit lands before it returns
+            assert await asyncio.to_thread(produced.wait, 30)
+        return res
+
+    monkeypatch.setattr(fetch_handler, "fetch_once", counted)
+    gate = False
+    t0 = time.monotonic()
+    fetch(floe_agent, [("lw", 0, 0), ("lw", 1, 0)], max_wait_ms=300)
+    assert looks == [0] and time.monotonic() - t0 >= 0.25  # one look, then the whole wait
+
+    looks.clear()
+    gate = True
+    out = {}
+    th = threading.Thread(target=lambda: out.update(r=fetch(floe_agent, [("lw", 0, 0), ("lw", 1, 0)],
+                                                              max_wait_ms=30_000, timeout=60)))
+    th.start()
+    assert looked.wait(30)
+    produce_batch(floe_agent, "lw", 1, 3)
+    produced.set()
+    th.join(60)
+    assert not th.is_alive()
+    assert looks[0] == 0 and looks[-1] > 0 and len(looks) == 2  # woken by that commit at once
+    parts = out["r"].responses[0].partitions
+    assert [(p.partition_index, bool(p.records)) for p in parts] == [(0, False), (1, True)]
