@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 Loader = Callable[[str, int, int], Awaitable[bytes]]  # (key, start, end) -> bytes
 
@@ -57,6 +58,29 @@ class BlockCache:
         joined = b"".join(blocks)
         off = first * bs
         return joined[start - off : end - off]
+
+    async def blocks(self, wanted: Sequence[tuple[str, int]]) -> list[bytes | BaseException]:
+        """Whole blocks ``(key, index)``, in order: hits straight from the cache (no
+        coroutine each), misses loaded concurrently; a failed load is returned as
+        its exception, in that block's place."""
+        out: list[Any] = []  # bytes, an exception, or None until loaded
+        misses: list[int] = []
+        cached = self._blocks
+        for k in wanted:
+            data = cached.get(k)
+            if data is not None:
+                cached.move_to_end(k)
+                self.stats.hits += 1
+            else:
+                misses.append(len(out))
+            out.append(data)
+        if misses:
+            loaded = await asyncio.gather(
+                *(self._block(wanted[i][0], wanted[i][1], None) for i in misses), return_exceptions=True
+            )
+            for i, got in zip(misses, loaded, strict=True):
+                out[i] = got
+        return out
 
     async def read_through(self, key: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` in one load that bypasses the blocks: for callers that

@@ -200,39 +200,40 @@ class FetchReader:
         return assemble(batches, reads)
 
     async def read_many(self, parts: Sequence[Sequence[BatchLocation]]) -> list[bytes | Exception]:
-        """:meth:`read` of each partition's batches of one Fetch response, with one
-        read per run of adjacent bytes across all of them (a segment holds many
-        partitions side by side): a coroutine per range, not per partition. A
-        partition whose bytes could not be read gets the exception (an object
-        store error, ``OSError`` or :class:`BatchReadError`) instead of its bytes;
-        anything else is raised."""
+        """:meth:`read` of each partition's batches of one Fetch response, through
+        the block cache once for all of them: every block they touch is asked for
+        once (hits without a coroutine, misses loaded together), not a read per
+        partition. A partition whose bytes could not be read gets the exception
+        (an object store error, ``OSError`` or :class:`BatchReadError`) instead of
+        its bytes; anything else is raised."""
         flat = [b for bs in parts for b in bs]
         if any(is_parquet_key(b.object_key) for b in flat):
             return list(await asyncio.gather(*(self._read_or_error(bs) for bs in parts)))
-        ranges = plan_reads(flat)
+        # Block by block: a consumer's partitions need not be neighbours in a segment
+        # (an assignor deals them round-robin), their batches share a few blocks.
         cache = self.cache
-        datas: list[bytes | BaseException]
-        if len(ranges) == 1:
-            r = ranges[0]
-            try:
-                datas = [await cache.read(r.object_key, r.start, r.end)]
-            except _READ_ERRORS as e:
-                datas = [e]
-        else:
-            datas = await asyncio.gather(
-                *(cache.read(r.object_key, r.start, r.end) for r in ranges), return_exceptions=True
-            )
+        size = cache.block_size
+        spans = [(b.byte_pos // size, (b.byte_pos + b.byte_len - 1) // size) for b in flat]
+        need: dict[tuple[str, int], None] = {}
+        for b, (first, last) in zip(flat, spans, strict=True):
+            need[(b.object_key, first)] = None
+            if last != first:
+                for i in range(first + 1, last + 1):
+                    need[(b.object_key, i)] = None
+        got = dict(zip(need, await cache.blocks(list(need)), strict=True))
         reads: dict[tuple[str, int], tuple[int, bytes]] = {}
         failed: dict[tuple[str, int], Exception] = {}
-        for r, data in zip(ranges, datas, strict=True):
-            if isinstance(data, BaseException):
-                if not isinstance(data, _READ_ERRORS):
-                    raise data
-                for b in r.batches:
-                    failed[(b.object_key, b.byte_pos)] = data
+        for b, (first, last) in zip(flat, spans, strict=True):
+            key = b.object_key
+            found = [got[(key, i)] for i in range(first, last + 1)]
+            error = next((d for d in found if isinstance(d, BaseException)), None)
+            if error is not None:
+                if not isinstance(error, _READ_ERRORS):
+                    raise error
+                failed[(key, b.byte_pos)] = error
             else:
-                for b in r.batches:
-                    reads[(b.object_key, b.byte_pos)] = (r.start, data)
+                data = found[0] if len(found) == 1 else b"".join(found)  # type: ignore[arg-type]
+                reads[(key, b.byte_pos)] = (first * size, data)  # type: ignore[assignment]
         out: list[bytes | Exception] = []
         for bs in parts:
             error = next((failed[k] for b in bs if (k := (b.object_key, b.byte_pos)) in failed), None) if failed else None

@@ -256,3 +256,29 @@ async def test_read_many_raises_what_is_not_a_read_error():
                          lookup_ttl_ms=0)
     with pytest.raises(RuntimeError):
         await reader.read_many([locs])
+
+
+async def test_read_many_interleaved_partitions_and_batches_across_blocks():
+    """A consumer dealt every other partition: its batches are not neighbours in the
+    segment, yet each block is loaded once, a batch spanning blocks comes out whole,
+    and every partition gets exactly what a read of its own batches gives."""
+    store = CountingStore()
+    raw = [_batch(1 + i % 3, f"p{i}") for i in range(8)]
+    locs = _object(store, "seg", raw, first_offset=0)
+    size = len(store.objects["seg"])
+    block = 200
+    assert any(b.byte_pos // block != (b.byte_pos + b.byte_len - 1) // block for b in locs[::2])
+    parts = [[loc] for loc in locs[::2]]  # partitions 0, 2, 4, 6
+    reader = _reader(store, block=block)
+    got = await reader.read_many(parts)
+    blocks = {i for loc in locs[::2] for i in range(loc.byte_pos // block, (loc.byte_pos + loc.byte_len - 1) // block + 1)}
+    assert sorted(g[1] // block for g in store.gets) == sorted(blocks)  # each needed block once
+    assert len(blocks) < -(-size // block)  # and not the whole object
+    expected = [await _reader(store, block=block).read(p) for p in parts]
+    assert got == expected
+    assert [[r.key for r in v.records()] for g in got for v in iter_batches(g, validate=True)] == [  # type: ignore[arg-type]
+        [f"p{i}-k{j}".encode() for j in range(1 + i % 3)] for i in range(0, 8, 2)
+    ]
+    before = len(store.gets)
+    again = await reader.read_many(parts)
+    assert again == got and len(store.gets) == before  # all hits the second time
