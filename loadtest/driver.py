@@ -215,14 +215,20 @@ def consumer_main(
     # brokers' own addresses (several agents on one port: --workers): retry those;
     # an unknown partition is never retried (that was a real bug, issue 18).
     transient = {KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError._TIMED_OUT}
+    # A Kafka broker that is still taking up leadership of a new topic's partitions
+    # answers these for a moment; clients retry them after a backoff, as here.
+    leadership = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE}
 
     def high_watermark(tp: Any) -> int:
-        for attempt in range(5):
+        for attempt in range(10):
             try:
                 return int(c.get_watermark_offsets(tp, timeout=15)[1])
             except KafkaException as e:
-                if e.args[0].code() not in transient or attempt == 4:
+                code = e.args[0].code()
+                if attempt == 9 or (code not in transient and code not in leadership):
                     raise
+                if code in leadership:
+                    time.sleep(0.1 * (attempt + 1))
         raise AssertionError("unreachable")
 
     try:

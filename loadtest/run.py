@@ -47,7 +47,14 @@ def _create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         md = admin.list_topics(timeout=10)
-        if all(n in md.topics and len(md.topics[n].partitions) == partitions for n in names):
+        # Every partition with a leader: a Kafka broker answers "not leader" for a
+        # moment after CreateTopics, while it becomes the leader of 1,000 partitions.
+        if all(
+            n in md.topics
+            and len(md.topics[n].partitions) == partitions
+            and all(p.leader >= 0 and p.error is None for p in md.topics[n].partitions.values())
+            for n in names
+        ):
             return
         time.sleep(0.1)
     raise RuntimeError("topics did not appear in metadata")
