@@ -26,7 +26,10 @@ import asyncpg
 
 from metastore.types import ErrorCode, MetastoreError, PartitionOffsets, StableOffsets
 
-_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError)
+# A lost or confused connection: the outcome is unknown (MetastoreError, the caller
+# retries). InternalClientError is asyncpg's "another operation is in progress" on a
+# connection whose session the server terminated mid-statement.
+CONNECTION_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError)
 
 STABLE_SQL = """
 SELECT w.i, p.high_watermark, l.lso, ab.pids, ab.firsts, ab.lasts
@@ -64,6 +67,15 @@ class PgReadsMixin:
     def _require_pool(self) -> asyncpg.Pool:  # provided by PostgresMetastore
         raise NotImplementedError
 
+    async def _fetch(self, what: str, sql: str, *args: Any) -> list[asyncpg.Record]:
+        """One statement on a pooled connection; a lost connection is a MetastoreError."""
+        try:
+            async with self._require_pool().acquire() as con:
+                rows: list[asyncpg.Record] = await con.fetch(sql, *args)
+                return rows
+        except CONNECTION_ERRORS as e:
+            raise MetastoreError(f"{what} failed: {e}") from e
+
     async def stable_offsets(
         self, partitions: Sequence[tuple[uuid.UUID, int, int]]
     ) -> list[StableOffsets]:
@@ -71,16 +83,13 @@ class PgReadsMixin:
         aborted transactions a read_committed reader from ``fetch_offset`` must skip."""
         if not partitions:
             return []
-        try:
-            async with self._require_pool().acquire() as con:
-                rows = await con.fetch(
-                    STABLE_SQL,
-                    [t for t, _, _ in partitions],
-                    [p for _, p, _ in partitions],
-                    [o for _, _, o in partitions],
-                )
-        except _ERRORS as e:
-            raise MetastoreError(f"stable_offsets failed: {e}") from e
+        rows = await self._fetch(
+            "stable_offsets",
+            STABLE_SQL,
+            [t for t, _, _ in partitions],
+            [p for _, p, _ in partitions],
+            [o for _, _, o in partitions],
+        )
         found: dict[int, Any] = {r[0] - 1: r for r in rows}
         out: list[StableOffsets] = []
         for i in range(len(partitions)):
@@ -95,9 +104,5 @@ class PgReadsMixin:
     async def partition_offsets(self, topic_id: uuid.UUID) -> list[PartitionOffsets]:
         """Log start offset and high watermark of every partition of a topic, in
         partition order; empty for an unknown or deleted topic."""
-        try:
-            async with self._require_pool().acquire() as con:
-                rows = await con.fetch(OFFSETS_SQL, topic_id)
-        except _ERRORS as e:
-            raise MetastoreError(f"partition_offsets failed: {e}") from e
+        rows = await self._fetch("partition_offsets", OFFSETS_SQL, topic_id)
         return [PartitionOffsets(r[0], r[1], r[2]) for r in rows]

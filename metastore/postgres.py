@@ -41,7 +41,7 @@ from metastore.pg_group import (
     SEAL_SQL,
     GroupCommit,
 )
-from metastore.pg_reads import PgReadsMixin
+from metastore.pg_reads import CONNECTION_ERRORS, PgReadsMixin
 from metastore.sql import SqlMetastore
 from metastore.types import (
     BatchLocation,
@@ -130,16 +130,10 @@ async def _copy_batches(con: asyncpg.Connection, rows: bytes) -> None:
     await con.copy_to_table("batches", source=memoryview(rows), columns=BATCH_COLUMNS, format="binary")
 
 
-# A lost or confused connection: the commit's outcome is unknown (MetastoreError, the
-# caller retries). InternalClientError is asyncpg's "another operation is in progress"
-# on a connection whose session the server terminated mid-statement.
-_CONNECTION_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError)
-
-
 async def _rollback_if_open(con: asyncpg.Connection) -> None:
     """Declined or failed: nothing of the transaction stays. A connection already
     lost (or its pool proxy already released) has nothing to roll back here."""
-    with contextlib.suppress(*_CONNECTION_ERRORS):
+    with contextlib.suppress(*CONNECTION_ERRORS):
         if not con.is_closed() and con.is_in_transaction():
             await con.execute("ROLLBACK")
 
@@ -365,7 +359,7 @@ class PostgresMetastore(PgReadsMixin, SqlMetastore):
         try:
             async with self._require_pool().acquire() as con:
                 yield con
-        except _CONNECTION_ERRORS as e:
+        except CONNECTION_ERRORS as e:
             raise MetastoreError(f"group commit failed: {e}") from e
 
     async def _commit_one(
@@ -391,18 +385,15 @@ class PostgresMetastore(PgReadsMixin, SqlMetastore):
     ) -> list[FindResult]:
         if not wants:
             return []
-        try:
-            async with self._require_pool().acquire() as con:
-                rows = await con.fetch(
-                    FIND_MANY_SQL,
-                    [w[0] for w in wants],
-                    [w[1] for w in wants],
-                    [w[2] for w in wants],
-                    [w[3] for w in wants],
-                    max(1, max_batches),
-                )
-        except _CONNECTION_ERRORS as e:
-            raise MetastoreError(f"find_batches_many failed: {e}") from e
+        rows = await self._fetch(
+            "find_batches_many",
+            FIND_MANY_SQL,
+            [w[0] for w in wants],
+            [w[1] for w in wants],
+            [w[2] for w in wants],
+            [w[3] for w in wants],
+            max(1, max_batches),
+        )
         by_index: dict[int, list[Any]] = {}
         for r in rows:
             by_index.setdefault(r[0] - 1, []).append(r)
@@ -432,13 +423,9 @@ class PostgresMetastore(PgReadsMixin, SqlMetastore):
         max_bytes: int,
         max_batches: int = DEFAULT_MAX_BATCHES,
     ) -> FindResult:
-        try:
-            async with self._require_pool().acquire() as con:
-                rows = await con.fetch(
-                    FIND_SQL, topic_id, partition, offset, max_bytes, max(1, max_batches)
-                )
-        except _CONNECTION_ERRORS as e:
-            raise MetastoreError(f"find_batches failed: {e}") from e
+        rows = await self._fetch(
+            "find_batches", FIND_SQL, topic_id, partition, offset, max_bytes, max(1, max_batches)
+        )
         if not rows:
             return FindResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1)
         lso, hwm = rows[0]["log_start_offset"], rows[0]["high_watermark"]
