@@ -10,9 +10,10 @@ For each partition the :class:`FetchReader`
    (:func:`select_batches`, Kafka's rules: the whole batch holding the fetch
    offset comes first, and the first non-empty partition of a response always
    gets at least one whole batch, however large),
-3. plans reads per object, merging adjacent byte ranges of one object into one
-   read (:func:`plan_reads`), and reads them through the agent's
-   :class:`~agent.cache.BlockCache` (LRU blocks, one in-flight GET per block),
+3. reads every cache block the response's batches touch once, through the
+   agent's :class:`~agent.cache.BlockCache` (LRU blocks, one in-flight GET per
+   block; hits without a coroutine), for all its partitions together
+   (:meth:`FetchReader.read_many`),
 4. copies the batches into one buffer in offset order and patches each batch's
    ``baseOffset`` (the metastore's offset; producers' batches are stored with
    base offset 0) and ``partitionLeaderEpoch`` (0: there are no elections).
@@ -39,7 +40,7 @@ from typing import TYPE_CHECKING
 from agent.cache import BlockCache
 from agent.clock import Clock
 from agent.fetch_leases import FetchLeases
-from agent.fetch_plan import BatchReadError, ReadRange, assemble, plan_reads, select_batches
+from agent.fetch_plan import BatchReadError, assemble, select_batches
 from agent.parquet_fetch import ParquetFetcher
 from metastore.types import BatchLocation, ErrorCode, FindResult
 from objectstore.errors import ObjectStoreError
@@ -51,10 +52,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "BatchReadError", "FetchReader", "PartitionFetch", "ReadRange", "assemble", "plan_reads",
-    "reader_for", "select_batches",
-]  # fmt: skip
+__all__ = ["BatchReadError", "FetchReader", "PartitionFetch", "assemble", "reader_for", "select_batches"]
 
 # What a read of a partition's bytes may fail with (that partition alone gets an error).
 _READ_ERRORS = (ObjectStoreError, BatchReadError, OSError)
@@ -191,13 +189,10 @@ class FetchReader:
             return b""
         if any(is_parquet_key(b.object_key) for b in batches):
             return await self._read_mixed(batches)
-        ranges = plan_reads(batches)
-        datas = await asyncio.gather(*(self.cache.read(r.object_key, r.start, r.end) for r in ranges))
-        reads: dict[tuple[str, int], tuple[int, bytes]] = {}
-        for r, data in zip(ranges, datas, strict=True):
-            for b in r.batches:
-                reads[(b.object_key, b.byte_pos)] = (r.start, data)
-        return assemble(batches, reads)
+        (data,) = await self.read_many([batches])
+        if isinstance(data, Exception):
+            raise data
+        return data
 
     async def read_many(self, parts: Sequence[Sequence[BatchLocation]]) -> list[bytes | Exception]:
         """:meth:`read` of each partition's batches of one Fetch response, through
@@ -214,12 +209,10 @@ class FetchReader:
         cache = self.cache
         size = cache.block_size
         spans = [(b.byte_pos // size, (b.byte_pos + b.byte_len - 1) // size) for b in flat]
-        need: dict[tuple[str, int], None] = {}
+        need: dict[tuple[str, int], None] = {}  # every block touched, once, in order
         for b, (first, last) in zip(flat, spans, strict=True):
-            need[(b.object_key, first)] = None
-            if last != first:
-                for i in range(first + 1, last + 1):
-                    need[(b.object_key, i)] = None
+            for i in range(first, last + 1):
+                need[(b.object_key, i)] = None
         got = dict(zip(need, await cache.blocks(list(need)), strict=True))
         reads: dict[tuple[str, int], tuple[int, bytes]] = {}
         failed: dict[tuple[str, int], Exception] = {}

@@ -1,19 +1,15 @@
-"""Fetch planning: which batches fit, which byte ranges to read, and the bytes put back together.
+"""Fetch planning: which batches fit, and the bytes put back together.
 
 Pure functions between the batch lookup and the block cache (:mod:`agent.fetch`):
-:func:`select_batches` applies Kafka's byte budgets to a partition's batches,
-:func:`plan_reads` turns the batches of a whole Fetch response into one read per
-run of adjacent bytes of an object (a segment holds the batches of many
-partitions side by side, so a consumer's partitions are usually one or a few
-ranges), and :func:`assemble` copies each partition's batches out of the ranges
-and patches their base offsets and leader epochs. No I/O here.
+:func:`select_batches` applies Kafka's byte budgets to a partition's batches, and
+:func:`assemble` copies a partition's batches out of the bytes read for them and
+patches their base offsets and leader epochs. No I/O here.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 from kafka_protocol.records import (
     BATCH_LENGTH_OFFSET,
@@ -29,16 +25,6 @@ _I32 = struct.Struct(">i")
 
 class BatchReadError(Exception):
     """The bytes at a batch's recorded position are not that batch."""
-
-
-@dataclass(frozen=True, slots=True)
-class ReadRange:
-    """One contiguous read of an object covering one or more batches."""
-
-    object_key: str
-    start: int
-    end: int
-    batches: tuple[BatchLocation, ...]
 
 
 def select_batches(
@@ -59,33 +45,11 @@ def select_batches(
     return out
 
 
-def plan_reads(batches: Iterable[BatchLocation]) -> list[ReadRange]:
-    """Group batches by object and merge adjacent byte ranges into one read each."""
-    by_object: dict[str, list[BatchLocation]] = {}
-    for b in batches:
-        by_object.setdefault(b.object_key, []).append(b)
-    ranges: list[ReadRange] = []
-    for key, group in by_object.items():
-        group.sort(key=lambda b: b.byte_pos)
-        start = group[0].byte_pos
-        end = start + group[0].byte_len
-        members = [group[0]]
-        for b in group[1:]:
-            if b.byte_pos <= end:  # adjacent (or, defensively, overlapping)
-                end = max(end, b.byte_pos + b.byte_len)
-                members.append(b)
-            else:
-                ranges.append(ReadRange(key, start, end, tuple(members)))
-                start, end, members = b.byte_pos, b.byte_pos + b.byte_len, [b]
-        ranges.append(ReadRange(key, start, end, tuple(members)))
-    return ranges
-
-
 def assemble(batches: Sequence[BatchLocation], reads: dict[tuple[str, int], tuple[int, bytes]]) -> bytes:
-    """Copy ``batches`` (in order) out of the read ranges and patch their headers.
+    """Copy ``batches`` (in order) out of the bytes read and patch their headers.
 
-    ``reads`` maps ``(object_key, byte_pos)`` of each batch to ``(range start,
-    range bytes)``.
+    ``reads`` maps ``(object_key, byte_pos)`` of each batch to ``(start, bytes)``:
+    bytes of the object from ``start`` on that hold the batch.
     """
     out = bytearray(sum(b.byte_len for b in batches))
     pos = 0

@@ -1,5 +1,5 @@
 """The fetch planner and reader (agent/fetch.py) without a server: GET counting,
-range merging, block-cache hits, header patching, lookup caching."""
+one load per block, block-cache hits, header patching, lookup caching."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from agent.cache import BlockCache
 from agent.clock import ManualClock
-from agent.fetch import BatchReadError, FetchReader, plan_reads, select_batches
+from agent.fetch import BatchReadError, FetchReader, select_batches
 from kafka_protocol.records import RecordBatchBuilder, RecordBatchView, iter_batches
 from metastore.types import BatchLocation, ErrorCode, FindResult
 
@@ -88,19 +88,6 @@ async def test_batches_of_two_objects_in_offset_order():
     data = await reader.read(a + b)
     assert sorted(k for k, _, _ in store.gets) == ["obj-a", "obj-b"]
     assert [v.base_offset for v in iter_batches(data, validate=True)] == [0, 2, 4]
-
-
-def test_plan_reads_merges_only_adjacent_ranges():
-    locs = [
-        BatchLocation("x", 10, 90, 0, 0, 1, 0, 0),
-        BatchLocation("x", 100, 50, 1, 1, 1, 0, 0),
-        BatchLocation("x", 300, 20, 2, 2, 1, 0, 0),  # gap: other partitions' batches
-        BatchLocation("y", 0, 30, 3, 3, 1, 0, 0),
-    ]
-    ranges = plan_reads(locs)
-    assert [(r.object_key, r.start, r.end, len(r.batches)) for r in ranges] == [
-        ("x", 10, 150, 2), ("x", 300, 320, 1), ("y", 0, 30, 1),
-    ]
 
 
 def test_select_batches_budget_and_first_batch_rule():
