@@ -11,7 +11,7 @@ for a metastore served by ``floe metastore serve``), migrates the schema unless 
 from __future__ import annotations
 
 from metastore.base import Clock, system_clock_ms
-from metastore.engine import create_engine, is_postgres, normalize_url
+from metastore.engine import create_engine, create_read_engine, is_postgres, normalize_url
 from metastore.migrate import migrate, migrate_engine
 from metastore.protocol import Metastore
 from metastore.sql import SqlMetastore
@@ -78,7 +78,7 @@ async def open_metastore(
     engine = create_engine(normalize_url(url))
     if auto_migrate:
         await migrate_engine(engine)
-    return SqlMetastore(engine, now_ms)
+    return SqlMetastore(engine, now_ms, read_engine=create_read_engine(url))
 
 
 __all__ = [

@@ -38,8 +38,13 @@ def system_clock_ms() -> int:
 class SqlBase:
     """Holds the engine and the clock; mixins add the operations."""
 
-    def __init__(self, engine: AsyncEngine, now_ms: Clock | None = None) -> None:
+    def __init__(
+        self, engine: AsyncEngine, now_ms: Clock | None = None, *, read_engine: AsyncEngine | None = None
+    ) -> None:
         self.engine = engine
+        # Read transactions (``_read``): a file-backed SQLite metastore reads on the
+        # event loop's thread (metastore.sqlite_inline); otherwise the same engine.
+        self.read_engine = read_engine or engine
         self.now_ms: Clock = now_ms or system_clock_ms
         self.dialect = engine.dialect.name
         self._write_lock: asyncio.Lock | None = asyncio.Lock() if self.dialect == "sqlite" else None
@@ -58,12 +63,14 @@ class SqlBase:
     @asynccontextmanager
     async def _read(self) -> AsyncIterator[AsyncConnection]:
         try:
-            async with self.engine.connect() as conn, conn.begin():
+            async with self.read_engine.connect() as conn, conn.begin():
                 yield conn
         except SQLAlchemyError as e:
             raise MetastoreError(f"metastore read failed: {e}") from e
 
     async def close(self) -> None:
+        if self.read_engine is not self.engine:
+            await self.read_engine.dispose()
         await self.engine.dispose()
 
     async def __aenter__(self) -> SqlBase:

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+SQLITE_READ_BUSY_TIMEOUT_MS = 1_000
 SQLITE_SYNCHRONOUS_ENV = "FLOE_SQLITE_SYNCHRONOUS"
 
 
@@ -89,6 +90,31 @@ def create_engine(url: str | URL, **kwargs: Any) -> AsyncEngine:
         # on every read (a Fetch's lookups, the wake-up poll).
         kwargs.setdefault("pool_reset_on_return", None)
     engine = create_async_engine(parsed, **kwargs)
+    _configure_sqlite(engine, parsed, SQLITE_BUSY_TIMEOUT_MS)
+    return engine
+
+
+def create_read_engine(url: str | URL) -> AsyncEngine | None:
+    """The engine a file-backed SQLite metastore reads with: connections that run
+    on the event loop's thread (:mod:`metastore.sqlite_inline`), ``query_only``.
+    ``None`` for Postgres and in-memory or URI databases (they read with the
+    engine of :func:`create_engine`)."""
+    parsed = normalize_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:") or parsed.query:
+        return None
+    from metastore.sqlite_inline import inline_creator
+
+    engine = create_async_engine(
+        parsed, async_creator=inline_creator(parsed.database), pool_size=8, max_overflow=32,
+        pool_reset_on_return=None,
+    )  # fmt: skip
+    # A WAL reader waits for no lock in normal operation; a rare wait (WAL recovery
+    # by another connection) would stop the event loop, so it is kept short.
+    _configure_sqlite(engine, parsed, SQLITE_READ_BUSY_TIMEOUT_MS, query_only=True)
+    return engine
+
+
+def _configure_sqlite(engine: AsyncEngine, parsed: URL, busy_timeout_ms: int, *, query_only: bool = False) -> None:
     synchronous = sqlite_synchronous()
 
     @event.listens_for(engine.sync_engine, "connect")
@@ -97,16 +123,16 @@ def create_engine(url: str | URL, **kwargs: Any) -> AsyncEngine:
         # "Serializable isolation / Savepoints / Transactional DDL" recipe).
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
-        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
         if parsed.database not in (None, "", ":memory:"):
             cursor.execute("PRAGMA journal_mode = WAL")
         cursor.execute(f"PRAGMA synchronous = {synchronous}")
         cursor.execute("PRAGMA foreign_keys = ON")
+        if query_only:
+            cursor.execute("PRAGMA query_only = ON")
         cursor.close()
 
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(conn: Any) -> None:
         immediate = conn.get_execution_options().get(IMMEDIATE, False)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
-
-    return engine
