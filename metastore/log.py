@@ -17,7 +17,6 @@ an ambiguous commit went through).
 
 from __future__ import annotations
 
-import itertools
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -28,6 +27,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from metastore import schema as s
 from metastore.base import SqlBase, chunks
 from metastore.sequencer import PartitionState, ProducerBatch, ProducerKey, plan_commit
+from metastore.sqlite_log import (
+    batch_tuple,
+    sqlite_find,
+    sqlite_insert_batches,
+    sqlite_states,
+    sqlite_update_partitions,
+)
 from metastore.types import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -48,60 +54,30 @@ DEFAULT_MAX_BATCHES = 1000  # cap on batches per find_batches answer
 _CHUNK = 2000  # tuples per IN (...) list: SQLite allows 32766 bound variables
 
 
-_SQLITE_STATE = "SELECT log_start_offset, high_watermark FROM partitions WHERE topic_id = ? AND partition = ?"
-# _find_batches' query as SQLite text, without its window functions: the rows
-# from ``offset`` on, in offset order; _sqlite_find_many keeps the prefix that fits
-# ``max_bytes`` (the first row always) and stops reading there. The windowed form
-# materialised up to ``max_batches`` rows for every partition of every Fetch.
-_SQLITE_FIND = """
-SELECT o.key, b.byte_pos, b.byte_len, b.base_offset, b.last_offset, b.record_count,
-       b.max_timestamp, b.append_time
-  FROM batches b JOIN objects o ON o.id = b.object_id
- WHERE b.topic_id = ? AND b.partition = ? AND b.last_offset >= ?
- ORDER BY b.last_offset
- LIMIT ?
-"""
+async def _partition_states(
+    conn: AsyncConnection, wanted: Sequence[tuple[uuid.UUID, int]]
+) -> dict[tuple[uuid.UUID, int], PartitionState]:
+    """The partitions a commit touches, locked in key order (SQLAlchemy, any dialect)."""
+    p = s.partitions.c
+    states: dict[tuple[uuid.UUID, int], PartitionState] = {}
+    for chunk in chunks(wanted, _CHUNK):
+        rows = await conn.execute(
+            select(p.topic_id, p.partition, p.log_start_offset, p.high_watermark)
+            .where(tuple_(p.topic_id, p.partition).in_(chunk))
+            .order_by(p.topic_id, p.partition)
+            .with_for_update()
+        )
+        for row in rows:
+            states[(row.topic_id, row.partition)] = PartitionState(row.log_start_offset, row.high_watermark)
+    return states
 
 
-def _sqlite_find_many(
-    db: Any, wants: list[tuple[uuid.UUID, int, int, int]], max_batches: int
-) -> list[FindResult]:
-    """find_batches of each want on a sqlite3 connection (aiosqlite's thread)."""
-    out: list[FindResult] = []
-    for topic_id, partition, offset, max_bytes in wants:
-        tid = topic_id.hex
-        state = db.execute(_SQLITE_STATE, (tid, partition)).fetchone()
-        if state is None:
-            out.append(FindResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1))
-            continue
-        lso, hwm = state
-        if offset < lso or offset > hwm:
-            out.append(FindResult(ErrorCode.OFFSET_OUT_OF_RANGE, lso, hwm))
-        elif offset == hwm:
-            out.append(FindResult(ErrorCode.NONE, lso, hwm))
-        else:
-            found: list[BatchLocation] = []
-            total = 0
-            for r in db.execute(_SQLITE_FIND, (tid, partition, offset, max_batches)):
-                total += r[2]
-                if found and total > max_bytes:
-                    break
-                found.append(BatchLocation(*r))
-            out.append(FindResult(ErrorCode.NONE, lso, hwm, found))
-    return out
-
-
-async def _sqlite_find(
-    conn: AsyncConnection, wants: Sequence[tuple[uuid.UUID, int, int, int]], max_batches: int
-) -> list[FindResult]:
-    """All lookups in one hop to aiosqlite's thread, on sqlite3's statement cache:
-    ~2 statements per partition, not ~2 SQLAlchemy compilations and thread hops."""
-    raw = await conn.get_raw_connection()
-    aio: Any = raw.driver_connection
-    result: list[FindResult] = await aio._execute(
-        _sqlite_find_many, aio._conn, list(wants), max(1, max_batches)
-    )
-    return result
+async def _sqlite_partition_states(
+    conn: AsyncConnection, wanted: Sequence[tuple[uuid.UUID, int]]
+) -> dict[tuple[uuid.UUID, int], PartitionState]:
+    """The same in one sqlite3 step (BEGIN IMMEDIATE already holds the write lock)."""
+    found = await sqlite_states(conn, wanted)
+    return {k: PartitionState(lso, hwm) for k, (lso, hwm) in sorted(found.items())}
 
 
 class LogMixin(SqlBase):
@@ -136,26 +112,15 @@ class LogMixin(SqlBase):
             producer_keys = sorted(
                 {(b.topic_id, b.partition, b.producer_id) for b in batches if b.producer_id >= 0}
             )
-            states: dict[tuple[uuid.UUID, int], PartitionState] = {}
-            for chunk in chunks(wanted, _CHUNK):
-                rows = await conn.execute(
-                    select(p.topic_id, p.partition, p.log_start_offset, p.high_watermark)
-                    .where(tuple_(p.topic_id, p.partition).in_(chunk))
-                    .order_by(p.topic_id, p.partition)
-                    .with_for_update()
-                )
-                for row in rows:
-                    states[(row.topic_id, row.partition)] = PartitionState(
-                        row.log_start_offset, row.high_watermark
-                    )
+            raw = self.dialect == "sqlite"
+            states = await (_sqlite_partition_states if raw else _partition_states)(conn, wanted)
             producers = await self._load_producers(conn, producer_keys)
             plan = plan_commit(batches, states, producers, now)
             accepted = set(plan.accepted)
             out: list[ObjectCommitResult] = []
             batch_rows: list[Any] = []
-            # SQLite: plain tuples in multi-row INSERTs (see _sqlite_insert_batches).
-            raw = self.dialect == "sqlite"
-            make_row: Any = _batch_tuple if raw else _batch_row
+            # SQLite: plain tuples in multi-row INSERTs (see sqlite_insert_batches).
+            make_row: Any = batch_tuple if raw else _batch_row
             pos = 0
             for o, ok in zip(objects, fresh, strict=True):
                 if not ok:
@@ -173,20 +138,18 @@ class LogMixin(SqlBase):
                 out.append(ObjectCommitResult(plan.results[pos:end]))
                 pos = end
             if batch_rows:
+                changed = [(tp[0], tp[1], st.high_watermark, st.added_bytes) for tp, st in states.items() if st.changed]
                 if raw:
-                    await _sqlite_insert_batches(conn, batch_rows)
+                    await sqlite_insert_batches(conn, batch_rows)
+                    await sqlite_update_partitions(conn, changed)
                 else:
                     await conn.execute(insert(s.batches), batch_rows)
-                await conn.execute(
-                    update(s.partitions)
-                    .where(p.topic_id == bindparam("t"), p.partition == bindparam("p"))
-                    .values(high_watermark=bindparam("hwm"), bytes=p.bytes + bindparam("added")),
-                    [
-                        {"t": tp[0], "p": tp[1], "hwm": st.high_watermark, "added": st.added_bytes}
-                        for tp, st in states.items()
-                        if st.changed
-                    ],
-                )
+                    await conn.execute(
+                        update(s.partitions)
+                        .where(p.topic_id == bindparam("t"), p.partition == bindparam("p"))
+                        .values(high_watermark=bindparam("hwm"), bytes=p.bytes + bindparam("added")),
+                        [{"t": t, "p": part, "hwm": hwm, "added": added} for t, part, hwm, added in changed],
+                    )
             await self._store_producers(conn, plan.touched_producers, producers)
         return out
 
@@ -289,7 +252,7 @@ class LogMixin(SqlBase):
                 # The raw sqlite3 path even for one partition (a Fetch naming one
                 # partition; more go through find_batches_many): SQLAlchemy's query
                 # building cost ~5x more.
-                (res,) = await _sqlite_find(conn, [(topic_id, partition, offset, max_bytes)], max_batches)
+                (res,) = await sqlite_find(conn, [(topic_id, partition, offset, max_bytes)], max_batches)
                 return res
             return await self._find_batches(conn, topic_id, partition, offset, max_bytes, max_batches)
 
@@ -300,7 +263,7 @@ class LogMixin(SqlBase):
         order, in one read (a Fetch naming many partitions)."""
         async with self._read() as conn:
             if conn.dialect.name == "sqlite":
-                return await _sqlite_find(conn, wants, max_batches)
+                return await sqlite_find(conn, wants, max_batches)
             return [
                 await self._find_batches(conn, t, p, o, m, max_batches) for t, p, o, m in wants
             ]
@@ -452,41 +415,6 @@ class LogMixin(SqlBase):
                 )
                 lso = target
         return DeleteRecordsResult(ErrorCode.NONE, lso)
-
-
-_BATCH_COLUMNS = (
-    "topic_id", "partition", "last_offset", "base_offset", "object_id", "byte_pos", "byte_len",
-    "record_count", "base_timestamp", "max_timestamp", "append_time", "producer_id",
-    "producer_epoch", "base_sequence", "is_transactional",
-)
-_SQLITE_INSERT_PREFIX = f"INSERT INTO batches ({', '.join(_BATCH_COLUMNS)}) VALUES "
-_SQLITE_ROW = "(" + ", ".join("?" * len(_BATCH_COLUMNS)) + ")"
-_SQLITE_ROWS_PER_INSERT = 1000  # 15,000 parameters, under SQLite's 32,766
-
-
-async def _sqlite_insert_batches(conn: AsyncConnection, rows: list[Any]) -> None:
-    """Batch rows in multi-row INSERTs of up to 1,000 rows each.
-
-    Not ``executemany``: the sqlite3 module releases and re-takes the GIL around
-    every row it steps, and with the agent's event loop busy each re-take waits up
-    to the interpreter's switch interval, so a 2,600-row commit took ~440 ms under
-    load (librdkafka's default linger sends ~1 record per batch). One statement per
-    1,000 rows takes the GIL a few times per commit. No SQLAlchemy parameter
-    processing either (a Uuid is stored as its 32-digit hex on SQLite)."""
-    for i in range(0, len(rows), _SQLITE_ROWS_PER_INSERT):
-        chunk = rows[i : i + _SQLITE_ROWS_PER_INSERT]
-        sql = _SQLITE_INSERT_PREFIX + ", ".join([_SQLITE_ROW] * len(chunk))
-        await conn.exec_driver_sql(sql, tuple(itertools.chain.from_iterable(chunk)))
-
-
-def _batch_tuple(batch: BatchToCommit, base: int, object_id: int, now: int) -> tuple[Any, ...]:
-    """The row of :func:`_batch_row` as SQLite stores it (a Uuid is its 32-digit hex)."""
-    return (
-        batch.topic_id.hex, batch.partition, base + batch.last_offset_delta, base, object_id,
-        batch.byte_pos, batch.byte_len, batch.record_count, batch.base_timestamp,
-        batch.max_timestamp, now, batch.producer_id, batch.producer_epoch, batch.base_sequence,
-        int(batch.is_transactional),
-    )
 
 
 def _batch_row(batch: BatchToCommit, base: int, object_id: int, now: int) -> dict[str, Any]:
