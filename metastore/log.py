@@ -17,6 +17,7 @@ an ambiguous commit went through).
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -27,13 +28,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from metastore import schema as s
 from metastore.base import SqlBase, chunks
 from metastore.sequencer import PartitionState, ProducerBatch, ProducerKey, plan_commit
-from metastore.sqlite_log import (
-    batch_tuple,
-    sqlite_find,
-    sqlite_insert_batches,
-    sqlite_states,
-    sqlite_update_partitions,
-)
+from metastore.sqlite_commit import sqlite_commit
+from metastore.sqlite_log import sqlite_find
 from metastore.types import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -45,6 +41,7 @@ from metastore.types import (
     ErrorCode,
     FindResult,
     ListOffsetsResult,
+    MetastoreError,
     ObjectAlreadyCommittedError,
     ObjectCommitResult,
     ObjectToCommit,
@@ -52,32 +49,6 @@ from metastore.types import (
 
 DEFAULT_MAX_BATCHES = 1000  # cap on batches per find_batches answer
 _CHUNK = 2000  # tuples per IN (...) list: SQLite allows 32766 bound variables
-
-
-async def _partition_states(
-    conn: AsyncConnection, wanted: Sequence[tuple[uuid.UUID, int]]
-) -> dict[tuple[uuid.UUID, int], PartitionState]:
-    """The partitions a commit touches, locked in key order (SQLAlchemy, any dialect)."""
-    p = s.partitions.c
-    states: dict[tuple[uuid.UUID, int], PartitionState] = {}
-    for chunk in chunks(wanted, _CHUNK):
-        rows = await conn.execute(
-            select(p.topic_id, p.partition, p.log_start_offset, p.high_watermark)
-            .where(tuple_(p.topic_id, p.partition).in_(chunk))
-            .order_by(p.topic_id, p.partition)
-            .with_for_update()
-        )
-        for row in rows:
-            states[(row.topic_id, row.partition)] = PartitionState(row.log_start_offset, row.high_watermark)
-    return states
-
-
-async def _sqlite_partition_states(
-    conn: AsyncConnection, wanted: Sequence[tuple[uuid.UUID, int]]
-) -> dict[tuple[uuid.UUID, int], PartitionState]:
-    """The same in one sqlite3 step (BEGIN IMMEDIATE already holds the write lock)."""
-    found = await sqlite_states(conn, wanted)
-    return {k: PartitionState(lso, hwm) for k, (lso, hwm) in sorted(found.items())}
 
 
 class LogMixin(SqlBase):
@@ -92,8 +63,18 @@ class LogMixin(SqlBase):
 
     async def commit_objects(self, objects: Sequence[ObjectToCommit]) -> list[ObjectCommitResult]:
         """Group commit: sequence ``objects`` in order, in one transaction, each
-        touched partition row read and written once for the whole group."""
+        touched partition row read and written once for the whole group (SQLite: one
+        call on the writer's thread, metastore.sqlite_commit)."""
         now = self.now_ms()
+        if self.dialect == "sqlite":
+            async with self._write() as conn:
+                raw = await conn.get_raw_connection()
+                aio: Any = raw.driver_connection
+                try:
+                    done: list[ObjectCommitResult] = await aio._execute(sqlite_commit, aio._conn, list(objects), now)
+                except sqlite3.Error as e:
+                    raise MetastoreError(f"metastore write failed: {e}") from e
+                return done
         p = s.partitions.c
         async with self._write() as conn:
             keys = [o.key for o in objects]
@@ -112,15 +93,23 @@ class LogMixin(SqlBase):
             producer_keys = sorted(
                 {(b.topic_id, b.partition, b.producer_id) for b in batches if b.producer_id >= 0}
             )
-            raw = self.dialect == "sqlite"
-            states = await (_sqlite_partition_states if raw else _partition_states)(conn, wanted)
+            states: dict[tuple[uuid.UUID, int], PartitionState] = {}
+            for chunk in chunks(wanted, _CHUNK):
+                rows = await conn.execute(
+                    select(p.topic_id, p.partition, p.log_start_offset, p.high_watermark)
+                    .where(tuple_(p.topic_id, p.partition).in_(chunk))
+                    .order_by(p.topic_id, p.partition)
+                    .with_for_update()
+                )
+                for row in rows:
+                    states[(row.topic_id, row.partition)] = PartitionState(
+                        row.log_start_offset, row.high_watermark
+                    )
             producers = await self._load_producers(conn, producer_keys)
             plan = plan_commit(batches, states, producers, now)
             accepted = set(plan.accepted)
             out: list[ObjectCommitResult] = []
             batch_rows: list[Any] = []
-            # SQLite: plain tuples in multi-row INSERTs (see sqlite_insert_batches).
-            make_row: Any = batch_tuple if raw else _batch_row
             pos = 0
             for o, ok in zip(objects, fresh, strict=True):
                 if not ok:
@@ -131,25 +120,24 @@ class LogMixin(SqlBase):
                 object_id = await self._insert_object(conn, o.key, o.size, o.agent_id, now, live)
                 results = plan.results
                 batch_rows.extend(
-                    make_row(batches[i], results[i].base_offset, object_id, now)
+                    _batch_row(batches[i], results[i].base_offset, object_id, now)
                     for i in range(pos, end)
                     if i in accepted
                 )
                 out.append(ObjectCommitResult(plan.results[pos:end]))
                 pos = end
             if batch_rows:
-                changed = [(tp[0], tp[1], st.high_watermark, st.added_bytes) for tp, st in states.items() if st.changed]
-                if raw:
-                    await sqlite_insert_batches(conn, batch_rows)
-                    await sqlite_update_partitions(conn, changed)
-                else:
-                    await conn.execute(insert(s.batches), batch_rows)
-                    await conn.execute(
-                        update(s.partitions)
-                        .where(p.topic_id == bindparam("t"), p.partition == bindparam("p"))
-                        .values(high_watermark=bindparam("hwm"), bytes=p.bytes + bindparam("added")),
-                        [{"t": t, "p": part, "hwm": hwm, "added": added} for t, part, hwm, added in changed],
-                    )
+                await conn.execute(insert(s.batches), batch_rows)
+                await conn.execute(
+                    update(s.partitions)
+                    .where(p.topic_id == bindparam("t"), p.partition == bindparam("p"))
+                    .values(high_watermark=bindparam("hwm"), bytes=p.bytes + bindparam("added")),
+                    [
+                        {"t": tp[0], "p": tp[1], "hwm": st.high_watermark, "added": st.added_bytes}
+                        for tp, st in states.items()
+                        if st.changed
+                    ],
+                )
             await self._store_producers(conn, plan.touched_producers, producers)
         return out
 

@@ -1,24 +1,18 @@
-"""The SQLite side of the log: raw sqlite3 statements for the hot paths of ``metastore.log``.
+"""The SQLite side of the log: batch lookups and batch rows as raw sqlite3 statements.
 
-Where it sits: under :class:`metastore.log.LogMixin`, which calls these on a
-SQLite metastore (``floe dev``, a single-node agent); Postgres has its own
-(``metastore.pg_group``, ``metastore.pg_reads``). Lookups (``sqlite_find``)
-run as one call on the connection, so on the read engine's inline connection
-(``metastore.sqlite_inline``). The commit's statements run on aiosqlite's
-writer thread, which takes the GIL back after every row sqlite3 steps through,
-and behind a busy event loop every take waited for the switch interval: so the
-commit reads and writes a group's partition rows in one step each, through
-JSON arrays (``sqlite_states``, ``sqlite_update_partitions``), and inserts its
-batch rows in multi-row INSERTs. At 1,000 partitions per group the per-row
-statements were ~2,000 steps, and commits averaged 0.8-1 s under load.
+Where it sits: under :class:`metastore.log.LogMixin` (lookups, on the read
+engine's inline connection, ``metastore.sqlite_inline``) and
+:mod:`metastore.sqlite_commit` (the batch rows a commit inserts). Postgres has
+its own (``metastore.pg_group``, ``metastore.pg_reads``). Raw statements on
+sqlite3's statement cache: SQLAlchemy's query building cost ~5x more per
+partition of a Fetch.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -91,19 +85,18 @@ _SQLITE_ROW = "(" + ", ".join("?" * len(_BATCH_COLUMNS)) + ")"
 _SQLITE_ROWS_PER_INSERT = 1000  # 15,000 parameters, under SQLite's 32,766
 
 
-async def sqlite_insert_batches(conn: AsyncConnection, rows: list[Any]) -> None:
-    """Batch rows in multi-row INSERTs of up to 1,000 rows each.
+def insert_batches_sql(rows: list[tuple[Any, ...]]) -> Iterator[tuple[str, tuple[Any, ...]]]:
+    """Batch rows as multi-row INSERTs of up to 1,000 rows each: ``(sql, params)``.
 
     Not ``executemany``: the sqlite3 module releases and re-takes the GIL around
     every row it steps, and with the agent's event loop busy each re-take waits up
     to the interpreter's switch interval, so a 2,600-row commit took ~440 ms under
     load (librdkafka's default linger sends ~1 record per batch). One statement per
-    1,000 rows takes the GIL a few times per commit. No SQLAlchemy parameter
-    processing either (a Uuid is stored as its 32-digit hex on SQLite)."""
+    1,000 rows takes the GIL a few times per commit."""
     for i in range(0, len(rows), _SQLITE_ROWS_PER_INSERT):
         chunk = rows[i : i + _SQLITE_ROWS_PER_INSERT]
         sql = _SQLITE_INSERT_PREFIX + ", ".join([_SQLITE_ROW] * len(chunk))
-        await conn.exec_driver_sql(sql, tuple(itertools.chain.from_iterable(chunk)))
+        yield sql, tuple(itertools.chain.from_iterable(chunk))
 
 
 def batch_tuple(batch: BatchToCommit, base: int, object_id: int, now: int) -> tuple[Any, ...]:
@@ -115,42 +108,3 @@ def batch_tuple(batch: BatchToCommit, base: int, object_id: int, now: int) -> tu
         int(batch.is_transactional),
     )
 
-
-# One row of JSON for all the partitions a commit touches: [[topic hex, partition,
-# log start, high watermark], ...], looked up by primary key from a JSON array.
-_SQLITE_STATES = """
-SELECT json_group_array(json_array(p.topic_id, p.partition, p.log_start_offset, p.high_watermark))
-  FROM json_each(?) AS j
-  JOIN partitions p ON p.topic_id = json_extract(j.value, '$[0]')
-                   AND p.partition = json_extract(j.value, '$[1]')
-"""
-_SQLITE_UPDATE_PARTITIONS = """
-UPDATE partitions
-   SET high_watermark = json_extract(j.value, '$[2]'),
-       bytes = bytes + json_extract(j.value, '$[3]')
-  FROM json_each(?) AS j
- WHERE partitions.topic_id = json_extract(j.value, '$[0]')
-   AND partitions.partition = json_extract(j.value, '$[1]')
-"""
-
-
-async def sqlite_states(
-    conn: AsyncConnection, wanted: Sequence[tuple[uuid.UUID, int]]
-) -> dict[tuple[uuid.UUID, int], tuple[int, int]]:
-    """``(log start, high watermark)`` of each existing partition of ``wanted``, in
-    one statement (the caller holds the write lock: BEGIN IMMEDIATE)."""
-    if not wanted:
-        return {}
-    ids = {t.hex: t for t, _ in wanted}
-    arg = json.dumps([[t.hex, p] for t, p in wanted])
-    row = (await conn.exec_driver_sql(_SQLITE_STATES, (arg,))).one()
-    return {(ids[t], p): (lso, hwm) for t, p, lso, hwm in json.loads(row[0])}
-
-
-async def sqlite_update_partitions(
-    conn: AsyncConnection, updates: Iterable[tuple[uuid.UUID, int, int, int]]
-) -> None:
-    """Set each ``(topic, partition, high watermark, added bytes)``: one statement."""
-    arg = json.dumps([[t.hex, p, hwm, added] for t, p, hwm, added in updates])
-    if arg != "[]":
-        await conn.exec_driver_sql(_SQLITE_UPDATE_PARTITIONS, (arg,))

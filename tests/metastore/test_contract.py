@@ -293,6 +293,28 @@ async def test_group_commit(ms: Metastore, clock: FakeClock) -> None:
     assert await ms.commit_objects([]) == []
 
 
+async def test_group_commit_across_many_partitions(ms: Metastore) -> None:
+    """A group touching 1,300 partitions of two topics (the width a 1,000-partition
+    topic gives every segment): every partition advances by what it got, with its
+    bytes, and a partition that does not exist fails alone."""
+    a, b = await make_topic(ms, "a", 600), await make_topic(ms, "b", 700)
+    parts = [(a.id, p) for p in range(600)] + [(b.id, p) for p in range(700)]
+    await ms.commit_object(key(), 1, "x", [batch(a.id, 5, 3, size=10)])
+    first = [batch(t, p, 2, size=100) for t, p in parts]
+    second = [batch(t, p, 1 + p % 3, size=50) for t, p in parts] + [batch(b.id, 700)]
+    one, two = await ms.commit_objects([ObjectToCommit(key(), 1, "x", first), ObjectToCommit(key(), 1, "x", second)])
+    assert [r.base_offset for r in one.results] == [3 if (t, p) == (a.id, 5) else 0 for t, p in parts]
+    assert [r.base_offset for r in two.results[:-1]] == [r.base_offset + 2 for r in one.results]
+    assert two.results[-1].error is E.UNKNOWN_TOPIC_OR_PARTITION
+    summaries = {(s.topic_id, s.partition): s for s in await ms.partition_summaries()}
+    for (t, p), r in zip(parts, two.results, strict=False):
+        s = summaries[(t, p)]
+        assert s.high_watermark == r.base_offset + 1 + p % 3, (t, p)
+        assert s.bytes == 150 + (10 if (t, p) == (a.id, 5) else 0), (t, p)
+    offsets = await ms.partition_offsets(b.id)
+    assert [o.high_watermark for o in offsets] == [3 + p % 3 for p in range(700)]
+
+
 # -- find_batches --------------------------------------------------------------------
 
 

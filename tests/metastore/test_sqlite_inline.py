@@ -1,0 +1,95 @@
+"""A file-backed SQLite metastore reads on the event loop's thread (metastore.sqlite_inline).
+
+What a user relies on: a read sees every commit that returned before it, a
+read transaction cannot write, reads start no thread (the point of the inline
+engine: no GIL hand-off per row behind a busy event loop), and in-memory or
+URI databases keep reading with the one engine they have.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
+
+from metastore import ErrorCode, open_metastore
+from metastore.engine import create_read_engine
+from metastore.sql import SqlMetastore
+from metastore.sqlite_inline import InlineConnection
+from tests.metastore.helpers import batch
+
+
+async def _open(tmp_path: Path) -> SqlMetastore:
+    ms = await open_metastore(f"sqlite:///{tmp_path / 'meta.db'}")
+    assert isinstance(ms, SqlMetastore)
+    return ms
+
+
+async def test_reads_see_each_acknowledged_commit_at_once(tmp_path: Path) -> None:
+    ms = await _open(tmp_path)
+    try:
+        assert ms.read_engine is not ms.engine
+        topic = (await ms.create_topic("t", 3)).topic
+        assert topic is not None
+        for i in range(20):
+            (res,) = await ms.commit_object(f"obj/{i}", 100, "a", [batch(topic.id, i % 3, 2)])
+            assert res.error is ErrorCode.NONE
+            # Committed on a writer thread, read inline on the loop: the very next read sees it.
+            found = await ms.find_batches(topic.id, i % 3, res.base_offset, 1 << 20)
+            assert found.error is ErrorCode.NONE and found.high_watermark == res.base_offset + 2
+            assert [b.base_offset for b in found.batches] == [res.base_offset]
+        many = await ms.find_batches_many([(topic.id, p, 0, 1 << 20) for p in range(3)])
+        assert [len(f.batches) for f in many] == [7, 7, 6]
+        offsets = await ms.partition_offsets(topic.id)
+        assert [o.high_watermark for o in offsets] == [14, 14, 12]
+    finally:
+        await ms.close()
+
+
+async def test_reads_start_no_thread(tmp_path: Path) -> None:
+    ms = await _open(tmp_path)
+    try:
+        topic = (await ms.create_topic("t", 2)).topic
+        assert topic is not None
+        await ms.commit_object("obj/1", 100, "a", [batch(topic.id, 0), batch(topic.id, 1)])
+        before = threading.active_count()
+        for _ in range(50):
+            await ms.find_batches_many([(topic.id, 0, 0, 1000), (topic.id, 1, 0, 1000)])
+            await ms.list_topics()
+        assert threading.active_count() == before
+        async with ms.read_engine.connect() as conn:
+            raw = await conn.get_raw_connection()
+            assert isinstance(raw.driver_connection, InlineConnection)
+    finally:
+        await ms.close()
+
+
+async def test_a_read_transaction_cannot_write(tmp_path: Path) -> None:
+    ms = await _open(tmp_path)
+    try:
+        with pytest.raises(OperationalError, match="readonly"):
+            async with ms.read_engine.connect() as conn:
+                await conn.execute(text("DELETE FROM topics"))
+    finally:
+        await ms.close()
+
+
+@pytest.mark.parametrize("url", ["sqlite:///:memory:", "sqlite://"])
+async def test_memory_and_uri_databases_read_with_their_one_engine(url: str) -> None:
+    assert create_read_engine(url) is None
+    ms = await open_metastore(url)
+    try:
+        assert isinstance(ms, SqlMetastore) and ms.read_engine is ms.engine
+        assert (await ms.create_topic("t", 1)).error is ErrorCode.NONE
+        assert [t.name for t in await ms.list_topics()] == ["t"]
+    finally:
+        await ms.close()
+
+
+def test_postgres_and_uri_databases_have_no_inline_read_engine(tmp_path: Path) -> None:
+    assert create_read_engine(f"sqlite:///file:{tmp_path / 'm.db'}?uri=true") is None
+    assert create_read_engine(f"postgresql://u@localhost/{uuid.uuid4().hex}") is None
