@@ -1,22 +1,27 @@
-"""A file-backed SQLite metastore reads on the event loop's thread (metastore.sqlite_inline).
+"""SQLite's fast paths: inline reads (metastore.sqlite_inline), the one-call commit
+(metastore.sqlite_commit).
 
 What a user relies on: a read sees every commit that returned before it, a
 read transaction cannot write, reads start no thread (the point of the inline
-engine: no GIL hand-off per row behind a busy event loop), and in-memory or
-URI databases keep reading with the one engine they have.
+engine: no GIL hand-off per row behind a busy event loop), in-memory or URI
+databases keep reading with the one engine they have, and a commit that fails
+in SQLite is a MetastoreError that left nothing behind.
 """
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
-from metastore import ErrorCode, open_metastore
+import metastore.log
+from metastore import ErrorCode, MetastoreError, ObjectToCommit, open_metastore
 from metastore.engine import create_read_engine
 from metastore.sql import SqlMetastore
 from metastore.sqlite_inline import InlineConnection
@@ -93,3 +98,31 @@ async def test_memory_and_uri_databases_read_with_their_one_engine(url: str) -> 
 def test_postgres_and_uri_databases_have_no_inline_read_engine(tmp_path: Path) -> None:
     assert create_read_engine(f"sqlite:///file:{tmp_path / 'm.db'}?uri=true") is None
     assert create_read_engine(f"postgresql://u@localhost/{uuid.uuid4().hex}") is None
+
+
+async def test_a_commit_failing_in_sqlite_is_a_metastore_error_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ms = await _open(tmp_path)
+    try:
+        topic = (await ms.create_topic("t", 2)).topic
+        assert topic is not None
+        await ms.commit_object("obj/0", 100, "a", [batch(topic.id, 0, 3)])
+        real = metastore.log.sqlite_commit
+
+        def fails_after_writing(db: sqlite3.Connection, *args: Any) -> Any:
+            real(db, *args)  # every statement of the group ran ...
+            raise sqlite3.OperationalError("disk I/O error")  # ... and then SQLite failed
+
+        monkeypatch.setattr(metastore.log, "sqlite_commit", fails_after_writing)
+        group = [ObjectToCommit("obj/1", 100, "a", [batch(topic.id, 0, 2), batch(topic.id, 1, 5)])]
+        with pytest.raises(MetastoreError, match="disk I/O error"):
+            await ms.commit_objects(group)
+        monkeypatch.setattr(metastore.log, "sqlite_commit", real)
+        # Rolled back: no object, no batch, no watermark moved; the retry commits normally.
+        assert await ms.get_object("obj/1") is None
+        assert [o.high_watermark for o in await ms.partition_offsets(topic.id)] == [3, 0]
+        (again,) = await ms.commit_objects(group)
+        assert [(r.error, r.base_offset) for r in again.results] == [(ErrorCode.NONE, 3), (ErrorCode.NONE, 0)]
+    finally:
+        await ms.close()
