@@ -27,7 +27,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from metastore import schema as s
 from metastore.base import SqlBase, chunks
-from metastore.sequencer import PartitionState, ProducerBatch, ProducerKey, plan_commit
+from metastore.sequencer import (
+    PartitionState,
+    ProducerBatch,
+    ProducerKey,
+    fresh_objects,
+    group_outcome,
+    object_spans,
+    plan_commit,
+)
 from metastore.sqlite_commit import sqlite_commit
 from metastore.sqlite_log import sqlite_find
 from metastore.types import (
@@ -84,10 +92,7 @@ class LogMixin(SqlBase):
                     select(s.objects.c.key).where(s.objects.c.key.in_(chunk))
                 )
                 registered.update(row.key for row in rows)
-            fresh: list[bool] = []
-            for key in keys:
-                fresh.append(key not in registered)
-                registered.add(key)  # a key repeated in the group: its first wins
+            fresh = fresh_objects(keys, registered)
             batches = [b for o, ok in zip(objects, fresh, strict=True) if ok for b in o.batches]
             wanted = sorted({(b.topic_id, b.partition) for b in batches})
             producer_keys = sorted(
@@ -107,25 +112,12 @@ class LogMixin(SqlBase):
                     )
             producers = await self._load_producers(conn, producer_keys)
             plan = plan_commit(batches, states, producers, now)
-            accepted = set(plan.accepted)
-            out: list[ObjectCommitResult] = []
-            batch_rows: list[Any] = []
-            pos = 0
-            for o, ok in zip(objects, fresh, strict=True):
-                if not ok:
-                    out.append(ObjectCommitResult([], already_committed=True))
-                    continue
-                end = pos + len(o.batches)
-                live = any(i in accepted for i in range(pos, end))
-                object_id = await self._insert_object(conn, o.key, o.size, o.agent_id, now, live)
-                results = plan.results
-                batch_rows.extend(
-                    _batch_row(batches[i], results[i].base_offset, object_id, now)
-                    for i in range(pos, end)
-                    if i in accepted
-                )
-                out.append(ObjectCommitResult(plan.results[pos:end]))
-                pos = end
+            spans = object_spans(objects, fresh, set(plan.accepted))
+            object_ids = [
+                None if sp is None else await self._insert_object(conn, o.key, o.size, o.agent_id, now, sp.live)
+                for o, sp in zip(objects, spans, strict=True)
+            ]
+            out, batch_rows = group_outcome(spans, object_ids, batches, plan, _batch_row, now)
             if batch_rows:
                 await conn.execute(insert(s.batches), batch_rows)
                 await conn.execute(

@@ -30,11 +30,17 @@ Producer rules follow Kafka's ``ProducerStateManager`` / ``ProducerAppendInfo``:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from metastore.types import BatchToCommit, CommitResult, ErrorCode
+from metastore.types import (
+    BatchToCommit,
+    CommitResult,
+    ErrorCode,
+    ObjectCommitResult,
+    ObjectToCommit,
+)
 
 INT32_MAX = 2**31 - 1
 PRODUCER_STATE_BATCHES = 5
@@ -157,3 +163,69 @@ def _check_producer(batch: BatchToCommit, entries: list[ProducerBatch]) -> Error
     if batch.base_sequence != 0:
         return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
     return ErrorCode.NONE
+
+
+# -- a group of objects around plan_commit (every SQL commit path) -------------------
+
+
+def fresh_objects(keys: Sequence[str], registered: set[str]) -> list[bool]:
+    """Which objects of a group get sequenced: not a key registered before, nor one
+    repeated earlier in the group (its first occurrence wins)."""
+    seen = set(registered)
+    out: list[bool] = []
+    for key in keys:
+        out.append(key not in seen)
+        seen.add(key)
+    return out
+
+
+class ObjectSpan(NamedTuple):
+    """A sequenced object: its batches are ``[start, end)`` of the group's batch
+    list, and it is ``live`` when at least one of them is stored."""
+
+    start: int
+    end: int
+    live: bool
+
+
+def object_spans(
+    objects: Sequence[ObjectToCommit], fresh: Sequence[bool], accepted: set[int]
+) -> list[ObjectSpan | None]:
+    """Per object of the group, its span (``None``: already committed)."""
+    out: list[ObjectSpan | None] = []
+    pos = 0
+    for o, ok in zip(objects, fresh, strict=True):
+        if not ok:
+            out.append(None)
+            continue
+        end = pos + len(o.batches)
+        out.append(ObjectSpan(pos, end, any(i in accepted for i in range(pos, end))))
+        pos = end
+    return out
+
+
+def group_outcome(
+    spans: Sequence[ObjectSpan | None],
+    object_ids: Sequence[int | None],
+    batches: Sequence[BatchToCommit],
+    plan: CommitPlan,
+    make_row: Callable[[BatchToCommit, int, int, int], Any],
+    now_ms: int,
+) -> tuple[list[ObjectCommitResult], list[Any]]:
+    """Each object's results, and the batch rows to store (``make_row(batch, base
+    offset, object id, now)``) once the objects are registered as ``object_ids``."""
+    accepted = set(plan.accepted)
+    results = plan.results
+    out: list[ObjectCommitResult] = []
+    rows: list[Any] = []
+    for span, object_id in zip(spans, object_ids, strict=True):
+        if span is None or object_id is None:
+            out.append(ObjectCommitResult([], already_committed=True))
+            continue
+        rows.extend(
+            make_row(batches[i], results[i].base_offset, object_id, now_ms)
+            for i in range(span.start, span.end)
+            if i in accepted
+        )
+        out.append(ObjectCommitResult(results[span.start : span.end]))
+    return out, rows

@@ -24,9 +24,16 @@ import json
 import sqlite3
 import uuid
 from collections.abc import Sequence
-from typing import Any
 
-from metastore.sequencer import PartitionState, ProducerBatch, ProducerKey, plan_commit
+from metastore.sequencer import (
+    PartitionState,
+    ProducerBatch,
+    ProducerKey,
+    fresh_objects,
+    group_outcome,
+    object_spans,
+    plan_commit,
+)
 from metastore.sqlite_log import batch_tuple, insert_batches_sql
 from metastore.types import BatchToCommit, ObjectCommitResult, ObjectToCommit
 
@@ -74,34 +81,18 @@ _INSERT_OBJECT = (
 
 def sqlite_commit(db: sqlite3.Connection, objects: Sequence[ObjectToCommit], now: int) -> list[ObjectCommitResult]:
     """Sequence ``objects`` in order on ``db`` (in the caller's write transaction)."""
-    keys = [o.key for o in objects]
-    registered = _registered(db, sorted(set(keys)))
-    fresh: list[bool] = []
-    for key in keys:
-        fresh.append(key not in registered)
-        registered.add(key)  # a key repeated in the group: its first wins
+    fresh = fresh_objects([o.key for o in objects], _registered(db, sorted({o.key for o in objects})))
     batches: list[BatchToCommit] = [b for o, ok in zip(objects, fresh, strict=True) if ok for b in o.batches]
     ids = {b.topic_id.hex: b.topic_id for b in batches}
     wanted = sorted({(b.topic_id, b.partition) for b in batches})
     states = _states(db, ids, wanted)
     producers = _producers(db, ids, sorted({(b.topic_id, b.partition, b.producer_id) for b in batches if b.producer_id >= 0}))
     plan = plan_commit(batches, states, producers, now)
-    accepted = set(plan.accepted)
-    results = plan.results
-    out: list[ObjectCommitResult] = []
-    rows: list[tuple[Any, ...]] = []
-    pos = 0
-    for o, ok in zip(objects, fresh, strict=True):
-        if not ok:
-            out.append(ObjectCommitResult([], already_committed=True))
-            continue
-        end = pos + len(o.batches)
-        live = any(i in accepted for i in range(pos, end))
-        cur = db.execute(_INSERT_OBJECT, (o.key, o.agent_id, o.size, "live" if live else "deleting", now, None if live else now))
-        object_id = int(cur.lastrowid or 0)
-        rows.extend(batch_tuple(batches[i], results[i].base_offset, object_id, now) for i in range(pos, end) if i in accepted)
-        out.append(ObjectCommitResult(results[pos:end]))
-        pos = end
+    spans = object_spans(objects, fresh, set(plan.accepted))
+    object_ids = [
+        None if sp is None else _insert_object(db, o, sp.live, now) for o, sp in zip(objects, spans, strict=True)
+    ]
+    out, rows = group_outcome(spans, object_ids, batches, plan, batch_tuple, now)
     if rows:
         for sql, params in insert_batches_sql(rows):
             db.execute(sql, params)
@@ -109,6 +100,11 @@ def sqlite_commit(db: sqlite3.Connection, objects: Sequence[ObjectToCommit], now
         db.execute(_UPDATE_PARTITIONS, (json.dumps(changed),))
     _store_producers(db, plan.touched_producers, producers)
     return out
+
+
+def _insert_object(db: sqlite3.Connection, o: ObjectToCommit, live: bool, now: int) -> int:
+    cur = db.execute(_INSERT_OBJECT, (o.key, o.agent_id, o.size, "live" if live else "deleting", now, None if live else now))
+    return int(cur.lastrowid or 0)
 
 
 def _registered(db: sqlite3.Connection, keys: list[str]) -> set[str]:
