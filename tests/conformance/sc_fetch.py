@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, TopicPartition
 
 from kafka_protocol.messages import FetchRequest
 from kafka_protocol.records import iter_batches
@@ -139,11 +139,13 @@ class _Fetching:
 @scenario
 def sc_reset_latest_out_of_range(t: Target) -> Any:
     topic = filled(t, "r-late", 5)
-    fetching = _Fetching(topic)
-    c = t.consumer(**fetching.conf(**{"auto.offset.reset": "latest"}))
+    c = t.consumer(**{"auto.offset.reset": "latest", "enable.partition.eof": True})
     try:
         c.assign([TopicPartition(topic, 0, 50)])
-        fetching.wait(c, lambda offset: 0 <= offset < 50)  # until the reset happened
+        # Until a fetch from the reset position reached the end (PARTITION_EOF): the
+        # reset is over, and no answer to a fetch from 50 is still on its way (one
+        # arriving after the produce reset the consumer past the new record, 2026-11-27).
+        eof = _eof(c)
         position = c.position([TopicPartition(topic, 0)])[0].offset
         t.produce(topic, [(None, b"new", T0 + 99)])
         got = None
@@ -153,9 +155,19 @@ def sc_reset_latest_out_of_range(t: Target) -> Any:
             if m is not None and m.error() is None:
                 got = {"offset": m.offset(), "value": m.value()}
                 break
-        return {"position": position, "fetching_from": fetching.state[1], "got": got}
+        return {"position": position, "eof_at": eof, "got": got}
     finally:
         c.close()
+
+
+def _eof(c: Any, timeout: float = 30) -> int | None:
+    """The offset of the first PARTITION_EOF ``c`` reports (None: none in time)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        m = c.poll(0.05)
+        if m is not None and m.error() is not None and m.error().code() == KafkaError._PARTITION_EOF:
+            return int(m.offset())
+    return None
 
 
 @scenario
