@@ -4,12 +4,15 @@ Every operation runs in one transaction from ``_read()`` or ``_write()``. Writes
 on SQLite are serialised in-process by a lock and take the database write lock
 up front (``BEGIN IMMEDIATE``), so concurrent writers queue instead of failing
 with SQLITE_BUSY. Database exceptions become ``MetastoreError`` here, at the
-boundary; business outcomes never raise.
+boundary (SQLAlchemy's, and sqlite3's from the raw statements run on the
+connection: ``metastore.sqlite_log``, ``metastore.sqlite_commit``); business
+outcomes never raise.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, nullcontext
@@ -29,6 +32,10 @@ def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
         yield items[start : start + size]
 
 Clock = Callable[[], int]
+
+# What a transaction of ``_read()`` / ``_write()`` may fail with: SQLAlchemy's errors,
+# and sqlite3's from raw statements run on the driver connection.
+DB_ERRORS = (SQLAlchemyError, sqlite3.Error)
 
 
 def system_clock_ms() -> int:
@@ -57,7 +64,7 @@ class SqlBase:
                 conn = await conn.execution_options(**{IMMEDIATE: True})
                 async with conn.begin():
                     yield conn
-        except SQLAlchemyError as e:
+        except DB_ERRORS as e:
             raise MetastoreError(f"metastore write failed: {e}") from e
 
     @asynccontextmanager
@@ -65,7 +72,7 @@ class SqlBase:
         try:
             async with self.read_engine.connect() as conn, conn.begin():
                 yield conn
-        except SQLAlchemyError as e:
+        except DB_ERRORS as e:
             raise MetastoreError(f"metastore read failed: {e}") from e
 
     async def close(self) -> None:

@@ -17,7 +17,6 @@ an ambiguous commit went through).
 
 from __future__ import annotations
 
-import sqlite3
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -49,7 +48,6 @@ from metastore.types import (
     ErrorCode,
     FindResult,
     ListOffsetsResult,
-    MetastoreError,
     ObjectAlreadyCommittedError,
     ObjectCommitResult,
     ObjectToCommit,
@@ -78,10 +76,7 @@ class LogMixin(SqlBase):
             async with self._write() as conn:
                 raw = await conn.get_raw_connection()
                 aio: Any = raw.driver_connection
-                try:
-                    done: list[ObjectCommitResult] = await aio._execute(sqlite_commit, aio._conn, list(objects), now)
-                except sqlite3.Error as e:
-                    raise MetastoreError(f"metastore write failed: {e}") from e
+                done: list[ObjectCommitResult] = await aio._execute(sqlite_commit, aio._conn, list(objects), now)
                 return done
         p = s.partitions.c
         async with self._write() as conn:
@@ -112,7 +107,7 @@ class LogMixin(SqlBase):
                     )
             producers = await self._load_producers(conn, producer_keys)
             plan = plan_commit(batches, states, producers, now)
-            spans = object_spans(objects, fresh, set(plan.accepted))
+            spans = object_spans(objects, fresh, plan.accepted)
             object_ids = [
                 None if sp is None else await self._insert_object(conn, o.key, o.size, o.agent_id, now, sp.live)
                 for o, sp in zip(objects, spans, strict=True)
