@@ -79,7 +79,7 @@ class ProducerBatch(NamedTuple):
 @dataclass(slots=True)
 class CommitPlan:
     results: list[CommitResult]
-    accepted: list[int] = field(default_factory=list)  # indexes of batches to store
+    accepted: set[int] = field(default_factory=set)  # indexes of batches to store
     touched_producers: set[ProducerKey] = field(default_factory=set)
 
 
@@ -139,7 +139,7 @@ def plan_commit(
         state.high_watermark = last + 1
         state.added_bytes += batch.byte_len
         state.changed = True
-        plan.accepted.append(index)
+        plan.accepted.add(index)
         results.append(CommitResult(ErrorCode.NONE, base, now_ms, state.log_start_offset))
     return plan
 
@@ -214,7 +214,7 @@ def group_outcome(
 ) -> tuple[list[ObjectCommitResult], list[Any]]:
     """Each object's results, and the batch rows to store (``make_row(batch, base
     offset, object id, now)``) once the objects are registered as ``object_ids``."""
-    accepted = set(plan.accepted)
+    accepted = plan.accepted
     results = plan.results
     out: list[ObjectCommitResult] = []
     rows: list[Any] = []

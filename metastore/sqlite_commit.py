@@ -84,11 +84,12 @@ def sqlite_commit(db: sqlite3.Connection, objects: Sequence[ObjectToCommit], now
     fresh = fresh_objects([o.key for o in objects], _registered(db, sorted({o.key for o in objects})))
     batches: list[BatchToCommit] = [b for o, ok in zip(objects, fresh, strict=True) if ok for b in o.batches]
     ids = {b.topic_id.hex: b.topic_id for b in batches}
-    wanted = sorted({(b.topic_id, b.partition) for b in batches})
+    # No order needed: BEGIN IMMEDIATE holds the whole database, there are no row locks to order.
+    wanted = list({(b.topic_id, b.partition) for b in batches})
     states = _states(db, ids, wanted)
-    producers = _producers(db, ids, sorted({(b.topic_id, b.partition, b.producer_id) for b in batches if b.producer_id >= 0}))
+    producers = _producers(db, ids, list({(b.topic_id, b.partition, b.producer_id) for b in batches if b.producer_id >= 0}))
     plan = plan_commit(batches, states, producers, now)
-    spans = object_spans(objects, fresh, set(plan.accepted))
+    spans = object_spans(objects, fresh, plan.accepted)
     object_ids = [
         None if sp is None else _insert_object(db, o, sp.live, now) for o, sp in zip(objects, spans, strict=True)
     ]
@@ -122,8 +123,7 @@ def _states(
     if not wanted:
         return {}
     (found,) = db.execute(_STATES, (json.dumps([[t.hex, p] for t, p in wanted]),)).fetchone()
-    rows = sorted((ids[t], p, lso, hwm) for t, p, lso, hwm in json.loads(found))
-    return {(t, p): PartitionState(lso, hwm) for t, p, lso, hwm in rows}
+    return {(ids[t], p): PartitionState(lso, hwm) for t, p, lso, hwm in json.loads(found)}
 
 
 def _producers(

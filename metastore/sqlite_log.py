@@ -37,7 +37,7 @@ SELECT o.key, b.byte_pos, b.byte_len, b.base_offset, b.last_offset, b.record_cou
 def sqlite_find_many(
     db: Any, wants: list[tuple[uuid.UUID, int, int, int]], max_batches: int
 ) -> list[FindResult]:
-    """find_batches of each want on a sqlite3 connection (aiosqlite's thread)."""
+    """find_batches of each want on a sqlite3 connection."""
     out: list[FindResult] = []
     for topic_id, partition, offset, max_bytes in wants:
         tid = topic_id.hex
@@ -65,8 +65,9 @@ def sqlite_find_many(
 async def sqlite_find(
     conn: AsyncConnection, wants: Sequence[tuple[uuid.UUID, int, int, int]], max_batches: int
 ) -> list[FindResult]:
-    """All lookups in one hop to aiosqlite's thread, on sqlite3's statement cache:
-    ~2 statements per partition, not ~2 SQLAlchemy compilations and thread hops."""
+    """All lookups in one call on the connection (an inline one on a file-backed
+    metastore, aiosqlite's thread otherwise), on sqlite3's statement cache: ~2
+    statements per partition, not ~2 SQLAlchemy compilations and hops."""
     raw = await conn.get_raw_connection()
     aio: Any = raw.driver_connection
     result: list[FindResult] = await aio._execute(
