@@ -112,6 +112,7 @@ def test_share_consumers_through_agent_kill(tmp_path: Path, postgres_url: str, s
         print(
             f"\nshare checker: {len(recs)} deliveries of {2 * per_part} records, {len(final)} records with a stored accept/reject, "
             f"{redelivered} records delivered more than once, max delivery count {max(d for *_, d, _ in recs)}, "
+            f"{sum(o.count('ACKUNSENT ') for o in outs)} acknowledgements commitSync left unsent, "
             f"kill at +{killed_at - min(t for t, *_ in recs) / 1000:.1f} s"
         )
     finally:

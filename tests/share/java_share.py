@@ -11,7 +11,9 @@ rejected, ``rel`` released, others accepted, then commitSync; ``hold`` prints
 ``HELD`` after its first records and then sleeps without acknowledging (to be
 killed). Every consumer prints ``READY`` after its first poll; in ``explicit``
 mode ``ACKOK <epoch ms> <partition> <offset> <type>`` for each acknowledgement
-commitSync reported stored. An optional 9th argument sleeps that many ms after
+commitSync reported stored: its partition is in the result without an error
+(commitSync silently leaves out a partition whose leader is missing from the
+metadata, as a just-killed agent is: ``ACKUNSENT``, same fields). An optional 9th argument sleeps that many ms after
 each non-empty poll (slow consumers).
 """
 
@@ -104,15 +106,23 @@ public class FloeShare {
                     last = System.currentTimeMillis();
                     if (ack.equals("hold")) { System.out.println("HELD"); System.out.flush(); Thread.sleep(Long.MAX_VALUE); }
                     if (ack.equals("explicit")) {
-                        Set<Integer> failed = new HashSet<>();
+                        // Stored: a partition the result names without an error. commitSync
+                        // leaves out the partitions whose leader is not in the metadata (an
+                        // agent just killed): their acknowledgements were never sent.
+                        Set<Integer> stored = new HashSet<>(), answered = new HashSet<>();
                         try {
-                            cons.commitSync().forEach((tp, err) -> { if (err.isPresent()) failed.add(tp.partition()); });
+                            cons.commitSync().forEach((tp, err) -> {
+                                answered.add(tp.partition());
+                                if (err.isEmpty()) stored.add(tp.partition());
+                            });
                         } catch (Exception e) {
-                            for (ConsumerRecord<String, String> r : recs) failed.add(r.partition());
+                            stored.clear();
                         }
                         long now = System.currentTimeMillis();
                         for (String x : acked) {
-                            if (!failed.contains(Integer.parseInt(x.split(" ")[0]))) System.out.println("ACKOK " + now + " " + x);
+                            int part = Integer.parseInt(x.split(" ")[0]);
+                            if (stored.contains(part)) System.out.println("ACKOK " + now + " " + x);
+                            else if (!answered.contains(part)) System.out.println("ACKUNSENT " + now + " " + x);
                         }
                         System.out.flush();
                     }
