@@ -65,7 +65,7 @@ def test_metadata_lists_an_agent_that_just_joined(agent_factory: Any, tmp_path: 
     b = agent_factory(**shared)
     for agent in (a, b):
         admin = AdminClient({"bootstrap.servers": agent.bootstrap})
-        wait_for(lambda: len(admin.list_topics(timeout=10).brokers) == 2, 5, f"{agent.bootstrap} to list both", 0.02)
+        wait_for(lambda admin=admin: len(admin.list_topics(timeout=10).brokers) == 2, 5, f"{agent.bootstrap} to list both", 0.02)
 
 
 def test_leaders_and_brokers_come_from_one_membership_view(agent_factory: Any) -> None:
