@@ -8,6 +8,7 @@ librdkafka failed with "Unknown partition" right after CreateTopics succeeded.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -63,9 +64,13 @@ def test_metadata_lists_an_agent_that_just_joined(agent_factory: Any, tmp_path: 
     a = agent_factory(**shared)
     assert len(AdminClient({"bootstrap.servers": a.bootstrap}).list_topics(timeout=10).brokers) == 1
     b = agent_factory(**shared)
+
+    def lists_both(admin: AdminClient) -> bool:
+        return len(admin.list_topics(timeout=10).brokers) == 2
+
     for agent in (a, b):
         admin = AdminClient({"bootstrap.servers": agent.bootstrap})
-        wait_for(lambda admin=admin: len(admin.list_topics(timeout=10).brokers) == 2, 5, f"{agent.bootstrap} to list both", 0.02)
+        wait_for(partial(lists_both, admin), 5, f"{agent.bootstrap} to list both", 0.02)
 
 
 def test_leaders_and_brokers_come_from_one_membership_view(agent_factory: Any) -> None:
