@@ -20,10 +20,11 @@ import asyncio
 import json
 import sys
 from collections.abc import Callable
-from contextlib import suppress
 from typing import Any, TextIO
 
 from prometheus_client import CollectorRegistry
+
+from agent.tasks import cancel_and_wait
 
 # name -> (CloudWatch unit, meaning); the Terraform module refers to these names.
 METRICS: dict[str, tuple[str, str]] = {
@@ -139,8 +140,5 @@ class EmfReporter:
             self.report()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None

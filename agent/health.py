@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.clock import Clock, SystemClock
+from agent.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -143,8 +144,5 @@ class Readiness:
             await asyncio.sleep(self.interval_s)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None

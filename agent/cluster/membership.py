@@ -34,6 +34,7 @@ from contextlib import suppress
 from agent.clock import Clock
 from agent.cluster.ring import Peer, Rings
 from agent.cluster.virtual import virtual_ids
+from agent.tasks import cancel_and_wait
 from metastore import Metastore
 from metastore.types import AgentInfo
 
@@ -91,11 +92,8 @@ class Membership:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="membership")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         if self.started:
             self.started = False
             with suppress(Exception):

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 from contextlib import suppress
 
 from agent.notify import CommitNotifier
+from agent.tasks import cancel_and_wait
 from metastore import LATEST_TIMESTAMP, Metastore
 
 log = logging.getLogger(__name__)
@@ -100,11 +101,7 @@ class PgWakeups(Wakeups):
         ]
 
     async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with suppress(asyncio.CancelledError, Exception):
-                await t
+        await cancel_and_wait(*self._tasks, swallow=(Exception,))
         self._tasks = []
 
     def committed(self, keys: Iterable[Key]) -> None:
@@ -189,11 +186,8 @@ class PollWakeups(Wakeups):
         self._task = asyncio.get_running_loop().create_task(self._run(), name="hwm-poll")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def poll_once(self) -> list[Key]:
         """Read the watched partitions' high watermarks; wake those that moved."""

@@ -17,9 +17,9 @@ import heapq
 import itertools
 import logging
 from collections.abc import Callable, Hashable
-from contextlib import suppress
 
 from agent.clock import Clock
+from agent.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -84,11 +84,8 @@ class Timers:
             self._task = asyncio.get_running_loop().create_task(self._drive(), name="group-timers")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def _drive(self) -> None:
         # The next deadline sets the wake-up event itself; no asyncio.wait_for:

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
 from agent.security.acl import OPERATIONS, AclIndex, AclOperation, ResourceType
 from agent.security.principal import KafkaPrincipal
+from agent.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from agent.broker import Broker
@@ -79,11 +79,8 @@ class Authorizer:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="acl-refresh")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def _run(self) -> None:
         while True:

@@ -29,12 +29,12 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from contextlib import suppress
 from typing import Protocol
 
 from prometheus_client import Counter as PromCounter
 
 from agent.metrics import METRICS
+from agent.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -169,8 +169,5 @@ class DeadlineSweeper:
                 log.exception("connection deadline sweep failed")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
