@@ -11,10 +11,10 @@ rejected, ``rel`` released, others accepted, then commitSync; ``hold`` prints
 ``HELD`` after its first records and then sleeps without acknowledging (to be
 killed). Every consumer prints ``READY`` after its first poll; in ``explicit``
 mode ``ACKOK <epoch ms> <partition> <offset> <type>`` for each acknowledgement
-commitSync reported stored: its partition is in the result without an error
-(commitSync silently leaves out a partition whose leader is missing from the
-metadata, as a just-killed agent is: ``ACKUNSENT``, same fields). An optional 9th argument sleeps that many ms after
-each non-empty poll (slow consumers).
+commitSync reported stored: its partition is in the result without an error.
+commitSync silently leaves out a partition whose leader is missing from the
+metadata (a just-killed agent): ``ACKUNSENT``, same fields. An optional 9th
+argument sleeps that many ms after each non-empty poll (slow consumers).
 """
 
 from __future__ import annotations
@@ -116,7 +116,9 @@ public class FloeShare {
                                 if (err.isEmpty()) stored.add(tp.partition());
                             });
                         } catch (Exception e) {
+                            // Failed, not known unsent: neither ACKOK nor ACKUNSENT.
                             stored.clear();
+                            for (ConsumerRecord<String, String> r : recs) answered.add(r.partition());
                         }
                         long now = System.currentTimeMillis();
                         for (String x : acked) {
