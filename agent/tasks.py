@@ -33,14 +33,13 @@ async def cancel_and_wait(
     me = asyncio.current_task()
     before = me.cancelling() if me is not None else 0
     live = [t for t in tasks if t is not None]
+    expected: tuple[type[BaseException], ...] = (asyncio.CancelledError, *swallow)
     for t in live:
         t.cancel()
     for t in live:
         try:
             await t
-        except asyncio.CancelledError:
-            pass
-        except swallow:
+        except expected:
             pass
     if me is not None and me.cancelling() > before:
         raise asyncio.CancelledError

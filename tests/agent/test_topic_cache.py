@@ -15,6 +15,8 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.cluster.helpers import wait_for
+
 
 def test_topic_created_elsewhere_is_known_at_once(agent_factory: Any, tmp_path: Path) -> None:
     from confluent_kafka import Consumer
@@ -57,8 +59,6 @@ def test_metadata_lists_an_agent_that_just_joined(agent_factory: Any, tmp_path: 
     the second agent started in ~35 ms, and the first answered from the view of its
     previous request; librdkafka may send a client's request to any broker it knows),
     so each client asks until both are listed, for far less than a heartbeat."""
-    from tests.cluster.helpers import wait_for
-
     shared = {"metastore": f"sqlite:///{tmp_path / 'shared.db'}", "objects": f"file://{tmp_path / 'objects'}",
               "cluster_heartbeat_ms": 60_000, "cluster_dead_after_ms": 120_000}  # fmt: skip
     a = agent_factory(**shared)
