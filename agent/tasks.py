@@ -2,8 +2,8 @@
 
 Where it sits: under every part of the agent that runs a background task
 (membership heartbeat, commit wake-ups, group timers, health, quotas, ACL
-refresh, EMF metrics) and stops it in its ``stop()``/``close()``, which the
-server's shutdown awaits.
+refresh, EMF metrics, the transaction checker) and stops it in its
+``stop()``/``close()``, which the server's shutdown awaits.
 
 Why: the usual ``task.cancel(); with suppress(CancelledError): await task``
 cannot tell the task's own cancellation from one aimed at the caller while it

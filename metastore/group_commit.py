@@ -30,7 +30,6 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Sequence
-from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,19 +101,29 @@ class GroupCommitter:
         return res.results
 
     async def close(self) -> None:
-        for task in self._tasks:
+        """Stop the tasks; every caller still waiting gets ``CancelledError``.
+
+        That includes the callers of a group that was committing: its outcome is
+        unknown (the COMMIT may have landed), as for any commit whose answer was
+        lost, and they must not wait for ever. A cancel of the task calling close()
+        that arrives while the tasks stop is raised once they have ended; the
+        tasks' own cancellation is not (``gather`` tells the two apart, which
+        ``suppress(CancelledError)`` around each await did not)."""
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
-            with suppress(asyncio.CancelledError):
-                await task
-        self._tasks = []
-        pending = list(self._held)
-        self._held.clear()
-        while not self._queue.empty():
-            pending.append(self._queue.get_nowait())
-        for p in pending:
-            if not p.future.done():
-                p.future.cancel()
+        try:
+            for outcome in await asyncio.gather(*tasks, return_exceptions=True):
+                if isinstance(outcome, Exception):
+                    raise outcome
+        finally:
+            pending = list(self._held)
+            self._held.clear()
+            while not self._queue.empty():
+                pending.append(self._queue.get_nowait())
+            for p in pending:
+                if not p.future.done():
+                    p.future.cancel()
 
     # -- the loop -------------------------------------------------------------------
 
@@ -145,6 +154,9 @@ class GroupCommitter:
                     item = await asyncio.wait_for(self._queue.get(), remaining)
                 except TimeoutError:
                     return group
+                except asyncio.CancelledError:  # close(): it answers the held calls
+                    self._held.extendleft(reversed(group))
+                    raise
             if objects + len(item.objects) > self.max_objects or batches + item.batches > limit:
                 self._held.append(item)  # too big for this group: it opens a next one
                 return group
@@ -159,6 +171,11 @@ class GroupCommitter:
             self._busy += 1
             try:
                 await self._commit(group)
+            except asyncio.CancelledError:  # close(): see there
+                for p in group:
+                    if not p.future.done():
+                        p.future.cancel()
+                raise
             except Exception:  # never let one group stop the committer
                 log.exception("group commit failed unexpectedly")
                 for p in group:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from agent.clock import Clock
 from agent.produce_pipeline import ProduceItem
+from agent.tasks import cancel_and_wait
 from agent.txn.markers import marker_batch
 from metastore.types import (
     TXN_ONGOING,
@@ -78,11 +79,8 @@ class TxnCoordinator:
         self._task = asyncio.get_running_loop().create_task(self._check_loop(), name="floe-txn-check")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        await cancel_and_wait(task)
 
     @contextlib.asynccontextmanager
     async def _locked(self, tid: str) -> AsyncIterator[None]:

@@ -113,3 +113,59 @@ async def test_many_callers_small_groups_every_call_answered(max_objects: int) -
     assert len(answered) == CALLERS * 30
     assert sorted(k for g in meta.groups for k in g) == sorted(answered)  # each exactly once
     assert max(len(g) for g in meta.groups) <= max_objects
+
+
+class _StuckMeta:
+    """A group that commits until cancelled, then takes ``release`` to clean up."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def commit_objects(self, objects: Sequence[ObjectToCommit]) -> list[ObjectCommitResult]:
+        self.started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await self.release.wait()
+        raise AssertionError("unreachable")
+
+
+async def test_close_answers_the_committing_group_and_the_queued_calls() -> None:
+    """Before: the callers of the group being committed waited for ever after close()."""
+    meta = _StuckMeta()
+    committer = GroupCommitter(meta, max_objects=1, max_in_flight=1)
+    committing = asyncio.create_task(committer.commit_objects([ObjectToCommit("o1", 1, "a", [])]))
+    await asyncio.wait_for(meta.started.wait(), 10)
+    queued = asyncio.create_task(committer.commit_objects([ObjectToCommit("o2", 1, "a", [])]))
+    await asyncio.sleep(0)
+    meta.release.set()
+    await committer.close()
+    for caller in (committing, queued):
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(caller, 10)
+
+
+async def test_close_passes_on_a_cancel_aimed_at_its_caller() -> None:
+    """Before: close() swallowed it and its caller went on."""
+    meta = _StuckMeta()
+    committer = GroupCommitter(meta, max_objects=1, max_in_flight=1)
+    caller = asyncio.create_task(committer.commit_objects([ObjectToCommit("o1", 1, "a", [])]))
+    await asyncio.wait_for(meta.started.wait(), 10)
+    went_on: list[str] = []
+
+    async def shutdown() -> None:
+        await committer.close()
+        went_on.append("after close")
+
+    closing = asyncio.create_task(shutdown())
+    await asyncio.sleep(0)  # close() has cancelled the task, which waits for release
+    closing.cancel()
+    await asyncio.sleep(0)
+    assert not closing.done()  # the committer's task has not ended yet
+    meta.release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(closing, 10)
+    assert went_on == []
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(caller, 10)
