@@ -17,6 +17,8 @@ same run, alternating short rounds so that load drift hits them alike:
   same grouping and COPY, offsets from a dict, a fencing check on a lease row
   instead of locking and updating the partition rows. Plain batches only; it
   measures what the partition rows cost, nothing more;
+* ``group (runs)``: a PROTOTYPE of the way past the floor, one index row per
+  (group, partition) run (loadtest/run_rows.py); plain batches only;
 * ``floor``: the batch rows alone, COPYed with precomputed offsets (no object
   rows, no locks, no checks): what one index row per batch costs here.
 
@@ -42,6 +44,7 @@ from typing import Any
 import asyncpg
 
 from agent.server import tune_runtime
+from loadtest.run_rows import RunRowSequencer
 from metastore import BatchToCommit, ObjectToCommit, open_metastore
 from metastore.engine import asyncpg_dsn
 from metastore.group_commit import GroupCommitter
@@ -52,7 +55,7 @@ from metastore.types import CommitResult, ErrorCode, ObjectCommitResult
 
 TOTAL_PARTITIONS = 1000
 ROUNDS = 4
-PATHS = ("before #18", "group (rows)", "group (memory)", "floor")
+PATHS = ("before #18", "group (rows)", "group (memory)", "group (runs)", "floor")
 _FLOOR_OFFSETS = itertools.count()  # the floor's rows only need unique offsets
 _PRODUCER_IDS = itertools.count()
 GROUP_OPTIONS: dict[str, Any] = {}  # GroupCommitter options (--max-group-objects)
@@ -208,6 +211,7 @@ async def run_scenario(
     url: str,
     meta: PostgresMetastore,
     memory: MemorySequencer | None,
+    runs: RunRowSequencer | None,
     topics: dict[str, uuid.UUID],
     partitions: int,
     concurrency: int,
@@ -223,6 +227,7 @@ async def run_scenario(
     committer = GroupCommitter(meta, **GROUP_OPTIONS)
     # the prototype commits on one connection: one group at a time
     memory_committer = GroupCommitter(memory, max_in_flight=1) if memory is not None else None
+    runs_committer = GroupCommitter(runs, max_in_flight=1) if runs is not None else None
 
     async def before_worker(i: int) -> Worker:
         con = await asyncpg.connect(dsn, server_settings={"jit": "off"})
@@ -281,6 +286,11 @@ async def run_scenario(
                 group_worker(i, "group (memory)", memory_committer, 4 * (partitions * 100 + i) + 2)
                 for i in range(concurrency)
             ]
+        if runs_committer is not None and not idempotent:
+            workers["group (runs)"] = [
+                group_worker(i, "group (runs)", runs_committer, 4 * (partitions * 100 + i) + 1)
+                for i in range(concurrency)
+            ]
         workers = {p: ws for p, ws in workers.items() if p in paths}
         counters = dict.fromkeys(workers, 0)
         for _ in range(ROUNDS):
@@ -294,10 +304,15 @@ async def run_scenario(
         await committer.close()
         if memory_committer is not None:
             await memory_committer.close()
+        if runs_committer is not None:
+            await runs_committer.close()
     hints = meta._expected  # the optimistic path (migration 0014): groups sealed / declined
     outcomes["group (rows)"].label += (
         f" [{committer.objects / max(1, committer.groups):.1f}/group, opt {hints.hits}/{hints.declined}]"
     )
+    if runs_committer is not None:
+        per_group = runs_committer.objects / max(1, runs_committer.groups)
+        outcomes["group (runs)"].label += f" [{per_group:.1f}/group]"
     return outcomes
 
 
@@ -331,17 +346,21 @@ async def bench(
     table: list[dict[str, Any]] = []
     try:
         for partitions, concurrency in scenarios:
-            memory = None
+            memory = runs = None
             if with_memory and not idempotent:
                 memory = await MemorySequencer(url, epoch=len(table) + 1).start()
+            if "group (runs)" in paths and not idempotent:
+                runs = await RunRowSequencer(url).start()
             try:
                 outcomes = await run_scenario(
-                    url, meta, memory, topics, partitions, concurrency, duration, warmup,
+                    url, meta, memory, runs, topics, partitions, concurrency, duration, warmup,
                     idempotent, run_id, paths,
                 )  # fmt: skip
             finally:
                 if memory is not None:
                     await memory.close()
+                if runs is not None:
+                    await runs.close()
             before = outcomes["before #18"].rate or float("nan")
             for o in outcomes.values():
                 if not o.commits:
