@@ -34,6 +34,8 @@ import time
 from math import gcd
 from typing import Any
 
+from loadtest.proc import cpu_seconds
+
 TOPIC = "reqcost"
 PARTITIONS = 16
 
@@ -131,12 +133,6 @@ def _pg(backend: Any, sql: str) -> Any:
     return asyncio.run(go())
 
 
-def _cpu(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
@@ -181,7 +177,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             ctx.Process(target=_client, args=(backend.bootstrap, per, args.window, args.size, args.acks, q, *shape))
             for _ in range(args.connections)
         ]
-        cpu0, pg0 = _cpu(pid), _postgres_cpu_seconds(backend)
+        cpu0, pg0 = cpu_seconds(pid), _postgres_cpu_seconds(backend)
         t0 = time.perf_counter()
         for p in procs:
             p.start()
@@ -201,7 +197,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if spy is not None:
             spy.wait(60)
         wall = time.perf_counter() - t0
-        cpu1, pg1 = _cpu(pid), _postgres_cpu_seconds(backend)
+        cpu1, pg1 = cpu_seconds(pid), _postgres_cpu_seconds(backend)
         for p in procs:
             p.join()
         total = per * args.connections

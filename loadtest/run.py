@@ -30,6 +30,7 @@ from typing import Any
 
 from loadtest import baselines as bl
 from loadtest.driver import consumer_main, producer_main
+from loadtest.proc import cpu_seconds, stat_fields
 from loadtest.report import Collector, plot
 from loadtest.services import Backend, diff, scrape_all, start_backend
 from loadtest.workload import Workload, load
@@ -82,10 +83,9 @@ def _hist_quantile(d: dict[str, float], name: str, q: float) -> float | None:
 
 
 def _cpu_seconds(pid: int) -> float | None:
-    """utime + stime of a process, from /proc (Linux)."""
+    """utime + stime of a process, or None when it cannot be read (gone, not Linux)."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(pid)
     except (OSError, ValueError, IndexError):
         return None
 
@@ -102,7 +102,7 @@ def _postgres_cpu_seconds(backend: Backend) -> float | None:
         total = 0
         for stat in Path("/proc").glob("[0-9]*/stat"):
             try:
-                f = stat.read_text().rsplit(")", 1)[1].split()
+                f = stat_fields(stat.parent.name)
             except OSError:
                 continue
             pid = int(stat.parent.name)

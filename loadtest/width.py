@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import socket
 import statistics
 import struct
@@ -46,6 +45,7 @@ from kafka_protocol.messages import (
     MetadataRequest,
 )
 from kafka_protocol.messages._runtime import skip_tagged_fields
+from loadtest.proc import cpu_seconds as proc_cpu_seconds
 
 FT = FetchRequest.FetchTopic
 FP = FetchRequest.FetchTopic.FetchPartition
@@ -84,10 +84,7 @@ class Wire:
 
 
 def cpu_seconds(pid: int | None) -> float:
-    if pid is None:
-        return float("nan")
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return float("nan") if pid is None else proc_cpu_seconds(pid)
 
 
 def measure(
