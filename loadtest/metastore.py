@@ -44,7 +44,7 @@ from typing import Any
 import asyncpg
 
 from agent.server import tune_runtime
-from loadtest.run_rows import RunRowSequencer
+from loadtest.run_rows import RunRowSequencer, insert_objects
 from metastore import BatchToCommit, ObjectToCommit, open_metastore
 from metastore.engine import asyncpg_dsn
 from metastore.group_commit import GroupCommitter
@@ -149,16 +149,7 @@ class MemorySequencer:
             )
             if fenced is None:
                 raise RuntimeError("fenced: another sequencer took over")
-            ids = await self.con.fetchval(
-                "WITH ins AS (INSERT INTO objects (key, agent_id, size, state, created_at) "
-                "SELECT k, a, s, 'live', $4 FROM unnest($1::text[], $2::text[], $3::bigint[]) "
-                "WITH ORDINALITY AS u(k, a, s, ord) ORDER BY ord RETURNING id) "
-                "SELECT array_agg(id ORDER BY id) FROM ins",
-                [o.key for o in objects],
-                [o.agent_id for o in objects],
-                [o.size for o in objects],
-                now,
-            )
+            ids = await insert_objects(self.con, objects, now)
             rows = group.copy_rows(ids, hwms, now)
             await self.con.copy_to_table(
                 "batches", source=io.BytesIO(rows), columns=BATCH_COLUMNS, format="binary"

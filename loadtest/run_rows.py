@@ -43,6 +43,7 @@ CREATE TABLE IF NOT EXISTS bench_batch_runs (
     PRIMARY KEY (topic_id, partition, last_offset)
 )
 """
+# The object rows of a group, ids in the objects' order (both prototypes use it).
 OBJECTS_SQL = (
     "WITH ins AS (INSERT INTO objects (key, agent_id, size, state, created_at) "
     "SELECT k, a, s, 'live', $4 FROM unnest($1::text[], $2::text[], $3::bigint[]) "
@@ -67,6 +68,14 @@ _ENTRY = np.dtype(
 _ROW_HEAD = struct.Struct(">hi16siiiqiqi")  # 5 fields: uuid, int4, int8, int8, then the bytea's length
 _COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 _COPY_TRAILER = struct.pack(">h", -1)
+
+
+async def insert_objects(con: asyncpg.Connection, objects: Sequence[ObjectToCommit], now: int) -> list[int]:
+    """Register a group's objects (live) and return their ids, in order."""
+    ids: list[int] = await con.fetchval(
+        OBJECTS_SQL, [o.key for o in objects], [o.agent_id for o in objects], [o.size for o in objects], now
+    )
+    return ids
 
 
 def run_rows(group: GroupCommit, object_ids: Sequence[int], hwms: Sequence[int], now: int) -> bytes:
@@ -115,13 +124,7 @@ class RunRowSequencer:
         group.prepare_rows()
         now = int(time.time() * 1000)
         async with self.con.transaction():
-            ids = await self.con.fetchval(
-                OBJECTS_SQL,
-                [o.key for o in objects],
-                [o.agent_id for o in objects],
-                [o.size for o in objects],
-                now,
-            )
+            ids = await insert_objects(self.con, objects, now)
             before = {
                 (r[0], r[1]): r[2]
                 for r in await self.con.fetch(ADVANCE_SQL, group.t_topic, group.t_part, group.t_size.tolist())
