@@ -8,10 +8,12 @@ same run, alternating short rounds so that load drift hits them alike:
 * ``before #18``: the commit path before group commit, as a baseline - one
   ``floe_commit_object`` call (migration 0002) per object on each caller's own
   connection, argument arrays built before the clock starts;
-* ``group (rows)``: today's path - the callers go through one
+* ``group commit``: today's path - the callers go through one
   :class:`~metastore.group_commit.GroupCommitter` (what ``floe metastore serve``
   runs) into ``PostgresMetastore.commit_objects``: each group one transaction,
-  each touched partition row locked and updated once, the batch rows COPYed;
+  each touched partition row locked and updated once, the index rows COPYed
+  (since 2026-11-28 one run row per partition a group of several objects
+  touched, metastore.runs; one row per batch before);
 * ``group (memory)``: a PROTOTYPE of the alternative, a single fenced
   sequencer holding the high watermarks in memory (the WarpStream shape): the
   same grouping and COPY, offsets from a dict, a fencing check on a lease row
@@ -55,7 +57,7 @@ from metastore.types import CommitResult, ErrorCode, ObjectCommitResult
 
 TOTAL_PARTITIONS = 1000
 ROUNDS = 4
-PATHS = ("before #18", "group (rows)", "group (memory)", "group (runs)", "floor")
+PATHS = ("before #18", "group commit", "group (memory)", "group (runs)", "floor")
 _FLOOR_OFFSETS = itertools.count()  # the floor's rows only need unique offsets
 _PRODUCER_IDS = itertools.count()
 GROUP_OPTIONS: dict[str, Any] = {}  # GroupCommitter options (--max-group-objects)
@@ -266,8 +268,8 @@ async def run_scenario(
     try:
         workers: dict[str, list[Worker]] = {
             "before #18": [await before_worker(i) for i in range(concurrency)],
-            "group (rows)": [
-                group_worker(i, "group (rows)", committer, 4 * (partitions * 100 + i) + 1)
+            "group commit": [
+                group_worker(i, "group commit", committer, 4 * (partitions * 100 + i) + 1)
                 for i in range(concurrency)
             ],
             "floor": [await floor_worker(i) for i in range(concurrency)],
@@ -298,7 +300,7 @@ async def run_scenario(
         if runs_committer is not None:
             await runs_committer.close()
     hints = meta._expected  # the optimistic path (migration 0014): groups sealed / declined
-    outcomes["group (rows)"].label += (
+    outcomes["group commit"].label += (
         f" [{committer.objects / max(1, committer.groups):.1f}/group, opt {hints.hits}/{hints.declined}]"
     )
     if runs_committer is not None:
@@ -403,12 +405,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="paths to run (default all; the ratios need 'before #18')",
     )
     parser.add_argument("--max-group-objects", type=int, help="GroupCommitter max_objects")
+    parser.add_argument("--split-min-batches", type=int, help="GroupCommitter split_min_batches")
+    parser.add_argument("--max-in-flight", type=int, help="GroupCommitter max_in_flight")
     parser.add_argument(
         "--pg-options", default="", help="more settings for the private server: '-c name=value ...'"
     )
     args = parser.parse_args(argv)
     if args.max_group_objects:
         GROUP_OPTIONS["max_objects"] = args.max_group_objects
+    if args.split_min_batches:
+        GROUP_OPTIONS["split_min_batches"] = args.split_min_batches
+    if args.max_in_flight:
+        GROUP_OPTIONS["max_in_flight"] = args.max_in_flight
     scenarios = [(p, c) for p in args.partitions for c in args.concurrency]
 
     def go(url: str) -> None:

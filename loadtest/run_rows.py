@@ -1,8 +1,12 @@
 """PROTOTYPE (benchmark only): one index row per (group, partition) run.
 
+Built since 2026-11-28 (metastore.runs, metastore.pg_runs: the "group commit"
+path writes run rows into ``batches``). Kept as the lean reference the product
+path is measured against: no producer checks, no optimistic seal, no readers.
+
 Where it sits: a path of ``python -m loadtest.metastore`` ("group (runs)"),
-beside today's commit path ("group (rows)"), to measure before building it
-what issue 18's way past the batch-row floor would give. Today a group of G
+beside the commit path ("group commit"), to measure before building it
+what issue 18's way past the batch-row floor would give. Before that a group of G
 objects touching P partitions inserts G x P rows into ``batches`` (one per
 batch, each a primary-key insert at a scattered position: the floor the
 benchmark measures). Here the same group inserts P rows into a table of its

@@ -25,9 +25,10 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import and_, delete, exists, func, insert, select, tuple_, update
+from sqlalchemy import and_, delete, func, insert, or_, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from metastore import runs
 from metastore import schema as s
 from metastore.base import SqlBase, chunks
 from metastore.types import (
@@ -88,6 +89,22 @@ def _stored(r: Any) -> StoredBatch:
     )
 
 
+async def _expanded(
+    conn: AsyncConnection, rows: Sequence[Any], objects: set[int] | None = None
+) -> list[StoredBatch]:
+    """Rows of _BATCH_COLUMNS + entries as batches, run rows unpacked (only the
+    batches stored in ``objects``, when given)."""
+    keys = await runs.object_keys(conn, runs.run_object_ids(r.entries for r in rows))
+    out: list[StoredBatch] = []
+    for r in rows:
+        if r.entries is None:
+            out.append(_stored(r))
+        else:
+            inner = runs.stored(r.topic_id, r.partition, r.entries, keys, r.append_time)
+            out.extend(b for b in inner if objects is None or b.object_id in objects)
+    return out
+
+
 def _row(b: StoredBatch, object_id: int) -> dict[str, Any]:
     return {
         "topic_id": b.topic_id,
@@ -127,16 +144,24 @@ class CompactionMixin(SqlBase):
             ]
 
     async def batches_in_objects(self, object_ids: Sequence[int]) -> list[StoredBatch]:
-        """Every batch row stored in these objects, by (topic, partition, offset)."""
+        """Every batch stored in these objects, by (topic, partition, offset): their
+        own rows, and their batches inside run rows (``metastore.runs``)."""
         out: list[StoredBatch] = []
+        wanted = set(object_ids)
         async with self._read() as conn:
             for chunk in chunks(list(object_ids), _CHUNK):
+                heads = select(_O.run_head).where(_O.id.in_(chunk), _O.run_head.is_not(None))
                 rows = await conn.execute(
-                    select(*_BATCH_COLUMNS)
+                    select(*_BATCH_COLUMNS, _B.entries)
                     .join(s.objects, _O.id == _B.object_id)
-                    .where(_B.object_id.in_(chunk))
+                    .where(
+                        or_(
+                            _B.object_id.in_(chunk) & _B.entries.is_(None),
+                            _B.object_id.in_(heads) & _B.entries.is_not(None),
+                        )
+                    )
                 )
-                out.extend(_stored(r) for r in rows)
+                out.extend(await _expanded(conn, list(rows), wanted))
         out.sort(key=lambda b: (b.topic_id, b.partition, b.last_offset))
         return out
 
@@ -150,10 +175,11 @@ class CompactionMixin(SqlBase):
         formats: Sequence[str] = ("segment",),
         limit: int = 100_000,
     ) -> list[StoredBatch]:
-        """A partition's batch rows in objects of the given levels and formats, by offset."""
+        """A partition's batches in objects of the given levels and formats, by offset
+        (a run row's batches are all in fresh objects, of its head's level and format)."""
         async with self._read() as conn:
             rows = await conn.execute(
-                select(*_BATCH_COLUMNS)
+                select(*_BATCH_COLUMNS, _B.entries)
                 .join(s.objects, _O.id == _B.object_id)
                 .where(
                     _B.topic_id == topic_id,
@@ -165,7 +191,7 @@ class CompactionMixin(SqlBase):
                 .order_by(_B.last_offset)
                 .limit(limit)
             )
-            return [_stored(r) for r in rows]
+            return await _expanded(conn, list(rows))
 
     async def first_batch_offset(self, topic_id: uuid.UUID, partition: int) -> int | None:
         """Base offset of the partition's lowest batch row (None: no rows)."""
@@ -264,6 +290,7 @@ class CompactionMixin(SqlBase):
         deleting: list[str] = []
         async with self._write() as conn:
             await self._lock_partitions(conn, tps)
+            await self._explode_runs(conn, {b.object_id for b in expected})
             current: dict[tuple[uuid.UUID, int, int], Any] = {}
             for chunk in chunks(list(want), _CHUNK):
                 rows = await conn.execute(
@@ -346,6 +373,41 @@ class CompactionMixin(SqlBase):
             return SwapResult(False, conflict)
         return SwapResult(True, None, deleting)
 
+    async def _explode_runs(self, conn: AsyncConnection, object_ids: set[int]) -> None:
+        """Turn every run row of the groups these objects belong to back into one
+        row per batch, and forget the groups' heads: a swap replaces rows one batch
+        at a time. Only the rows this transaction deletes are put back (a run that
+        retention removed meanwhile stays removed). Offsets, objects and bytes do
+        not change, so no partition needs locking for it."""
+        o = _O
+        for chunk in chunks(sorted(object_ids), _CHUNK):
+            heads = list(
+                (
+                    await conn.execute(
+                        select(o.run_head)
+                        .where(o.id.in_(chunk), o.run_head.is_not(None))
+                        .distinct()
+                    )
+                ).scalars()
+            )
+            if not heads:
+                continue
+            gone = list(
+                await conn.execute(
+                    delete(s.batches)
+                    .where(_B.object_id.in_(heads), _B.entries.is_not(None))
+                    .returning(_B.topic_id, _B.partition, _B.entries, _B.append_time)
+                )
+            )
+            rows = [
+                _row(b, b.object_id)
+                for g in gone
+                for b in runs.stored(g.topic_id, g.partition, g.entries, {}, g.append_time)
+            ]
+            for part in chunks(rows, _CHUNK):
+                await conn.execute(insert(s.batches), part)
+            await conn.execute(update(s.objects).where(o.run_head.in_(heads)).values(run_head=None))
+
     async def _lock_partitions(
         self, conn: AsyncConnection, tps: Sequence[tuple[uuid.UUID, int]]
     ) -> None:
@@ -403,9 +465,10 @@ class CompactionMixin(SqlBase):
             result = await conn.execute(
                 update(s.objects)
                 .where(
-                    _O.id.in_(chunk),
+                    # a run row names its group's head: the group's objects go with it
+                    or_(_O.id.in_(chunk), _O.run_head.in_(chunk)),
                     _O.state == "live",
-                    ~exists().where(_B.object_id == _O.id),
+                    runs.unreferenced(),
                 )
                 .values(state="deleting", deleting_since=now)
                 .returning(_O.key, _O.id)

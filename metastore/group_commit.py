@@ -11,12 +11,14 @@ flight keep both the database and this process busy, and groups touching
 different partitions commit in parallel; groups touching the same ones
 serialize on the partition rows, which every commit locks in one order. Each touched partition row
 is then locked and updated once per group instead of once per object, and the
-group is durable (one COMMIT) before any of its callers hears back. When a task
-forms a group while the other is idle and at least two COPY-sized groups are
-waiting (``split_min_batches`` each), it takes about half: on Postgres the two
-groups then COPY their batch rows at once, each on its own backend (the
-optimistic path, metastore/expected_hwm.py), and seal in the order they were
-planned.
+group is durable (one COMMIT) before any of its callers hears back. With
+``split_min_batches`` set, a task that forms a group while the other is idle,
+with at least two groups of that many batches waiting, takes about half: on
+Postgres the two groups then COPY their batch rows at once, each on its own
+backend (the optimistic path, metastore/expected_hwm.py), and seal in the
+order they were planned. Off by default since the COPY writes one run row per
+partition (metastore.runs): two halves of a wide group write twice the rows
+and lock every partition twice (loadtest/RESULTS.md, "Run rows").
 
 Each caller gets exactly its own outcome: the objects of one call stay
 together and in their order; if a group fails as a whole (a lost connection, a
@@ -62,7 +64,7 @@ class GroupCommitter:
         max_objects: int = 256,
         max_batches: int = 200_000,
         max_in_flight: int = 2,
-        split_min_batches: int = 2048,
+        split_min_batches: int | None = None,
     ) -> None:
         self.meta = meta
         self.window = window_ms / 1000
@@ -135,7 +137,8 @@ class GroupCommitter:
         group = [first]
         objects, batches = len(first.objects), first.batches
         limit = self.max_batches
-        if self._busy + 1 < self.max_in_flight and self._waiting >= 2 * self.split_min_batches:
+        split = self.split_min_batches
+        if split is not None and self._busy + 1 < self.max_in_flight and self._waiting >= 2 * split:
             # Another task is idle and there is enough for two COPY-sized groups:
             # take about half, the other task takes the rest, and their COPYs run
             # side by side (one Postgres backend each) instead of one after the other.

@@ -24,6 +24,7 @@ from typing import Any
 from sqlalchemy import bindparam, delete, func, insert, or_, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from metastore import runs
 from metastore import schema as s
 from metastore.base import SqlBase, chunks
 from metastore.sequencer import (
@@ -271,6 +272,7 @@ class LogMixin(SqlBase):
                 b.record_count,
                 b.max_timestamp,
                 b.append_time,
+                b.entries,
             )
             .join(s.objects, s.objects.c.id == b.object_id)
             .where(b.topic_id == topic_id, b.partition == partition, b.last_offset >= offset)
@@ -283,24 +285,22 @@ class LogMixin(SqlBase):
             func.sum(inner.c.byte_len).over(order_by=inner.c.last_offset).label("cum"),
             func.row_number().over(order_by=inner.c.last_offset).label("rn"),
         ).subquery()
-        rows = await conn.execute(
-            select(ordered)
-            .where(or_(ordered.c.rn == 1, ordered.c.cum <= max_bytes))
-            .order_by(ordered.c.last_offset)
-        )
-        found = [
-            BatchLocation(
-                r.key,
-                r.byte_pos,
-                r.byte_len,
-                r.base_offset,
-                r.last_offset,
-                r.record_count,
-                r.max_timestamp,
-                r.append_time,
+        rows = list(
+            await conn.execute(
+                select(ordered)
+                .where(or_(ordered.c.rn == 1, ordered.c.cum <= max_bytes))
+                .order_by(ordered.c.last_offset)
             )
-            for r in rows
-        ]
+        )
+        keys = await runs.object_keys(conn, runs.run_object_ids(r.entries for r in rows))
+        found: list[BatchLocation] = []
+        for r in rows:
+            if r.entries is None:
+                found.append(BatchLocation(*r[:8]))
+            else:
+                found.extend(runs.locations(r.entries, keys, r.append_time, offset))
+        if len(keys):
+            found = runs.trim(found, max_bytes, max(1, max_batches))
         return FindResult(ErrorCode.NONE, lso, hwm, found)
 
     async def _partition(
@@ -336,38 +336,39 @@ class LogMixin(SqlBase):
                 await conn.execute(select(s.topics.c.config).where(s.topics.c.id == topic_id))
             ).scalar_one()
             b = s.batches.c
-            ts = (
-                b.append_time
-                if (config or {}).get("message.timestamp.type") == "LogAppendTime"
-                else b.max_timestamp
-            )
-            live = (b.topic_id == topic_id) & (b.partition == partition) & (b.last_offset >= lso)
+            append = (config or {}).get("message.timestamp.type") == "LogAppendTime"
+            ts = b.append_time if append else b.max_timestamp
+            # A run row may hold batches the bounds leave out (below the log start,
+            # or starting below from_offset): it is a candidate if it reaches past
+            # them, and runs.pick_* look inside. Only the first run in offset order
+            # can straddle, so two rows always decide.
+            since = max(lso, from_offset)
+            plain = b.entries.is_(None) & (b.last_offset >= lso)
             if from_offset > 0:
-                live = live & (b.base_offset >= from_offset)
+                plain = plain & (b.base_offset >= from_offset)
+            live = (
+                (b.topic_id == topic_id)
+                & (b.partition == partition)
+                & or_(plain, b.entries.is_not(None) & (b.last_offset >= since))
+            )
+            cols = (b.base_offset, b.last_offset, ts.label("ts"), b.entries)
             if timestamp == MAX_TIMESTAMP:
-                row = (
-                    await conn.execute(
-                        select(b.last_offset.label("offset"), ts.label("ts"))
-                        .where(live)
-                        .order_by(ts.desc(), b.last_offset)
-                        .limit(1)
-                    )
-                ).first()
+                rows = await conn.execute(
+                    select(*cols).where(live).order_by(ts.desc(), b.last_offset).limit(2)
+                )
+                row = runs.pick_max(list(rows), lso, from_offset, append)
             elif timestamp >= 0:
-                row = (
-                    await conn.execute(
-                        select(b.base_offset.label("offset"), ts.label("ts"))
-                        .where(live, ts >= timestamp)
-                        .order_by(b.last_offset)
-                        .limit(1)
-                    )
-                ).first()
+                rows = await conn.execute(
+                    select(*cols).where(live, ts >= timestamp).order_by(b.last_offset).limit(2)
+                )
+                row = runs.pick_first(list(rows), lso, from_offset, append, timestamp)
             else:
                 return ListOffsetsResult(ErrorCode.NONE)
         if row is None:
             return ListOffsetsResult(ErrorCode.NONE)
+        offset, found_ts = row
         # A batch straddling the log start offset: answer the first offset still readable.
-        return ListOffsetsResult(ErrorCode.NONE, max(int(row.offset), lso), int(row.ts))
+        return ListOffsetsResult(ErrorCode.NONE, max(offset, lso), found_ts)
 
     async def delete_records(
         self, topic_id: uuid.UUID, partition: int, before_offset: int

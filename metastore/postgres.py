@@ -22,19 +22,19 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from operator import attrgetter
 from typing import Any
 
 import asyncpg
 
+from metastore import runs
 from metastore.base import Clock
 from metastore.commit_order import CommitTurn
 from metastore.engine import asyncpg_dsn, create_engine
 from metastore.expected_hwm import ExpectedWatermarks
 from metastore.log import DEFAULT_MAX_BATCHES
 from metastore.pg_group import (
-    BATCH_COLUMNS,
     BEGIN_SQL,
     GENERAL_SQL,
     OBJECTS_SQL,
@@ -42,6 +42,7 @@ from metastore.pg_group import (
     GroupCommit,
 )
 from metastore.pg_reads import CONNECTION_ERRORS, PgReadsMixin
+from metastore.pg_runs import HEADS_SQL, Copy, group_copy
 from metastore.sql import SqlMetastore
 from metastore.types import (
     BatchLocation,
@@ -64,11 +65,11 @@ COMMIT_SQL = (
 
 FIND_SQL = """
 SELECT p.log_start_offset, p.high_watermark, x.key, x.byte_pos, x.byte_len, x.base_offset,
-       x.last_offset, x.record_count, x.max_timestamp, x.append_time
+       x.last_offset, x.record_count, x.max_timestamp, x.append_time, x.entries
   FROM partitions p
   LEFT JOIN LATERAL (
         SELECT o.key, w.byte_pos, w.byte_len, w.base_offset, w.last_offset, w.record_count,
-               w.max_timestamp, w.append_time
+               w.max_timestamp, w.append_time, w.entries
           FROM (SELECT b.*, row_number() OVER (ORDER BY b.last_offset) AS rn,
                        sum(b.byte_len) OVER (ORDER BY b.last_offset) AS cum
                   FROM (SELECT * FROM batches
@@ -87,13 +88,13 @@ SELECT p.log_start_offset, p.high_watermark, x.key, x.byte_pos, x.byte_len, x.ba
 # arrays is one lookup; a partition that does not exist has no row.
 FIND_MANY_SQL = """
 SELECT w.i, p.log_start_offset, p.high_watermark, x.key, x.byte_pos, x.byte_len, x.base_offset,
-       x.last_offset, x.record_count, x.max_timestamp, x.append_time
+       x.last_offset, x.record_count, x.max_timestamp, x.append_time, x.entries
   FROM unnest($1::uuid[], $2::int[], $3::bigint[], $4::bigint[])
        WITH ORDINALITY AS w(topic_id, partition, off, max_bytes, i)
   JOIN partitions p ON p.topic_id = w.topic_id AND p.partition = w.partition
   LEFT JOIN LATERAL (
         SELECT o.key, v.byte_pos, v.byte_len, v.base_offset, v.last_offset, v.record_count,
-               v.max_timestamp, v.append_time
+               v.max_timestamp, v.append_time, v.entries
           FROM (SELECT b.*, row_number() OVER (ORDER BY b.last_offset) AS rn,
                        sum(b.byte_len) OVER (ORDER BY b.last_offset) AS cum
                   FROM (SELECT * FROM batches
@@ -106,6 +107,9 @@ SELECT w.i, p.log_start_offset, p.high_watermark, x.key, x.byte_pos, x.byte_len,
   ) x ON w.off >= p.log_start_offset AND w.off < p.high_watermark
  ORDER BY w.i, x.last_offset
 """
+
+KEYS_SQL = "SELECT id, key FROM objects WHERE id = ANY($1::bigint[])"
+_KEY_CACHE = 100_000
 
 # Groups with fewer batches take the one-call general path: the fast path's
 # extra round trips (BEGIN, COPY, COMMIT) cost more than they save below this.
@@ -123,11 +127,14 @@ async def _reset(con: asyncpg.Connection) -> None:
         await con.execute("ROLLBACK")
 
 
-async def _copy_batches(con: asyncpg.Connection, rows: bytes) -> None:
-    """One binary COPY of batch rows. A memoryview, not a file: asyncpg reads a
-    file-like source through the default thread pool (two hand-offs per COPY),
-    and takes ``bytes`` for a path."""
-    await con.copy_to_table("batches", source=memoryview(rows), columns=BATCH_COLUMNS, format="binary")
+async def _copy_batches(con: asyncpg.Connection, copy: Copy) -> None:
+    """One binary COPY of a group's batch and run rows (``metastore.pg_runs``), and
+    the head of its run rows on the objects packed in them. A memoryview, not a
+    file: asyncpg reads a file-like source through the default thread pool (two
+    hand-offs per COPY), and takes ``bytes`` for a path."""
+    await con.copy_to_table("batches", source=memoryview(copy.data), columns=copy.columns, format="binary")
+    if copy.head is not None:
+        await con.execute(HEADS_SQL, copy.head, copy.members)
 
 
 async def _rollback_if_open(con: asyncpg.Connection) -> None:
@@ -168,6 +175,7 @@ class PostgresMetastore(PgReadsMixin, SqlMetastore):
         self._pool: asyncpg.Pool | None = None
         self._expected = ExpectedWatermarks()  # the optimistic group commit's hints
         self._sealed: asyncio.Event | None = None  # the last optimistic group's seal
+        self._keys: dict[int, str] = {}  # object keys named inside run rows
 
     async def start(self) -> PostgresMetastore:
         try:
@@ -291,8 +299,8 @@ class PostgresMetastore(PgReadsMixin, SqlMetastore):
                         if turn is not None:
                             turn.done()  # the partition rows are locked
                         if group.n:
-                            rows = group.copy_rows(row["object_ids"], row["high_watermarks"], now)
-                            await _copy_batches(con, rows)
+                            copy = group_copy(group, row["object_ids"], row["high_watermarks"], now)
+                            await _copy_batches(con, copy)
                         await con.execute("COMMIT")
                         before = list(row["high_watermarks"] or [])
                         return group.fast_results(before, row["log_start_offsets"] or [], now)
@@ -328,8 +336,7 @@ class PostgresMetastore(PgReadsMixin, SqlMetastore):
             if ids is None or None in ids:
                 return None
             if group.n:
-                rows = group.copy_rows(ids, expected, now)
-                await _copy_batches(con, rows)
+                await _copy_batches(con, group_copy(group, ids, expected, now))
             if turn is not None:
                 await turn.wait()
             elif after is not None and not after.is_set():
@@ -397,8 +404,9 @@ class PostgresMetastore(PgReadsMixin, SqlMetastore):
         by_index: dict[int, list[Any]] = {}
         for r in rows:
             by_index.setdefault(r[0] - 1, []).append(r)
+        keys = await self._run_keys(r[11] for r in rows)
         out: list[FindResult] = []
-        for i, (_, _, offset, _) in enumerate(wants):
+        for i, (_, _, offset, max_bytes) in enumerate(wants):
             got = by_index.get(i)
             if not got:
                 out.append(FindResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1))
@@ -409,11 +417,21 @@ class PostgresMetastore(PgReadsMixin, SqlMetastore):
             elif got[0][3] is None:
                 out.append(FindResult(ErrorCode.NONE, lso, hwm))
             else:
-                out.append(FindResult(
-                    ErrorCode.NONE, lso, hwm,
-                    [BatchLocation(r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10]) for r in got],
-                ))  # fmt: skip
+                found = _locations([r[3:] for r in got], keys, offset, max_bytes, max_batches)
+                out.append(FindResult(ErrorCode.NONE, lso, hwm, found))
         return out
+
+    async def _run_keys(self, entries: Iterable[bytes | None]) -> dict[int, str]:
+        """The keys of the objects named inside run rows (ids are never reused on
+        Postgres, so they are kept; a bounded cache)."""
+        ids = runs.run_object_ids(entries)
+        missing = [i for i in ids if i not in self._keys]
+        if missing:
+            if len(self._keys) > _KEY_CACHE:
+                self._keys.clear()
+            found = await self._fetch("object keys", KEYS_SQL, missing)
+            self._keys.update((r[0], r[1]) for r in found)
+        return self._keys
 
     async def find_batches(
         self,
@@ -433,9 +451,25 @@ class PostgresMetastore(PgReadsMixin, SqlMetastore):
             return FindResult(ErrorCode.OFFSET_OUT_OF_RANGE, lso, hwm)
         if rows[0]["key"] is None:
             return FindResult(ErrorCode.NONE, lso, hwm)
-        return FindResult(
-            ErrorCode.NONE,
-            lso,
-            hwm,
-            [BatchLocation(r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9]) for r in rows],
-        )
+        keys = await self._run_keys(r[10] for r in rows)
+        found = _locations([r[2:] for r in rows], keys, offset, max_bytes, max_batches)
+        return FindResult(ErrorCode.NONE, lso, hwm, found)
+
+
+def _locations(
+    rows: Sequence[Any], keys: dict[int, str], offset: int, max_bytes: int, max_batches: int
+) -> list[BatchLocation]:
+    """Lookup rows (key, byte_pos, byte_len, base, last, count, max ts, append time,
+    entries) as batches: a run row unpacked from ``offset`` on, then trimmed again."""
+    out: list[BatchLocation] = []
+    packed = False
+    for r in rows:
+        if r[8] is None:
+            out.append(BatchLocation(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]))
+        else:
+            packed = True
+            try:
+                out.extend(runs.locations(r[8], keys, r[7], offset))
+            except KeyError as e:  # read after the GC dropped it: the caller asks again
+                raise MetastoreError(f"object {e} of a run row is gone") from e
+    return runs.trim(out, max_bytes, max(1, max_batches)) if packed else out

@@ -14,12 +14,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import and_, delete, exists, insert, select, update
+from sqlalchemy import and_, delete, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from metastore import runs
 from metastore import schema as s
 from metastore.base import SqlBase
 from metastore.types import AgentInfo, ErrorCode, MetastoreError, ObjectInfo, ProducerIdResult
@@ -120,7 +121,7 @@ class RegistryMixin(SqlBase):
         among ``keys``, or all created before ``created_before_ms``). Objects still
         referenced are left alone. Returns the keys marked."""
         o = s.objects.c
-        unreferenced = ~exists().where(s.batches.c.object_id == o.id)
+        unreferenced = runs.unreferenced()
         where = [o.state == "live", unreferenced]
         if keys is not None:
             if not keys:
@@ -163,7 +164,7 @@ class RegistryMixin(SqlBase):
                 .where(
                     o.key.in_(list(keys)),
                     o.state.in_(("deleting", "purging")),
-                    ~exists().where(s.batches.c.object_id == o.id),
+                    runs.unreferenced(),
                 )
                 .returning(o.id)
             )

@@ -84,9 +84,13 @@ objects = Table(
     # ("segment" | "parquet"); migration 0003.
     Column("level", SmallInteger, nullable=False, server_default=text("0")),
     Column("format", String(16), nullable=False, server_default="segment"),
+    # The head object of the run rows this object's batches are packed in
+    # (metastore.runs); NULL when every batch of it has a row of its own.
+    Column("run_head", BigInteger, nullable=True),
 )
 Index("ix_objects_state_deleting_since", objects.c.state, objects.c.deleting_since)
 Index("ix_objects_state_level", objects.c.state, objects.c.level)
+Index("ix_objects_run_head", objects.c.run_head)
 
 batches = Table(
     "batches",
@@ -110,6 +114,9 @@ batches = Table(
     Column("producer_epoch", SmallInteger, nullable=False),
     Column("base_sequence", Integer, nullable=False),
     Column("is_transactional", Boolean, nullable=False),
+    # NULL: the row is one batch. Else a run of batches packed by metastore.runs,
+    # and the columns above describe the whole run.
+    Column("entries", LargeBinary, nullable=True),
 )
 Index("ix_batches_object_id", batches.c.object_id)
 

@@ -17,7 +17,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from metastore.types import BatchLocation, BatchToCommit, ErrorCode, FindResult
+from metastore import runs
+from metastore.types import BatchLocation, BatchToCommit, ErrorCode, FindResult, MetastoreError
 
 _SQLITE_STATE = "SELECT log_start_offset, high_watermark FROM partitions WHERE topic_id = ? AND partition = ?"
 # _find_batches' query as SQLite text, without its window functions: the rows
@@ -26,12 +27,14 @@ _SQLITE_STATE = "SELECT log_start_offset, high_watermark FROM partitions WHERE t
 # materialised up to ``max_batches`` rows for every partition of every Fetch.
 _SQLITE_FIND = """
 SELECT o.key, b.byte_pos, b.byte_len, b.base_offset, b.last_offset, b.record_count,
-       b.max_timestamp, b.append_time
+       b.max_timestamp, b.append_time, b.entries
   FROM batches b JOIN objects o ON o.id = b.object_id
  WHERE b.topic_id = ? AND b.partition = ? AND b.last_offset >= ?
  ORDER BY b.last_offset
  LIMIT ?
 """
+
+_SQLITE_KEY = "SELECT key FROM objects WHERE id = ?"
 
 
 def sqlite_find_many(
@@ -39,6 +42,7 @@ def sqlite_find_many(
 ) -> list[FindResult]:
     """find_batches of each want on a sqlite3 connection."""
     out: list[FindResult] = []
+    keys = _Keys(db)
     for topic_id, partition, offset, max_bytes in wants:
         tid = topic_id.hex
         state = db.execute(_SQLITE_STATE, (tid, partition)).fetchone()
@@ -53,13 +57,36 @@ def sqlite_find_many(
         else:
             found: list[BatchLocation] = []
             total = 0
+            packed = False
             for r in db.execute(_SQLITE_FIND, (tid, partition, offset, max_batches)):
                 total += r[2]
                 if found and total > max_bytes:
                     break
-                found.append(BatchLocation(*r))
+                if r[8] is None:
+                    found.append(BatchLocation(*r[:8]))
+                else:
+                    packed = True
+                    found.extend(runs.locations(r[8], keys, r[7], offset))
+            if packed:
+                found = runs.trim(found, max_bytes, max_batches)
             out.append(FindResult(ErrorCode.NONE, lso, hwm, found))
     return out
+
+
+class _Keys(dict[int, str]):
+    """Object keys by id, read as a run row names them (SQLite may reuse an id
+    once its row is gone, so nothing is kept between lookups)."""
+
+    def __init__(self, db: Any) -> None:
+        super().__init__()
+        self.db = db
+
+    def __missing__(self, object_id: int) -> str:
+        row = self.db.execute(_SQLITE_KEY, (object_id,)).fetchone()
+        if row is None:  # read after the GC dropped it: the caller asks again
+            raise MetastoreError(f"object {object_id} of a run row is gone")
+        self[object_id] = key = str(row[0])
+        return key
 
 
 async def sqlite_find(

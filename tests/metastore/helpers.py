@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
-from metastore import BatchToCommit
+from metastore import BatchToCommit, runs
 
 
 class FakeClock:
@@ -33,3 +34,18 @@ def batch(
     return BatchToCommit(
         topic_id, partition, pos, size, records, records - 1, ts, ts, pid, epoch, seq
     )
+
+
+async def stored_batches(con: Any) -> list[tuple[uuid.UUID, int, int, int, int]]:
+    """Every batch in ``batches`` as ``(topic_id, partition, base_offset, last_offset,
+    object_id)``, ordered, run rows (metastore.runs) unpacked: on an asyncpg
+    connection."""
+    out = []
+    for r in await con.fetch("SELECT topic_id, partition, base_offset, last_offset, object_id, entries FROM batches"):
+        if r["entries"] is None:
+            out.append((r["topic_id"], r["partition"], r["base_offset"], r["last_offset"], r["object_id"]))
+        else:
+            for e in runs.unpack(r["entries"]).tolist():
+                out.append((r["topic_id"], r["partition"], e[0], e[1], e[2]))
+    out.sort()
+    return out

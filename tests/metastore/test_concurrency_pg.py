@@ -18,6 +18,7 @@ import pytest
 
 from metastore import BatchToCommit, ErrorCode, open_metastore
 from metastore.engine import asyncpg_dsn
+from tests.metastore.helpers import stored_batches
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -88,15 +89,13 @@ async def test_concurrent_commits_are_gapless(postgres_url: str) -> None:
             (r["topic_id"], r["partition"]): r["high_watermark"]
             for r in await con.fetch("SELECT * FROM partitions")
         }
-        rows = await con.fetch(
-            "SELECT topic_id, partition, base_offset, last_offset FROM batches ORDER BY 1, 2, 3"
-        )
+        rows = await stored_batches(con)  # run rows unpacked
         objects = await con.fetchval("SELECT count(*) FROM objects WHERE state = 'live'")
     finally:
         await con.close()
     stored: dict[tuple[uuid.UUID, int], list[tuple[int, int]]] = defaultdict(list)
-    for r in rows:
-        stored[(r["topic_id"], r["partition"])].append((r["base_offset"], r["last_offset"]))
+    for topic_id, partition, base, last, _ in rows:
+        stored[(topic_id, partition)].append((base, last))
     assert objects == COMMITTERS * COMMITS_EACH
     assert sum(len(v) for v in given.values()) == len(rows)
     for tp in partitions:

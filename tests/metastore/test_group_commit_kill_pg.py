@@ -26,6 +26,7 @@ from metastore import BatchToCommit, ErrorCode, MetastoreError, ObjectToCommit, 
 from metastore.engine import asyncpg_dsn
 from metastore.group_commit import GroupCommitter
 from metastore.postgres import COPY_MIN_BATCHES
+from tests.metastore.helpers import stored_batches
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -139,16 +140,17 @@ async def test_killed_sequencer_session_loses_no_acknowledged_batch(postgres_url
             r["partition"]: r["high_watermark"]
             for r in await con.fetch("SELECT partition, high_watermark FROM partitions")
         }
-        rows = await con.fetch("SELECT partition, base_offset, last_offset FROM batches ORDER BY 1, 2")
-        orphans = await con.fetchval(
-            "SELECT count(*) FROM batches b WHERE NOT EXISTS "
-            "(SELECT 1 FROM objects o WHERE o.id = b.object_id AND o.state = 'live')"
+        rows = await stored_batches(con)  # run rows unpacked
+        named = sorted({r[4] for r in rows})
+        live = await con.fetchval(
+            "SELECT count(*) FROM objects WHERE id = ANY($1::bigint[]) AND state = 'live'", named
         )
     finally:
         await con.close()
+    orphans = len(named) - live  # batches naming an object that is not live
     stored: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for r in rows:
-        stored[r["partition"]].append((r["base_offset"], r["last_offset"]))
+    for _, partition, base, last, _ in rows:
+        stored[partition].append((base, last))
     for p in range(PARTITIONS):
         expected = 0
         for base, last in stored[p]:

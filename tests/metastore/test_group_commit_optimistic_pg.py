@@ -21,6 +21,7 @@ from metastore import BatchToCommit, ErrorCode, ObjectToCommit, open_metastore
 from metastore.engine import asyncpg_dsn
 from metastore.group_commit import GroupCommitter
 from metastore.postgres import COPY_MIN_BATCHES, PostgresMetastore
+from tests.metastore.helpers import stored_batches
 
 pytestmark = [pytest.mark.postgres]
 
@@ -53,12 +54,12 @@ async def _check_tiling(url: str, acked: dict[int, list[tuple[int, int]]]) -> No
     con = await asyncpg.connect(asyncpg_dsn(url))
     try:
         hwms = {r[0]: r[1] for r in await con.fetch("SELECT partition, high_watermark FROM partitions")}
-        rows = await con.fetch("SELECT partition, base_offset, last_offset FROM batches ORDER BY 1, 2")
+        rows = await stored_batches(con)  # run rows unpacked
     finally:
         await con.close()
     stored: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for r in rows:
-        stored[r[0]].append((r[1], r[2]))
+    for _, partition, base, last, _ in rows:
+        stored[partition].append((base, last))
     for p in range(PARTITIONS):
         expected = 0
         for base, last in stored[p]:

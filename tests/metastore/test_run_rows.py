@@ -1,0 +1,203 @@
+"""Run rows (metastore.runs): every reader answers as if each batch had its own row.
+
+On both metastores a partition's committed rows are packed into one run row
+directly (``runify``, what a group commit of several objects writes on
+Postgres), and lookups, ListOffsets, the compactor's queries and swap,
+retention and the GC must answer exactly as they did over one row per batch.
+On Postgres the group commit itself must write runs, and the same holds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+
+import numpy as np
+import pytest
+from sqlalchemy import delete, func, insert, select, update
+
+from metastore import Metastore, ObjectToCommit, open_metastore, runs
+from metastore import schema as s
+from metastore.types import (
+    EARLIEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    BatchToCommit,
+    ErrorCode,
+    NewObject,
+    StoredBatch,
+)
+from tests.metastore.helpers import FakeClock
+
+E = ErrorCode
+B = s.batches.c
+
+
+def _batch(topic: uuid.UUID, partition: int, records: int, pos: int, ts: int) -> BatchToCommit:
+    return BatchToCommit(topic, partition, pos, 100 + records, records, records - 1, ts - 5, ts, -1, -1, -1)
+
+
+def _objects(topic: uuid.UUID, partitions: int, objects: int, per_partition: int) -> list[ObjectToCommit]:
+    """``objects`` objects, each with ``per_partition`` batches on every partition;
+    timestamps go up and down so that ListOffsets has something to look for."""
+    out = []
+    for o in range(objects):
+        batches = []
+        pos = 0
+        for p in range(partitions):
+            for i in range(per_partition):
+                records = 1 + (o + i) % 3
+                ts = 10_000 + 100 * o + 7 * i - 50 * (i % 2)
+                batches.append(_batch(topic, p, records, pos, ts))
+                pos += 100 + records
+        out.append(ObjectToCommit(f"obj/{uuid.uuid4()}", pos, "agent-1", batches))
+    return out
+
+
+async def runify(ms: Metastore, topic: uuid.UUID, partition: int) -> None:
+    """Pack every plain row of a partition into one run row (as a group commit of
+    several objects writes it), head = the first object, run_head on each."""
+    async with ms._write() as conn:  # type: ignore[attr-defined]
+        rows = list(
+            await conn.execute(
+                select(s.batches).where(B.topic_id == topic, B.partition == partition, B.entries.is_(None))
+            )
+        )
+        rows.sort(key=lambda r: r.last_offset)
+        e = np.zeros(len(rows), dtype=runs.ENTRY)
+        for name in runs.ENTRY.names or ():
+            e[name] = [getattr(r, name) for r in rows]
+        ids = sorted({r.object_id for r in rows})
+        await conn.execute(delete(s.batches).where(B.topic_id == topic, B.partition == partition))
+        run = {
+            "topic_id": topic, "partition": partition, "last_offset": rows[-1].last_offset,
+            "base_offset": rows[0].base_offset, "object_id": ids[0], "byte_pos": 0,
+            "byte_len": sum(r.byte_len for r in rows), "record_count": sum(r.record_count for r in rows),
+            "base_timestamp": min(r.base_timestamp for r in rows),
+            "max_timestamp": max(r.max_timestamp for r in rows), "append_time": rows[0].append_time,
+            "producer_id": -1, "producer_epoch": -1, "base_sequence": -1, "is_transactional": False,
+            "entries": runs.pack(e),
+        }  # fmt: skip
+        await conn.execute(insert(s.batches).values(**run))
+        await conn.execute(update(s.objects).where(s.objects.c.id.in_(ids)).values(run_head=ids[0]))
+
+
+async def _run_rows(ms: Metastore) -> int:
+    async with ms._read() as conn:  # type: ignore[attr-defined]
+        return int((await conn.execute(select(func.count()).where(B.entries.is_not(None)))).scalar_one())
+
+
+async def _answers(ms: Metastore, topic: uuid.UUID, partition: int, hwm: int) -> list[object]:
+    """Every lookup and ListOffsets answer a reader can get from the partition."""
+    out: list[object] = []
+    for offset in range(hwm + 1):
+        for max_bytes in (1, 250, 1_000, 1 << 20):
+            for max_batches in (1, 3, 1000):
+                out.append(await ms.find_batches(topic, partition, offset, max_bytes, max_batches))
+        (many,) = await ms.find_batches_many([(topic, partition, offset, 700)])
+        out.append(many)
+    for ts in (0, 9_990, 10_003, 10_050, 10_120, 10_200, 99_999, MAX_TIMESTAMP, EARLIEST_TIMESTAMP):
+        for since in (0, 1, 7, hwm // 2, hwm):
+            out.append(await ms.list_offsets(topic, partition, ts, from_offset=since))
+    return out
+
+
+async def test_run_rows_answer_as_batch_rows(ms: Metastore, clock: FakeClock) -> None:
+    created = await ms.create_topic("runs", 2, {})
+    assert created.topic is not None
+    t = created.topic.id
+    # one object per commit: one row per batch on every metastore
+    for o in _objects(t, 2, 3, 4):
+        (res,) = await ms.commit_objects([o])
+        assert all(r.error is E.NONE for r in res.results)
+    hwm = (await ms.find_batches(t, 0, 0, 1)).high_watermark
+    before = await _answers(ms, t, 0, hwm)
+    await runify(ms, t, 0)
+    assert await _run_rows(ms) == 1
+    assert await _answers(ms, t, 0, hwm) == before
+    # the log start inside the run (which retention keeps): the same answers
+    assert (await ms.delete_records(t, 1, 5)).error is E.NONE
+    before = await _answers(ms, t, 1, hwm)
+    await runify(ms, t, 1)
+    assert (await ms.enforce_retention(t, 1)).removed_batches == 0
+    assert await _run_rows(ms) == 2
+    assert await _answers(ms, t, 1, hwm) == before
+
+
+async def test_compactor_and_gc_over_run_rows(ms: Metastore, clock: FakeClock) -> None:
+    created = await ms.create_topic("runs", 2, {})
+    assert created.topic is not None
+    t = created.topic.id
+    objs = _objects(t, 2, 3, 4)
+    for o in objs:
+        await ms.commit_objects([o])
+    infos = [await ms.get_object(o.key) for o in objs]
+    ids = [i.id for i in infos if i is not None]
+    plain = await ms.batches_in_objects([ids[1]])
+    for p in (0, 1):
+        await runify(ms, t, p)
+    # the compactor's view is the same, batch by batch, with each batch's own object
+    assert await ms.batches_in_objects([ids[1]]) == plain
+    assert {b.object_id for b in await ms.partition_batches(t, 0)} == set(ids)
+    # every object is referenced while a run names it through its head
+    clock.advance(1000)
+    assert await ms.mark_objects_deleting(created_before_ms=clock.now) == []
+    # a swap of object 1's batches into a new object: the runs go back to rows
+    new = NewObject(f"obj/{uuid.uuid4()}", 10_000, 1)
+    repl = [dataclasses.replace(b, object_key=new.key, byte_pos=b.byte_pos + 1) for b in plain]
+    swap = await ms.swap_batches(plain, repl, [new])
+    assert swap.ok, swap.message
+    assert swap.objects_deleting == [objs[1].key]
+    assert await _run_rows(ms) == 0
+    found = await ms.find_batches(t, 0, 0, 1 << 20)
+    assert [(b.object_key, b.base_offset) for b in found.batches if b.object_key == new.key] == [
+        (new.key, b.base_offset) for b in plain if b.partition == 0
+    ]
+    # retention over runs: every object goes once the log is gone, each when the
+    # last run naming it (through its head) goes
+    gone: list[str] = []
+    for p in (0, 1):
+        await runify(ms, t, p)
+        await ms.delete_records(t, p, -1)
+        res = await ms.enforce_retention(t, p)
+        assert res.error is E.NONE
+        gone += res.objects_deleting
+        if p == 0:
+            assert gone == []  # partition 1's run still names them all
+    assert await _run_rows(ms) == 0
+    assert sorted(gone) == sorted([objs[0].key, objs[2].key, new.key])
+    clock.advance(1000)
+    assert await ms.mark_objects_deleting(created_before_ms=clock.now) == []
+
+
+@pytest.mark.postgres
+async def test_postgres_group_commit_writes_run_rows(postgres_url: str, clock: FakeClock) -> None:
+    """A group of several objects commits one row per partition; every batch is
+    found at the offset its commit answered, in its own object."""
+
+
+    ms = await open_metastore(postgres_url, now_ms=clock, auto_migrate=False)
+    try:
+        created = await ms.create_topic("runs", 8, {})
+        assert created.topic is not None
+        t = created.topic.id
+        objs = _objects(t, 8, 4, 20)  # 640 batches: the COPY path
+        answered = await ms.commit_objects(objs)
+        assert await _run_rows(ms) == 8
+        for o, res in zip(objs, answered, strict=True):
+            for b, r in zip(o.batches, res.results, strict=True):
+                assert r.error is E.NONE
+                found = await ms.find_batches(t, b.partition, r.base_offset, 1, 1)
+                (loc,) = found.batches
+                want = (o.key, b.byte_pos, b.byte_len, r.base_offset)
+                assert (loc.object_key, loc.byte_pos, loc.byte_len, loc.base_offset) == want
+                assert loc.last_offset == r.base_offset + b.last_offset_delta
+        # offsets contiguous, batch by batch
+        for p in range(8):
+            got = (await ms.find_batches(t, p, 0, 1 << 30, 10_000)).batches
+            assert [b.base_offset for b in got[1:]] == [b.last_offset + 1 for b in got[:-1]]
+            assert got[-1].last_offset + 1 == (await ms.find_batches(t, p, 0, 1)).high_watermark
+        ids = [i.id for i in [await ms.get_object(o.key) for o in objs] if i is not None]
+        stored: list[StoredBatch] = await ms.batches_in_objects([ids[2]])
+        assert [(b.byte_pos, b.byte_len) for b in stored] == [(b.byte_pos, b.byte_len) for b in objs[2].batches]
+    finally:
+        await ms.close()
