@@ -289,8 +289,11 @@ class CompactionMixin(SqlBase):
         conflict: str | None = None
         deleting: list[str] = []
         async with self._write() as conn:
-            await self._lock_partitions(conn, tps)
-            await self._explode_runs(conn, {b.object_id for b in expected})
+            # the partitions of the runs this swap turns back into rows are locked
+            # too (in the one sorted order), so no retention pass races them
+            heads, run_tps = await self._runs_of(conn, {b.object_id for b in expected})
+            await self._lock_partitions(conn, sorted(set(tps) | run_tps))
+            await self._explode_runs(conn, heads)
             current: dict[tuple[uuid.UUID, int, int], Any] = {}
             for chunk in chunks(list(want), _CHUNK):
                 rows = await conn.execute(
@@ -373,29 +376,37 @@ class CompactionMixin(SqlBase):
             return SwapResult(False, conflict)
         return SwapResult(True, None, deleting)
 
-    async def _explode_runs(self, conn: AsyncConnection, object_ids: set[int]) -> None:
-        """Turn every run row of the groups these objects belong to back into one
-        row per batch, and forget the groups' heads: a swap replaces rows one batch
-        at a time. Only the rows this transaction deletes are put back (a run that
-        retention removed meanwhile stays removed). Offsets, objects and bytes do
-        not change, so no partition needs locking for it."""
-        o = _O
+    async def _runs_of(
+        self, conn: AsyncConnection, object_ids: set[int]
+    ) -> tuple[list[int], set[tuple[uuid.UUID, int]]]:
+        """The heads of the run groups these objects belong to, and the partitions
+        their run rows are on."""
+        heads: set[int] = set()
         for chunk in chunks(sorted(object_ids), _CHUNK):
-            heads = list(
-                (
-                    await conn.execute(
-                        select(o.run_head)
-                        .where(o.id.in_(chunk), o.run_head.is_not(None))
-                        .distinct()
-                    )
-                ).scalars()
+            found = await conn.execute(
+                select(_O.run_head).where(_O.id.in_(chunk), _O.run_head.is_not(None)).distinct()
             )
-            if not heads:
-                continue
+            heads.update(found.scalars())
+        tps: set[tuple[uuid.UUID, int]] = set()
+        for chunk in chunks(sorted(heads), _CHUNK):
+            found = await conn.execute(
+                select(_B.topic_id, _B.partition)
+                .where(_B.object_id.in_(chunk), _B.entries.is_not(None))
+                .distinct()
+            )
+            tps.update((r.topic_id, r.partition) for r in found)
+        return sorted(heads), tps
+
+    async def _explode_runs(self, conn: AsyncConnection, heads: Sequence[int]) -> None:
+        """Turn every run row of these groups back into one row per batch, and
+        forget the groups' heads: a swap replaces rows one batch at a time.
+        Offsets, objects and bytes do not change; the caller holds the locks of
+        the runs' partitions."""
+        for chunk in chunks(list(heads), _CHUNK):
             gone = list(
                 await conn.execute(
                     delete(s.batches)
-                    .where(_B.object_id.in_(heads), _B.entries.is_not(None))
+                    .where(_B.object_id.in_(chunk), _B.entries.is_not(None))
                     .returning(_B.topic_id, _B.partition, _B.entries, _B.append_time)
                 )
             )
@@ -406,7 +417,7 @@ class CompactionMixin(SqlBase):
             ]
             for part in chunks(rows, _CHUNK):
                 await conn.execute(insert(s.batches), part)
-            await conn.execute(update(s.objects).where(o.run_head.in_(heads)).values(run_head=None))
+            await conn.execute(update(s.objects).where(_O.run_head.in_(chunk)).values(run_head=None))
 
     async def _lock_partitions(
         self, conn: AsyncConnection, tps: Sequence[tuple[uuid.UUID, int]]
