@@ -2,8 +2,8 @@
 
 Where it sits: between :class:`metastore.pg_group.GroupCommit`, which lays out
 one COPY row per batch, and ``PostgresMetastore.commit_objects``, which sends
-the COPY. A group of several objects sends instead one row per partition where
-the group put at least two batches and no transactional one, those batches'
+the COPY. A group sends instead one row per partition where it put at least
+two batches (of one object or several) and no transactional one, those batches'
 fields packed in ``entries``; every other batch keeps a row of its own (with
 ``entries`` NULL). The run rows name the group's head object (its first object
 with batches); :data:`HEADS_SQL` records the head on every object packed in a
@@ -54,7 +54,7 @@ def group_copy(group: GroupCommit, object_ids: Sequence[int], hwms: Sequence[int
     """The COPY of ``group`` at offsets ``hwms`` (per partition), with run rows
     where they pay: see the module docstring."""
     rows = group.fill_rows(object_ids, hwms, now)
-    if len(group.objects) < 2 or group.n == 0:
+    if group.n == 0:
         return Copy(group.copy_bytes(), BATCH_COLUMNS, None, [])
     m = len(group.t_part)
     counts = np.bincount(group.idx, minlength=m)

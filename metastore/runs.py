@@ -3,11 +3,11 @@
 Where it sits: under every reader of the batch index (both metastores' batch
 lookups, ListOffsets by time, the compactor's queries and swap, retention and
 the GC) and under the Postgres group commit (``metastore.pg_group``), which
-writes them. A group of several objects used to insert one row per batch,
-G objects x P partitions rows for a group touching P partitions: at 1,000
-partitions per object that COPY was the floor no sequencer could pass
-(docs/ARCHITECTURE.md, "Run rows"). The group commit now writes one row per
-partition it touched there, its batches' fields packed in ``entries``:
+writes them. A group of G objects touching P partitions used to insert one
+row per batch, G x P rows or more: at 1,000 partitions per object that COPY
+was the floor no sequencer could pass (docs/ARCHITECTURE.md, "Run rows"). The
+group commit now writes one row per partition where the group (one object or
+several) put two batches or more, their fields packed in ``entries``:
 
 * the row's key columns (``last_offset``, ``base_offset``) span the run, so
   "the rows with ``last_offset >= x`` in offset order" still finds the run

@@ -199,5 +199,12 @@ async def test_postgres_group_commit_writes_run_rows(postgres_url: str, clock: F
         ids = [i.id for i in [await ms.get_object(o.key) for o in objs] if i is not None]
         stored: list[StoredBatch] = await ms.batches_in_objects([ids[2]])
         assert [(b.byte_pos, b.byte_len) for b in stored] == [(b.byte_pos, b.byte_len) for b in objs[2].batches]
+        # one object alone with many batches per partition: runs too
+        (one,) = _objects(t, 8, 1, 80)
+        (res,) = await ms.commit_objects([one])
+        assert await _run_rows(ms) == 16
+        for b, r in zip(one.batches, res.results, strict=True):
+            (loc,) = (await ms.find_batches(t, b.partition, r.base_offset, 1, 1)).batches
+            assert (loc.object_key, loc.byte_pos, loc.base_offset) == (one.key, b.byte_pos, r.base_offset)
     finally:
         await ms.close()
