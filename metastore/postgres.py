@@ -427,8 +427,9 @@ class PostgresMetastore(PgReadsMixin, SqlMetastore):
         ids = runs.run_object_ids(entries)
         missing = [i for i in ids if i not in self._keys]
         if missing:
-            if len(self._keys) > _KEY_CACHE:
+            if len(self._keys) + len(missing) > _KEY_CACHE:
                 self._keys.clear()
+                missing = list(ids)  # what this answer needs, all of it
             found = await self._fetch("object keys", KEYS_SQL, missing)
             self._keys.update((r[0], r[1]) for r in found)
         return self._keys

@@ -208,3 +208,34 @@ async def test_postgres_group_commit_writes_run_rows(postgres_url: str, clock: F
             assert (loc.object_key, loc.byte_pos, loc.base_offset) == (one.key, b.byte_pos, r.base_offset)
     finally:
         await ms.close()
+
+
+async def test_postgres_key_cache_keeps_what_an_answer_needs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bounded id -> key cache of run rows' objects: when it is cleared to make
+    room, the keys the current answer needs are all fetched again."""
+    from metastore import postgres
+
+    fetched: list[list[int]] = []
+
+    class Fake(postgres.PostgresMetastore):
+        def __init__(self) -> None:
+            self._keys = {}
+
+        async def _fetch(self, what: str, sql: str, *args: object) -> list[tuple[int, str]]:
+            ids = list(args[0])  # type: ignore[call-overload]
+            fetched.append(sorted(ids))
+            return [(i, f"k{i}") for i in ids]
+
+    def entries(*ids: int) -> bytes:
+        e = np.zeros(len(ids), dtype=runs.ENTRY)
+        e["object_id"] = ids
+        return runs.pack(e)
+
+    monkeypatch.setattr(postgres, "_KEY_CACHE", 3)
+    fake = Fake()
+    assert (await fake._run_keys([entries(1, 2), None]))[2] == "k2"
+    keys = await fake._run_keys([entries(2, 3, 4)])
+    assert {i: keys[i] for i in (2, 3, 4)} == {2: "k2", 3: "k3", 4: "k4"}
+    assert fetched == [[1, 2], [2, 3, 4]]
+    await fake._run_keys([entries(3, 4)])  # cached: no query
+    assert len(fetched) == 2
