@@ -147,6 +147,7 @@ class GroupCommit:
         self.pids = pids = _ints(cols[8])
         self.sparse = np.flatnonzero(pids >= 0)
         self._rows: np.ndarray | None = None
+        self._columns: dict[str, np.ndarray] | None = None
 
     # -- the fast path ------------------------------------------------------------------
 
@@ -182,29 +183,47 @@ class GroupCommit:
     def prepare_rows(self) -> None:
         """Lay out the COPY rows except offsets and object ids (before any lock is
         taken, so that the partition rows stay locked for as short as possible)."""
-        n, cols = self.n, self.cols
-        rows = np.zeros(n, dtype=_ROW)
-        rows["n"] = len(_FIELDS)
-        for name, kind in _FIELDS:
-            rows[f"len_{name}"] = np.dtype(kind).itemsize
-        # UUID.bytes is Python code: once per distinct topic, not once per partition
-        distinct = np.frombuffer(b"".join(t.bytes for t in self.distinct_topics), dtype="S16")
-        rows["topic_id"] = distinct[self.t_tidx][self.idx]
-        rows["partition"] = np.asarray(self.t_part, dtype=np.int64)[self.idx]
-        rows["byte_pos"] = _ints(cols[2])
-        rows["byte_len"] = _ints(cols[3])
-        rows["record_count"] = _ints(cols[4])
-        rows["base_timestamp"] = _ints(cols[6])
-        rows["max_timestamp"] = _ints(cols[7])
-        rows["producer_id"] = self.pids
-        rows["producer_epoch"] = _ints(cols[9])
-        rows["base_sequence"] = _ints(cols[10])
-        rows["is_transactional"] = _ints(cols[11], "uint8")
         # Partition-major, offsets ascending: consecutive rows go to the same leaf of
         # the batches' primary key (object-major, a wide group's rows visited every
         # partition's leaf once per object): ~15% less COPY time for 16 objects x
         # 1,000 partitions, and a partition's rows of one group lie together in the heap.
-        self._rows = rows[self.order]
+        self._rows = self.layout(self.order)
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """The batches' fields as arrays, in group order (computed once)."""
+        if self._columns is None:
+            cols = self.cols
+            self._columns = {
+                "byte_pos": _ints(cols[2]),
+                "byte_len": _ints(cols[3]),
+                "record_count": _ints(cols[4]),
+                "base_timestamp": _ints(cols[6]),
+                "max_timestamp": _ints(cols[7]),
+                "producer_id": self.pids,
+                "producer_epoch": _ints(cols[9]),
+                "base_sequence": _ints(cols[10]),
+                "is_transactional": _ints(cols[11], "uint8"),
+            }
+        return self._columns
+
+    def layout(self, sel: np.ndarray, dtype: np.dtype = _ROW) -> np.ndarray:
+        """COPY rows of ``dtype`` (``_ROW``, or ``_ROW`` plus more fields) for the
+        batches ``sel`` (group-order indices, in COPY order), without offsets,
+        object ids and time."""
+        rows = np.zeros(len(sel), dtype=dtype)
+        rows["n"] = len(dtype.names or ()) // 2
+        names = dtype.names or ()
+        for name in names:
+            if name.startswith("len_") and name[4:] in names:
+                rows[name] = dtype[name[4:]].itemsize
+        # UUID.bytes is Python code: once per distinct topic, not once per partition
+        distinct = np.frombuffer(b"".join(t.bytes for t in self.distinct_topics), dtype="S16")
+        part = self.idx[sel]
+        rows["topic_id"] = distinct[self.t_tidx][part]
+        rows["partition"] = np.asarray(self.t_part, dtype=np.int64)[part]
+        for name, values in self.columns().items():
+            rows[name] = values[sel]
+        return rows
 
     def copy_rows(self, object_ids: Sequence[int], hwms: Sequence[int], now: int) -> bytes:
         """The binary COPY of every batch row, offsets = high watermark + rel."""

@@ -50,53 +50,78 @@ class Copy(NamedTuple):
     members: list[int]
 
 
-def group_copy(group: GroupCommit, object_ids: Sequence[int], hwms: Sequence[int], now: int) -> Copy:
-    """The COPY of ``group`` at offsets ``hwms`` (per partition), with run rows
-    where they pay: see the module docstring."""
-    rows = group.fill_rows(object_ids, hwms, now)
+def prepare(group: GroupCommit) -> None:
+    """What can be done before any lock: the column arrays, and the per-batch
+    rows if the group has no run."""
+    if _packed(group) is None:
+        group.prepare_rows()
+
+
+def _packed(group: GroupCommit) -> np.ndarray | None:
+    """Per partition, whether its batches go in a run (None: no partition's do)."""
     if group.n == 0:
-        return Copy(group.copy_bytes(), BATCH_COLUMNS, None, [])
+        return None
     m = len(group.t_part)
     counts = np.bincount(group.idx, minlength=m)
-    part = group.idx[group.order]  # partition of each row (rows are partition-major)
-    txn = np.bincount(part, weights=rows["is_transactional"], minlength=m)
+    txn = np.bincount(group.idx, weights=group.columns()["is_transactional"], minlength=m)
     packed = (counts >= 2) & (txn == 0)
-    if not packed.any():
-        return Copy(group.copy_bytes(), BATCH_COLUMNS, None, [])
-    in_run = packed[part]
+    return packed if packed.any() else None
+
+
+def group_copy(group: GroupCommit, object_ids: Sequence[int], hwms: Sequence[int], now: int) -> Copy:
+    """The COPY of ``group`` at offsets ``hwms`` (per partition), with run rows
+    where they pay: see the module docstring. Run batches go from the group's
+    column arrays straight into entries; only the others get per-batch rows."""
+    packed = _packed(group)
+    if packed is None:
+        return Copy(group.copy_rows(object_ids, hwms, now), BATCH_COLUMNS, None, [])
+    cols = group.columns()
+    idx, order = group.idx, group.order
+    base = np.asarray(hwms, dtype=np.int64)[idx] + group.rel  # group order
+    last = base + group.deltas
+    oid = np.repeat(np.asarray(object_ids, dtype=np.int64), group.counts)
+    in_run = packed[idx[order]]
     head = next(int(i) for i, c in zip(object_ids, group.counts, strict=True) if c)
     out = [_COPY_HEADER]
-    singles = rows[~in_run]
-    if len(singles):
-        p = np.zeros(len(singles), dtype=_PLAIN)
-        for name in _ROW.names or ():
-            p[name] = singles[name]
-        p["n"] = len(COLUMNS)
+    plain = order[~in_run]  # partition-major, as the per-batch COPY
+    if len(plain):
+        p = group.layout(plain, _PLAIN)
+        p["base_offset"] = base[plain]
+        p["last_offset"] = last[plain]
+        p["object_id"] = oid[plain]
+        p["append_time"] = now
         p["len_entries"] = -1
         out.append(p.tobytes())
-    r = rows[in_run]
-    e = np.empty(len(r), dtype=runs.ENTRY)
+    sel = order[in_run]  # the run batches, partition-major, offsets ascending
+    e = np.empty(len(sel), dtype=runs.ENTRY)
+    e["base_offset"] = base[sel]
+    e["last_offset"] = last[sel]
+    e["object_id"] = oid[sel]
     for name in runs.ENTRY.names or ():
-        e[name] = r[name]
+        if name in cols:
+            e[name] = cols[name][sel]
     members = np.unique(e["object_id"]).tolist()
     size = runs.ENTRY.itemsize
     buf = e.tobytes()
-    # each run's first row among r, and the aggregates of the runs
-    starts = np.flatnonzero(np.r_[True, part[in_run][1:] != part[in_run][:-1]])
-    ends = np.r_[starts[1:], len(r)]
+    part = idx[sel]
+    # each run's first batch among sel, and the aggregates of the runs
+    starts = np.flatnonzero(np.r_[True, part[1:] != part[:-1]])
+    ends = np.r_[starts[1:], len(sel)]
+    first = sel[starts]
     h = np.zeros(len(starts), dtype=_RUN_HEAD)
     h["n"] = len(COLUMNS)
     for name, kind in _FIELDS:
         h[f"len_{name}"] = np.dtype(kind).itemsize
-    h["topic_id"] = r["topic_id"][starts]
-    h["partition"] = r["partition"][starts]
-    h["last_offset"] = r["last_offset"][ends - 1]
-    h["base_offset"] = r["base_offset"][starts]
+    distinct = np.frombuffer(b"".join(t.bytes for t in group.distinct_topics), dtype="S16")
+    h["topic_id"] = distinct[group.t_tidx][idx[first]]
+    h["partition"] = np.asarray(group.t_part, dtype=np.int64)[idx[first]]
+    h["last_offset"] = last[sel[ends - 1]]
+    h["base_offset"] = base[first]
     h["object_id"] = head
-    h["byte_len"] = np.add.reduceat(r["byte_len"].astype(np.int64), starts)
-    h["record_count"] = np.add.reduceat(r["record_count"].astype(np.int64), starts)
-    h["base_timestamp"] = np.minimum.reduceat(r["base_timestamp"].astype(np.int64), starts)
-    h["max_timestamp"] = np.maximum.reduceat(r["max_timestamp"].astype(np.int64), starts)
+    h["byte_len"] = np.add.reduceat(e["byte_len"].astype(np.int64), starts)
+    h["record_count"] = np.add.reduceat(e["record_count"].astype(np.int64), starts)
+    h["base_timestamp"] = np.minimum.reduceat(e["base_timestamp"], starts)
+    h["max_timestamp"] = np.maximum.reduceat(e["max_timestamp"], starts)
     h["append_time"] = now
     h["producer_id"] = -1
     h["producer_epoch"] = -1

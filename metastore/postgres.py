@@ -42,7 +42,7 @@ from metastore.pg_group import (
     GroupCommit,
 )
 from metastore.pg_reads import CONNECTION_ERRORS, PgReadsMixin
-from metastore.pg_runs import HEADS_SQL, Copy, group_copy
+from metastore.pg_runs import HEADS_SQL, Copy, group_copy, prepare
 from metastore.sql import SqlMetastore
 from metastore.types import (
     BatchLocation,
@@ -289,7 +289,7 @@ class PostgresMetastore(PgReadsMixin, SqlMetastore):
         before: list[int] | None = None
         try:
             async with self._acquire() as con:
-                group.prepare_rows()
+                prepare(group)
                 if turn is not None:
                     await turn.wait()
                 await con.execute("BEGIN")
@@ -329,7 +329,7 @@ class PostgresMetastore(PgReadsMixin, SqlMetastore):
         hold no partition lock, so they run before ``turn``'s wait (or, without a
         turn, before waiting for ``after``, the previous optimistic group's seal;
         ``sealed`` is this group's, set once the seal has answered)."""
-        group.prepare_rows()
+        prepare(group)
         await con.execute("BEGIN")
         try:
             ids = await con.fetchval(OBJECTS_SQL, now, *group.objects_args())
