@@ -42,7 +42,6 @@ from metastore.types import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     MAX_TIMESTAMP,
-    BatchLocation,
     BatchToCommit,
     CommitResult,
     DeleteRecordsResult,
@@ -293,14 +292,7 @@ class LogMixin(SqlBase):
             )
         )
         keys = await runs.object_keys(conn, runs.run_object_ids(r.entries for r in rows))
-        found: list[BatchLocation] = []
-        for r in rows:
-            if r.entries is None:
-                found.append(BatchLocation(*r[:8]))
-            else:
-                found.extend(runs.locations(r.entries, keys, r.append_time, offset))
-        if len(keys):
-            found = runs.trim(found, max_bytes, max(1, max_batches))
+        found = runs.expand(rows, keys, offset, max_bytes, max_batches)
         return FindResult(ErrorCode.NONE, lso, hwm, found)
 
     async def _partition(

@@ -227,11 +227,6 @@ class GroupCommit:
 
     def copy_rows(self, object_ids: Sequence[int], hwms: Sequence[int], now: int) -> bytes:
         """The binary COPY of every batch row, offsets = high watermark + rel."""
-        self.fill_rows(object_ids, hwms, now)
-        return self.copy_bytes()
-
-    def fill_rows(self, object_ids: Sequence[int], hwms: Sequence[int], now: int) -> np.ndarray:
-        """The rows (partition-major) with their offsets, object ids and time set."""
         if self._rows is None:
             self.prepare_rows()
         rows = self._rows
@@ -242,11 +237,7 @@ class GroupCommit:
         rows["last_offset"] = (base + self.deltas)[order]
         rows["object_id"] = np.repeat(np.asarray(object_ids, dtype=np.int64), self.counts)[order]
         rows["append_time"] = now
-        return rows
-
-    def copy_bytes(self) -> bytes:
-        assert self._rows is not None
-        return _COPY_HEADER + self._rows.tobytes() + _COPY_TRAILER
+        return _COPY_HEADER + rows.tobytes() + _COPY_TRAILER
 
     def fast_results(self, hwms: Sequence[int], lsos: Sequence[int], now: int) -> list[ObjectCommitResult]:
         bases = (np.asarray(hwms, dtype=np.int64)[self.idx] + self.rel).tolist()

@@ -108,16 +108,11 @@ def group_copy(group: GroupCommit, object_ids: Sequence[int], hwms: Sequence[int
     starts = np.flatnonzero(np.r_[True, part[1:] != part[:-1]])
     ends = np.r_[starts[1:], len(sel)]
     first = sel[starts]
-    h = np.zeros(len(starts), dtype=_RUN_HEAD)
-    h["n"] = len(COLUMNS)
-    for name, kind in _FIELDS:
-        h[f"len_{name}"] = np.dtype(kind).itemsize
-    distinct = np.frombuffer(b"".join(t.bytes for t in group.distinct_topics), dtype="S16")
-    h["topic_id"] = distinct[group.t_tidx][idx[first]]
-    h["partition"] = np.asarray(group.t_part, dtype=np.int64)[idx[first]]
+    h = group.layout(first, _RUN_HEAD)  # topic, partition, lengths; the rest is the run's
     h["last_offset"] = last[sel[ends - 1]]
     h["base_offset"] = base[first]
     h["object_id"] = head
+    h["byte_pos"] = 0
     h["byte_len"] = np.add.reduceat(e["byte_len"].astype(np.int64), starts)
     h["record_count"] = np.add.reduceat(e["record_count"].astype(np.int64), starts)
     h["base_timestamp"] = np.minimum.reduceat(e["base_timestamp"], starts)

@@ -45,7 +45,6 @@ from metastore.pg_reads import CONNECTION_ERRORS, PgReadsMixin
 from metastore.pg_runs import HEADS_SQL, Copy, group_copy, prepare
 from metastore.sql import SqlMetastore
 from metastore.types import (
-    BatchLocation,
     BatchToCommit,
     CommitResult,
     ErrorCode,
@@ -417,7 +416,7 @@ class PostgresMetastore(PgReadsMixin, SqlMetastore):
             elif got[0][3] is None:
                 out.append(FindResult(ErrorCode.NONE, lso, hwm))
             else:
-                found = _locations([r[3:] for r in got], keys, offset, max_bytes, max_batches)
+                found = runs.expand([r[3:] for r in got], keys, offset, max_bytes, max_batches)
                 out.append(FindResult(ErrorCode.NONE, lso, hwm, found))
         return out
 
@@ -453,24 +452,6 @@ class PostgresMetastore(PgReadsMixin, SqlMetastore):
         if rows[0]["key"] is None:
             return FindResult(ErrorCode.NONE, lso, hwm)
         keys = await self._run_keys(r[10] for r in rows)
-        found = _locations([r[2:] for r in rows], keys, offset, max_bytes, max_batches)
+        found = runs.expand([r[2:] for r in rows], keys, offset, max_bytes, max_batches)
         return FindResult(ErrorCode.NONE, lso, hwm, found)
 
-
-def _locations(
-    rows: Sequence[Any], keys: dict[int, str], offset: int, max_bytes: int, max_batches: int
-) -> list[BatchLocation]:
-    """Lookup rows (key, byte_pos, byte_len, base, last, count, max ts, append time,
-    entries) as batches: a run row unpacked from ``offset`` on, then trimmed again."""
-    out: list[BatchLocation] = []
-    packed = False
-    for r in rows:
-        if r[8] is None:
-            out.append(BatchLocation(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]))
-        else:
-            packed = True
-            try:
-                out.extend(runs.locations(r[8], keys, r[7], offset))
-            except KeyError as e:  # read after the GC dropped it: the caller asks again
-                raise MetastoreError(f"object {e} of a run row is gone") from e
-    return runs.trim(out, max_bytes, max(1, max_batches)) if packed else out

@@ -180,6 +180,26 @@ def trim(found: Iterable[BatchLocation], max_bytes: int, max_batches: int) -> li
     return out
 
 
+def expand(
+    rows: Iterable[Sequence[Any]], keys: Mapping[int, str], offset: int, max_bytes: int, max_batches: int
+) -> list[BatchLocation]:
+    """A lookup's rows (key, byte_pos, byte_len, base, last, count, max ts, append
+    time, entries) as its answer: a run unpacked from ``offset`` on, and, when there
+    was a run, trimmed again (the SQL's byte window saw the runs' totals)."""
+    out: list[BatchLocation] = []
+    packed = False
+    for r in rows:
+        if r[8] is None:
+            out.append(BatchLocation(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]))
+        else:
+            packed = True
+            try:
+                out.extend(locations(r[8], keys, r[7], offset))
+            except KeyError as e:  # read after the GC dropped it: the caller asks again
+                raise MetastoreError(f"object {e} of a run row is gone") from e
+    return trim(out, max_bytes, max(1, max_batches)) if packed else out
+
+
 def run_object_ids(entries: Iterable[bytes | memoryview | None]) -> set[int]:
     """Every object named inside the runs among ``entries`` (NULL: a plain row)."""
     out: set[int] = set()

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from metastore import runs
-from metastore.types import BatchLocation, BatchToCommit, ErrorCode, FindResult, MetastoreError
+from metastore.types import BatchToCommit, ErrorCode, FindResult, MetastoreError
 
 _SQLITE_STATE = "SELECT log_start_offset, high_watermark FROM partitions WHERE topic_id = ? AND partition = ?"
 # _find_batches' query as SQLite text, without its window functions: the rows
@@ -55,20 +55,14 @@ def sqlite_find_many(
         elif offset == hwm:
             out.append(FindResult(ErrorCode.NONE, lso, hwm))
         else:
-            found: list[BatchLocation] = []
+            rows: list[Any] = []
             total = 0
-            packed = False
             for r in db.execute(_SQLITE_FIND, (tid, partition, offset, max_batches)):
                 total += r[2]
-                if found and total > max_bytes:
+                if rows and total > max_bytes:
                     break
-                if r[8] is None:
-                    found.append(BatchLocation(*r[:8]))
-                else:
-                    packed = True
-                    found.extend(runs.locations(r[8], keys, r[7], offset))
-            if packed:
-                found = runs.trim(found, max_bytes, max_batches)
+                rows.append(r)
+            found = runs.expand(rows, keys, offset, max_bytes, max_batches)
             out.append(FindResult(ErrorCode.NONE, lso, hwm, found))
     return out
 
