@@ -27,6 +27,7 @@ from agent.metrics import METRICS
 from agent.notify import CommitNotifier
 from agent.produce_pipeline import ProducePipeline
 from agent.security.authorizer import Authorizer, parse_super_users
+from agent.tail_index import TailIndex
 from agent.txn import TxnCoordinator
 from metastore import Metastore, TopicInfo, open_metastore
 from metastore.types import ErrorCode as MetaError
@@ -89,6 +90,8 @@ class Broker:
         # listener name -> advertised (host, port), set by the server once bound.
         self.endpoints: dict[str, tuple[str, int]] = {}
         self.primary_listener = "PLAINTEXT"
+        # Where this agent's own commits put the latest batches (agent.tail_index).
+        self.tail = TailIndex(self.clock, ttl_ms=config.tail_index_ms)
         self.pipeline = ProducePipeline(
             store,
             metastore,
@@ -100,6 +103,7 @@ class Broker:
             max_buffered_bytes=config.max_buffered_bytes,
             clock=self.clock,
             on_commit=self._on_commit,
+            on_committed=self.tail.committed,
         )
         self.cache = BlockCache(self._load_range, capacity_bytes=config.fetch_cache_bytes, block_size=config.fetch_block_bytes)
         self._topics_by_name: dict[str, tuple[float, TopicInfo | None]] = {}
@@ -238,7 +242,7 @@ class Broker:
 
         reader = reader_for(self)
         for topic_id, partition in partitions:
-            reader.forget(topic_id, partition)
+            reader.forget(topic_id, partition, tail=False)  # its batches did not move
         self._on_commit(partitions)
 
     def invalidate_topics(self) -> None:

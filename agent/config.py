@@ -107,6 +107,11 @@ class AgentConfig(BaseSettings):
     fetch_cache_bytes: int = Field(256 * MiB, gt=0, description="Block cache capacity")
     fetch_block_bytes: int = Field(4 * MiB, gt=0, description="Cache block size")
     metadata_cache_ms: int = Field(100, ge=0, description="Batch lookup cache lifetime")
+    tail_index_ms: int = Field(
+        2000,
+        ge=0,
+        description="Serve tail reads of wide Fetches from this agent's own commits this long (0: off)",
+    )
     fetch_session_cache_slots: int = Field(
         1000,
         ge=0,

@@ -48,6 +48,7 @@ from objectstore.parquet import is_parquet_key
 
 if TYPE_CHECKING:
     from agent.broker import Broker
+    from agent.tail_index import TailIndex
     from metastore import Metastore
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,7 @@ class FetchReader:
         # Batches moved into Parquet: rebuilt vectorised, row groups cached (agent/parquet_fetch.py).
         self.parquet = ParquetFetcher(cache, self._describe_object)
         self.leases: FetchLeases | None = None  # read leases for fetches in flight
+        self.tail: TailIndex | None = None  # this agent's own latest commits (agent.tail_index)
 
     # -- lookups --------------------------------------------------------------------
 
@@ -176,8 +178,11 @@ class FetchReader:
         while len(self._lookups) >= _MAX_CACHED_LOOKUPS:
             del self._lookups[next(iter(self._lookups))]
 
-    def forget(self, topic_id: uuid.UUID, partition: int) -> None:
-        """Drop cached lookups of one partition (after a read failed, say)."""
+    def forget(self, topic_id: uuid.UUID, partition: int, *, tail: bool = True) -> None:
+        """Drop cached lookups of one partition (after a read failed, say), and
+        unless ``tail`` is False what the tail index knows of it."""
+        if tail and self.tail is not None:
+            self.tail.forget(topic_id, partition)
         for k in [k for k in self._lookups if k[0] == topic_id and k[1] == partition]:
             del self._lookups[k]
 
@@ -286,5 +291,6 @@ def reader_for(broker: Broker) -> FetchReader:
     if r is None:
         r = FetchReader(broker.meta, broker.cache, broker.clock, lookup_ttl_ms=broker.config.metadata_cache_ms)
         r.leases = FetchLeases(broker.meta, broker.config.agent_id)
+        r.tail = broker.tail
         _READERS[broker] = r
     return r

@@ -164,6 +164,7 @@ class ProducePipeline:
         max_buffered_bytes: int,
         clock: Clock | None = None,
         on_commit: Callable[[Iterable[tuple[uuid.UUID, int]]], None] | None = None,
+        on_committed: Callable[[str, list[BatchToCommit], list[CommitResult]], None] | None = None,
         key_prefix: str = "segments/",
         commit_attempts: int = 3,
         max_group: int = 64,
@@ -184,6 +185,7 @@ class ProducePipeline:
         self._policy = SealPolicy()
         self._clock = clock or SystemClock()
         self._on_commit = on_commit
+        self._on_committed = on_committed
         self._prefix = key_prefix
         self._commit_attempts = commit_attempts
         self._max_group = max_group
@@ -425,6 +427,8 @@ class ProducePipeline:
             outcomes = await task
             released = self._policy.released
             for seg, results in zip(group, outcomes, strict=True):
+                if self._on_committed is not None:
+                    self._committed(seg, results)
                 for w in seg.waiters:
                     if w.flow is not None:
                         released(w.flow)
@@ -438,6 +442,17 @@ class ProducePipeline:
             if self._inflight == 0:
                 self._idle.set()
             slots.release()
+
+    def _committed(self, seg: _Segment, results: list[CommitResult]) -> None:
+        """Tell ``on_committed`` (the tail index) where the segment's batches went."""
+        up = seg.upload
+        if up is None or not up.done() or up.cancelled() or up.exception() is not None:
+            return
+        assert self._on_committed is not None
+        try:
+            self._on_committed(seg.key, up.result()[1], results)
+        except Exception:  # an index is never worth an answer
+            log.exception("on_committed failed for %s", seg.key)
 
     async def _finish_group(self, group: list[_Segment], turn: CommitTurn | None) -> list[list[CommitResult]]:
         """Commit the uploaded segments of ``group`` together; per segment its results."""

@@ -7,6 +7,9 @@ once into ``.cache/loadtest-java/`` (ignored by git). Only ``bootstrap.servers``
 and byte-array serializers are set, plus the workload's ``producerConfig``:
 everything else is the Java default (idempotent, ``acks=all``, ``linger.ms`` 5,
 ``batch.size`` 16 KiB, max 5 requests in flight, sticky partitioner).
+``producerConfig: {floe.roundRobin: true}`` instead gives each record an
+explicit partition in turn, as the confluent-kafka driver does for ``NO_KEY``,
+so a width test spreads records evenly over every partition (issue 18).
 
 The Python wrapper :func:`java_producer_main` has the signature of
 :func:`loadtest.driver.producer_main`: it starts the JVM, says ready when the
@@ -69,9 +72,10 @@ public class FloeBenchProducer {
         String bootstrap = a[0], topic = a[1]; int size = Integer.parseInt(a[2]);
         double rate = Double.parseDouble(a[3]); double duration = Double.parseDouble(a[4]);
         double interval = Double.parseDouble(a[5]);
+        int partitions = Integer.parseInt(a[6]); boolean roundRobin = a[7].equals("1");
         Properties p = new Properties();
         p.put("bootstrap.servers", bootstrap);
-        for (int i = 6; i < a.length; i++) { int eq = a[i].indexOf('='); p.put(a[i].substring(0, eq), a[i].substring(eq + 1)); }
+        for (int i = 8; i < a.length; i++) { int eq = a[i].indexOf('='); p.put(a[i].substring(0, eq), a[i].substring(eq + 1)); }
         KafkaProducer<byte[], byte[]> prod = new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer());
         prod.partitionsFor(topic);
         System.out.println("ready"); System.out.flush();
@@ -90,7 +94,10 @@ public class FloeBenchProducer {
             long sendNs = nowNs();
             ByteBuffer buf = ByteBuffer.allocate(size); buf.putLong(due); buf.putLong(sendNs); buf.put(body);
             final Interval it = cur; final long s = sendNs;
-            prod.send(new ProducerRecord<>(topic, buf.array()), (md, e) -> {
+            ProducerRecord<byte[], byte[]> rec = roundRobin
+                ? new ProducerRecord<>(topic, (int) (n % partitions), null, buf.array())
+                : new ProducerRecord<>(topic, buf.array());
+            prod.send(rec, (md, e) -> {
                 Interval c = cur;
                 if (e != null) { c.errors.incrementAndGet(); return; }
                 c.pub.merge(round3((nowNs() - s) / 1000), 1L, Long::sum);
@@ -143,7 +150,11 @@ def java_producer_main(
     interval: float,
     q: Any,
 ) -> None:
-    del partitions, key_distributor  # the Java default partitioner decides
+    # NO_KEY: the Java default partitioner decides (sticky), unless the workload asks
+    # for ``floe.roundRobin`` (explicit partitions in turn, as the confluent-kafka
+    # driver sends them: every partition gets every n-th record, for width tests).
+    conf = dict(conf)
+    round_robin = str(conf.pop("floe.roundRobin", "false")).lower() == "true" and key_distributor == "NO_KEY"
     try:
         cp = build()
     except Exception as e:
@@ -151,7 +162,8 @@ def java_producer_main(
         return
     props = [f"{k}={v}" for k, v in conf.items() if k != "enable.idempotence" or v is not None]
     cmd = ["java", "-Xmx512m", "-XX:+UseSerialGC", "-cp", cp, "FloeBenchProducer", bootstrap, topic,
-           str(message_size), str(rate), str(duration), str(interval), *props]
+           str(message_size), str(rate), str(duration), str(interval), str(partitions),
+           "1" if round_robin else "0", *props]
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert proc.stdin is not None and proc.stdout is not None
     try:
