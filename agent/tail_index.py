@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from metastore.log import DEFAULT_MAX_BATCHES
 from metastore.runs import trim
-from metastore.types import BatchLocation, ErrorCode
+from metastore.types import BatchLocation
 
 if TYPE_CHECKING:
     from agent.clock import Clock
@@ -82,20 +82,22 @@ class TailIndex:
         if self._ttl <= 0 or not batches or len(batches) != len(results):
             return  # (an object committed before, by an earlier attempt: no results)
         now = self._clock.monotonic()
+        oldest = now - self._ttl
+        keep = self._per_partition
         chains = self._chains
-        touched: set[_Chain] = set()
+        added = 0
         for b, r in zip(batches, results, strict=False):
-            if r.error != ErrorCode.NONE or r.base_offset < 0:
+            base = r.base_offset
+            if r.error or base < 0:  # (ErrorCode.NONE is 0)
                 continue
             pk = (b.topic_id, b.partition)
             c = chains.get(pk)
             if c is None:
                 c = chains[pk] = _Chain()
-            base = r.base_offset
             if base < c.end:
                 continue  # a duplicate: its original is already in the chain, or older
             if base > c.end:  # a gap: another writer committed in between
-                self._size -= len(c.locs)
+                added -= len(c.locs)
                 c.locs, c.lasts, c.times = [], [], []
             last = base + b.last_offset_delta
             c.locs.append(BatchLocation(
@@ -104,11 +106,10 @@ class TailIndex:
             c.lasts.append(last)
             c.times.append(now)
             c.end = last + 1
-            self._size += 1
-            touched.add(c)
-        oldest = now - self._ttl
-        for c in touched:
-            self._size -= c.trim(oldest, self._per_partition)
+            added += 1
+            if c.times[0] < oldest or len(c.times) > keep:
+                added -= c.trim(oldest, keep)
+        self._size += added
         if self._size > self._max:
             self.clear()
 
