@@ -70,8 +70,9 @@ SELECT json_group_array(json_array(b.topic_id, b.partition, b.producer_id, b.pro
 """
 _DELETE_PRODUCERS = """
 DELETE FROM producer_batches
- WHERE (topic_id, partition, producer_id) IN (
-       SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]')
+ WHERE (topic_id, partition, producer_id, base_offset) IN (
+       SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
+              json_extract(value, '$[3]')
          FROM json_each(?))
 """
 _INSERT_OBJECT = (
@@ -88,6 +89,8 @@ def sqlite_commit(db: sqlite3.Connection, objects: Sequence[ObjectToCommit], now
     wanted = list({(b.topic_id, b.partition) for b in batches})
     states = _states(db, ids, wanted)
     producers = _producers(db, ids, list({(b.topic_id, b.partition, b.producer_id) for b in batches if b.producer_id >= 0}))
+    # What is stored now, by base offset (unique in a partition): plan_commit edits the lists in place.
+    stored = {k: {e.base_offset for e in v} for k, v in producers.items()}
     plan = plan_commit(batches, states, producers, now)
     spans = object_spans(objects, fresh, plan.accepted)
     object_ids = [
@@ -99,7 +102,7 @@ def sqlite_commit(db: sqlite3.Connection, objects: Sequence[ObjectToCommit], now
             db.execute(sql, params)
         changed = [[t.hex, p, st.high_watermark, st.added_bytes] for (t, p), st in states.items() if st.changed]
         db.execute(_UPDATE_PARTITIONS, (json.dumps(changed),))
-    _store_producers(db, plan.touched_producers, producers)
+    _store_producers(db, plan.touched_producers, producers, stored)
     return out
 
 
@@ -140,13 +143,28 @@ def _producers(
 
 
 def _store_producers(
-    db: sqlite3.Connection, touched: set[ProducerKey], producers: dict[ProducerKey, list[ProducerBatch]]
+    db: sqlite3.Connection,
+    touched: set[ProducerKey],
+    producers: dict[ProducerKey, list[ProducerBatch]],
+    stored: dict[ProducerKey, set[int]],
 ) -> None:
+    """Write back the touched producers' last batches: delete the entries the plan
+    dropped and insert the ones it added (by base offset), not all five each time -
+    at 1,000 partitions an idempotent producer touches 1,000 keys per commit."""
     if not touched:
         return
-    keys = sorted(touched)
-    db.execute(_DELETE_PRODUCERS, (json.dumps([[t.hex, p, pid] for t, p, pid in keys]),))
-    rows = [(t.hex, p, pid, *e) for t, p, pid in keys for e in producers[(t, p, pid)]]
+    gone: list[list[object]] = []
+    rows: list[tuple[object, ...]] = []
+    empty: set[int] = set()
+    for key in sorted(touched):
+        t, p, pid = key
+        before = stored.get(key, empty)
+        after = producers[key]
+        kept = {e.base_offset for e in after}
+        gone += [[t.hex, p, pid, base] for base in before - kept]
+        rows += [(t.hex, p, pid, *e) for e in after if e.base_offset not in before]
+    if gone:
+        db.execute(_DELETE_PRODUCERS, (json.dumps(gone),))
     row_sql = "(" + ", ".join("?" * len(_PRODUCER_COLUMNS)) + ")"
     for i in range(0, len(rows), _PRODUCER_ROWS_PER_INSERT):
         chunk = rows[i : i + _PRODUCER_ROWS_PER_INSERT]
