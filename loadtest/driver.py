@@ -220,15 +220,16 @@ def consumer_main(
     leadership = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE}
 
     def high_watermark(tp: Any) -> int:
-        for attempt in range(10):
+        # (Up to ~25 s: a 1,000-partition topic on a busy 2-core box takes that long.)
+        for attempt in range(30):
             try:
                 return int(c.get_watermark_offsets(tp, timeout=15)[1])
             except KafkaException as e:
                 code = e.args[0].code()
-                if attempt == 9 or (code not in transient and code not in leadership):
+                if attempt == 29 or (code not in transient and code not in leadership):
                     raise
                 if code in leadership:
-                    time.sleep(0.1 * (attempt + 1))
+                    time.sleep(min(1.0, 0.1 * (attempt + 1)))
         raise AssertionError("unreachable")
 
     try:
