@@ -15,15 +15,10 @@ def _answer(resp):
     ]
 
 
-def test_wide_fetch_matches_per_partition_path(floe_agent, monkeypatch):
-    make_topic(floe_agent, "fw", partitions=40)
-    for p, n in ((1, 3), (1, 2), (7, 4), (30, 1)):
-        produce_batch(floe_agent, "fw", p, n, tag=f"p{p}-")
-    parts = [("fw", p, 0) for p in range(40)]
-    parts += [("fw", 1, 3), ("fw", 1, 5), ("fw", 7, 9), ("fw", 40, 0), ("nope", 0, 0)]
-    meta = floe_agent.broker.meta
+def count_calls(monkeypatch, meta, names) -> list[str]:
+    """The names of ``meta``'s methods called from now on, in call order."""
     calls: list[str] = []
-    for name in ("find_batches", "find_batches_many", "partition_offsets"):
+    for name in names:
         real = getattr(meta, name)
 
         async def counted(*a, _real=real, _name=name, **kw):
@@ -31,16 +26,31 @@ def test_wide_fetch_matches_per_partition_path(floe_agent, monkeypatch):
             return await _real(*a, **kw)
 
         monkeypatch.setattr(meta, name, counted)
+    return calls
 
+
+def per_partition_answer(agent, monkeypatch, parts, calls: list[str]):
+    """The answer of the per-partition path (one ``find_batches`` per partition),
+    to compare a wide path's answer with."""
+    calls.clear()
+    monkeypatch.setattr(fetch_handler, "BULK_MIN", 1 << 30)
+    monkeypatch.setattr(fetch_handler, "LOOKUP_MANY_MIN", 1 << 30)
+    answer = _answer(fetch(agent, parts, max_bytes=1 << 20, partition_max_bytes=1 << 16))
+    assert set(calls) == {"find_batches"}
+    return answer
+
+
+def test_wide_fetch_matches_per_partition_path(floe_agent, monkeypatch):
+    make_topic(floe_agent, "fw", partitions=40)
+    for p, n in ((1, 3), (1, 2), (7, 4), (30, 1)):
+        produce_batch(floe_agent, "fw", p, n, tag=f"p{p}-")
+    parts = [("fw", p, 0) for p in range(40)]
+    parts += [("fw", 1, 3), ("fw", 1, 5), ("fw", 7, 9), ("fw", 40, 0), ("nope", 0, 0)]
+    calls = count_calls(monkeypatch, floe_agent.broker.meta, ("find_batches", "find_batches_many", "partition_offsets"))
     monkeypatch.setattr(fetch_handler, "BULK_MIN", 2)  # 5 partitions with data or errors
     wide = _answer(fetch(floe_agent, parts, max_bytes=1 << 20, partition_max_bytes=1 << 16))
     assert sorted(calls) == ["find_batches_many", "partition_offsets"]
-    calls.clear()
-    monkeypatch.setattr(fetch_handler, "BULK_MIN", 1 << 30)  # the per-partition path
-    monkeypatch.setattr(fetch_handler, "LOOKUP_MANY_MIN", 1 << 30)
-    narrow = _answer(fetch(floe_agent, parts, max_bytes=1 << 20, partition_max_bytes=1 << 16))
-    assert set(calls) == {"find_batches"}
-    assert wide == narrow
+    assert wide == per_partition_answer(floe_agent, monkeypatch, parts, calls)
     by_part = {(t, p): (err, hwm) for t, p, err, hwm, _, _ in wide}
     assert by_part[("fw", 1)] == (0, 5) and by_part[("fw", 7)] == (1, -1)  # last: 9 > hwm 4
     assert by_part[("fw", 40)][0] == 3 and by_part[("nope", 0)][0] == 3
@@ -53,16 +63,7 @@ def test_fetch_of_a_few_partitions_is_one_lookup(floe_agent, monkeypatch):
     make_topic(floe_agent, "fw3", partitions=4)
     for p in range(3):
         produce_batch(floe_agent, "fw3", p, 2, tag=f"p{p}-")
-    meta = floe_agent.broker.meta
-    calls: list[str] = []
-    for name in ("find_batches", "find_batches_many"):
-        real = getattr(meta, name)
-
-        async def counted(*a, _real=real, _name=name, **kw):
-            calls.append(_name)
-            return await _real(*a, **kw)
-
-        monkeypatch.setattr(meta, name, counted)
+    calls = count_calls(monkeypatch, floe_agent.broker.meta, ("find_batches", "find_batches_many"))
     resp = fetch(floe_agent, [("fw3", p, 0) for p in range(3)], max_bytes=1 << 20, partition_max_bytes=1 << 16)
     assert calls == ["find_batches_many"]
     assert [(p.partition_index, p.error_code, p.high_watermark) for p in resp.responses[0].partitions] == [

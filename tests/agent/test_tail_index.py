@@ -10,7 +10,7 @@ from agent.clock import ManualClock
 from agent.tail_index import TailIndex
 from metastore.types import BatchToCommit, CommitResult, ErrorCode
 from tests.agent.test_fetch_protocol import fetch, make_topic, produce_batch
-from tests.agent.test_fetch_width import _answer
+from tests.agent.test_fetch_width import _answer, count_calls, per_partition_answer
 
 T = uuid.UUID(int=7)
 
@@ -89,15 +89,7 @@ def test_wide_fetch_at_the_tail_needs_no_batch_lookup(floe_agent, monkeypatch):
         produce_batch(floe_agent, "tw", p, n, tag=f"p{p}-")
     parts = [("tw", p, 0) for p in range(12)] + [("tw", 1, 3), ("tw", 1, 4), ("tw", 7, 4), ("tw", 7, 9)]
     meta = floe_agent.broker.meta
-    calls: list[str] = []
-    for name in ("find_batches", "find_batches_many", "partition_offsets"):
-        real = getattr(meta, name)
-
-        async def counted(*a, _real=real, _name=name, **kw):
-            calls.append(_name)
-            return await _real(*a, **kw)
-
-        monkeypatch.setattr(meta, name, counted)
+    calls = count_calls(monkeypatch, meta, ("find_batches", "find_batches_many", "partition_offsets"))
     tail = floe_agent.broker.tail
     hits = tail.hits
     wide = _answer(fetch(floe_agent, parts, max_bytes=1 << 20, partition_max_bytes=1 << 16))
@@ -105,12 +97,7 @@ def test_wide_fetch_at_the_tail_needs_no_batch_lookup(floe_agent, monkeypatch):
     # watermark: out of range) was left to the metastore.
     assert calls == ["partition_offsets", "find_batches"]
     assert tail.hits - hits == 5
-    calls.clear()
-    monkeypatch.setattr(fetch_handler, "BULK_MIN", 1 << 30)  # the per-partition path
-    monkeypatch.setattr(fetch_handler, "LOOKUP_MANY_MIN", 1 << 30)
-    narrow = _answer(fetch(floe_agent, parts, max_bytes=1 << 20, partition_max_bytes=1 << 16))
-    assert set(calls) == {"find_batches"}
-    assert wide == narrow
+    assert wide == per_partition_answer(floe_agent, monkeypatch, parts, calls)
     assert sum(1 for *_, err, _, _, rec in wide if err == 0 and rec) == 5
 
     # DeleteRecords moves the log start past the tail: the metastore answers out of range.
