@@ -171,6 +171,20 @@ class FetchReader:
                     self._lookups[wants[i]] = (now, res)
         return [r for r in out if r is not None]
 
+    def find_tail(
+        self, topic_id: uuid.UUID, partition: int, offset: int, max_bytes: int, log_start: int
+    ) -> list[BatchLocation] | None:
+        """The batches from ``offset`` on out of this agent's own latest commits
+        (:meth:`agent.tail_index.TailIndex.find`: ``log_start`` must be fresh), or
+        None when they do not hold it; no metastore query."""
+        tail = self.tail
+        if tail is None or not tail.enabled:
+            return None
+        found = tail.find(topic_id, partition, offset, max_bytes, log_start)
+        if found is not None and self.leases is not None:
+            self.leases.seen(b.object_key for b in found)
+        return found
+
     def _expire(self) -> None:
         now = self.clock.monotonic()
         for k in [k for k, (t, _) in self._lookups.items() if now - t >= self._ttl]:

@@ -58,7 +58,7 @@ class _Chain:
         cut = max(cut, len(self.locs) - keep)
         if cut > 0:
             del self.locs[:cut], self.lasts[:cut], self.times[:cut]
-        return max(cut, 0)
+        return cut
 
 
 class TailIndex:

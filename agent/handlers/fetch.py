@@ -38,8 +38,8 @@ Behavior, as Kafka:
 - Width: partitions already read to their high watermark are answered from
   one watermark query per topic (:func:`_caught_up`), not one batch lookup each;
   partitions read at offsets this agent has just committed are answered from
-  its own commits (:func:`_from_tail`, :mod:`agent.tail_index`) with that
-  query's log start and high watermark.
+  its own commits (:mod:`agent.tail_index`) with that query's log start and
+  high watermark.
 - Size: ``max_bytes`` is capped by the broker's ``fetch_max_bytes`` (Kafka's
   ``fetch.max.bytes``, 55 MiB) and, when built, by what is left of the agent's
   budget of unread responses (``queued_max_request_bytes``,
@@ -203,15 +203,14 @@ async def _read_all(reader: FetchReader, wants: list[_Want], found: list[Partiti
             pf.records = data
 
 
-async def _caught_up(
-    reader: FetchReader, wants: list[_Want]
-) -> tuple[dict[int, PartitionFetch], dict[uuid.UUID, dict[int, PartitionOffsets]]]:
-    """The answers of partitions read up to their high watermark, by index in
-    ``wants``, from one watermark query per topic asked at >= ``BULK_MIN``
-    partitions: a consumer of 10,000 mostly idle partitions (librdkafka sends
-    every assigned partition in every Fetch: no sessions) costs one query, not
-    10,000 batch lookups. Partitions with data or out of range are left to
-    :func:`_lookup`. Also the watermarks read, per topic (for :func:`_from_tail`)."""
+async def _caught_up(reader: FetchReader, wants: list[_Want], max_bytes: int) -> dict[int, PartitionFetch]:
+    """The answers that one watermark query per topic asked at >= ``BULK_MIN``
+    partitions settles, by index in ``wants``: partitions read up to their high
+    watermark (a consumer of 10,000 mostly idle partitions - librdkafka sends every
+    assigned partition in every Fetch: no sessions - costs one query, not 10,000
+    batch lookups), and partitions read at offsets this agent has just committed,
+    answered from its own commits (:meth:`FetchReader.find_tail`) with the log
+    start and high watermark just read. The others are left to :func:`_lookup`."""
     per_topic = Counter(w.topic_id for w in wants if w.topic_id is not None)
     states: dict[uuid.UUID, dict[int, PartitionOffsets]] = {}
     for tid, n in per_topic.items():
@@ -223,42 +222,22 @@ async def _caught_up(
             log.warning("fetch: watermarks of %s failed: %s", tid, e)
     out: dict[int, PartitionFetch] = {}
     if not states:
-        return out, states
+        return out
     for i, w in enumerate(wants):
-        topic = states.get(w.topic_id) if w.topic_id is not None else None
+        topic_id = w.topic_id
+        topic = states.get(topic_id) if topic_id is not None else None
         o = topic.get(w.partition) if topic is not None else None
-        if o is not None and o.log_start_offset <= w.fetch_offset == o.high_watermark:
+        if o is None or topic_id is None:
+            continue
+        if o.log_start_offset <= w.fetch_offset == o.high_watermark:
             out[i] = PartitionFetch(ErrorCode.NONE, o.log_start_offset, o.high_watermark)
-    return out, states
-
-
-def _from_tail(
-    reader: FetchReader,
-    wants: list[_Want],
-    known: dict[int, PartitionFetch],
-    states: dict[uuid.UUID, dict[int, PartitionOffsets]],
-    max_bytes: int,
-) -> None:
-    """Answer, into ``known``, the partitions whose fetch offset lies in what this
-    agent committed lately (:mod:`agent.tail_index`), with the log start and high
-    watermark just read: no batch lookup for a consumer reading at the tail."""
-    tail = reader.tail
-    if tail is None or not states or not tail.enabled:
-        return
-    find = tail.find
-    for i, w in enumerate(wants):
-        if i in known or w.topic_id is None:
             continue
-        topic = states.get(w.topic_id)
-        o = topic.get(w.partition) if topic is not None else None
-        if o is None:
-            continue
-        found = find(w.topic_id, w.partition, w.fetch_offset, max(1, min(w.max_bytes, max_bytes)), o.log_start_offset)
+        limit = max(1, min(w.max_bytes, max_bytes))
+        found = reader.find_tail(topic_id, w.partition, w.fetch_offset, limit, o.log_start_offset)
         if found is not None:
             hw = max(o.high_watermark, found[-1].last_offset + 1)
-            known[i] = PartitionFetch(ErrorCode.NONE, o.log_start_offset, hw, found)
-            if reader.leases is not None:
-                reader.leases.seen(b.object_key for b in found)
+            out[i] = PartitionFetch(ErrorCode.NONE, o.log_start_offset, hw, found)
+    return out
 
 
 async def _stable(reader: FetchReader, wants: list[_Want], found: list[PartitionFetch]) -> None:
@@ -295,10 +274,7 @@ async def fetch_once(
     read_committed: bool = False,
 ) -> list[PartitionFetch]:
     """Plan and read one answer for ``wants`` (in request order)."""
-    idle: dict[int, PartitionFetch] = {}
-    if len(wants) >= BULK_MIN:
-        idle, states = await _caught_up(reader, wants)
-        _from_tail(reader, wants, idle, states, max_bytes)
+    idle = await _caught_up(reader, wants, max_bytes) if len(wants) >= BULK_MIN else {}
     rest = [(i, w) for i, w in enumerate(wants) if i not in idle]
     if len(rest) >= LOOKUP_MANY_MIN:
         looked = iter(await _lookup_many(reader, [w for _, w in rest], max_bytes, fresh))
