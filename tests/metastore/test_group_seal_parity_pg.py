@@ -1,18 +1,18 @@
-"""Differential test of the optimistic seal's producer check (migration 0017).
+"""Differential test of the group commit's producer check (migration 0017).
 
 ``test_sequencer_parity`` replays random idempotent traffic in groups of a few
 dozen batches, which Postgres commits on its small path. Here groups go through
 the COPY paths (``COPY_MIN_BATCHES`` lowered to 1): once the metastore knows the
 high watermarks it expects, a group is COPYed at them and sealed by
-``floe_group_seal``, which checks each (partition, producer) key's sequence,
-keeps the key's newest five entries and declines anything else, sending the
+``floe_group_seal``; before that, and after every decline, a group goes through
+``floe_group_begin``. Both check each (partition, producer) key's sequence,
+keep the key's newest five entries and decline anything else, sending the
 group down the general path. The traffic alternates runs of in-order groups
-(sealed) with retries of one of a key's last seven batches, a sequence gap or a
-stale epoch (declined, then answered from the entries the seals kept: a retry
-of the fifth newest batch is a duplicate, of the sixth is out of order). Every
-batch must get the answer it gets when the objects are committed one at a time
-on SQLite, and
-the same producer entries must be stored.
+(accepted) with retries of one of a key's last seven batches, a sequence gap or
+a stale epoch (declined, then answered from the entries the fast paths kept: a
+retry of the fifth newest batch is a duplicate, of the sixth is out of order).
+Every batch must get the answer it gets when the objects are committed one at a
+time on SQLite, and the same producer entries must be stored.
 """
 
 from __future__ import annotations
