@@ -31,6 +31,8 @@ from metastore.sequencer import (
     ProducerKey,
     fresh_objects,
     group_outcome,
+    in_sequence,
+    last_sequence,
     object_spans,
     plan_commit,
 )
@@ -68,6 +70,31 @@ SELECT json_group_array(json_array(b.topic_id, b.partition, b.producer_id, b.pro
                          AND b.partition = json_extract(j.value, '$[1]')
                          AND b.producer_id = json_extract(j.value, '$[2]')
 """
+# Only each key's newest entry: all an in-order group needs (see _in_order).
+_NEWEST_PRODUCERS = """
+SELECT json_group_array(json_array(b.topic_id, b.partition, b.producer_id, b.producer_epoch,
+                        b.base_sequence, b.last_sequence, b.base_offset, b.last_offset, b.append_time))
+  FROM json_each(?) AS j
+  JOIN producer_batches b ON b.rowid = (
+       SELECT c.rowid FROM producer_batches c
+        WHERE c.topic_id = json_extract(j.value, '$[0]') AND c.partition = json_extract(j.value, '$[1]')
+          AND c.producer_id = json_extract(j.value, '$[2]')
+        ORDER BY c.base_offset DESC LIMIT 1)
+"""
+# After an in-order group: each key keeps its newest 5 entries.
+_TRIM_PRODUCERS = """
+DELETE FROM producer_batches
+ WHERE rowid IN (
+       SELECT c.rowid FROM json_each(?) AS j
+         JOIN producer_batches c ON c.topic_id = json_extract(j.value, '$[0]')
+                                AND c.partition = json_extract(j.value, '$[1]')
+                                AND c.producer_id = json_extract(j.value, '$[2]')
+        WHERE c.base_offset < (
+              SELECT d.base_offset FROM producer_batches d
+               WHERE d.topic_id = c.topic_id AND d.partition = c.partition
+                 AND d.producer_id = c.producer_id
+               ORDER BY d.base_offset DESC LIMIT 1 OFFSET 4))
+"""
 _DELETE_PRODUCERS = """
 DELETE FROM producer_batches
  WHERE (topic_id, partition, producer_id, base_offset) IN (
@@ -88,7 +115,11 @@ def sqlite_commit(db: sqlite3.Connection, objects: Sequence[ObjectToCommit], now
     # No order needed: BEGIN IMMEDIATE holds the whole database, there are no row locks to order.
     wanted = list({(b.topic_id, b.partition) for b in batches})
     states = _states(db, ids, wanted)
-    producers = _producers(db, ids, list({(b.topic_id, b.partition, b.producer_id) for b in batches if b.producer_id >= 0}))
+    keys = list({(b.topic_id, b.partition, b.producer_id) for b in batches if b.producer_id >= 0})
+    producers = _producers(db, ids, keys, _NEWEST_PRODUCERS)
+    lean = _in_order(batches, producers)
+    if not lean:  # a retry, a gap, an epoch bump, a marker: plan_commit needs the last 5
+        producers = _producers(db, ids, keys)
     # What is stored now, by base offset (unique in a partition): plan_commit edits the lists in place.
     stored = {k: {e.base_offset for e in v} for k, v in producers.items()}
     plan = plan_commit(batches, states, producers, now)
@@ -103,7 +134,31 @@ def sqlite_commit(db: sqlite3.Connection, objects: Sequence[ObjectToCommit], now
         changed = [[t.hex, p, st.high_watermark, st.added_bytes] for (t, p), st in states.items() if st.changed]
         db.execute(_UPDATE_PARTITIONS, (json.dumps(changed),))
     _store_producers(db, plan.touched_producers, producers, stored)
+    if lean:
+        trim = [[t.hex, p, pid] for t, p, pid in plan.touched_producers if stored.get((t, p, pid))]
+        if trim:
+            db.execute(_TRIM_PRODUCERS, (json.dumps(trim),))
     return out
+
+
+def _in_order(batches: Sequence[BatchToCommit], newest: dict[ProducerKey, list[ProducerBatch]]) -> bool:
+    """Whether every idempotent batch is the next of its key's sequence (same epoch,
+    following the key's newest stored entry or its previous batch in the group) or
+    its key has no state. Then plan_commit decides exactly as it would with the
+    key's last 5 entries: an in-sequence batch cannot equal an older entry (the
+    duplicate check), and it is accepted."""
+    last = {k: (v[-1].producer_epoch, v[-1].last_sequence) for k, v in newest.items()}
+    for b in batches:
+        if b.producer_id < 0:
+            continue
+        if b.base_sequence < 0:
+            return False  # a transaction marker
+        key = (b.topic_id, b.partition, b.producer_id)
+        prev = last.get(key)
+        if prev is not None and (prev[0] != b.producer_epoch or not in_sequence(prev[1], b.base_sequence)):
+            return False
+        last[key] = (b.producer_epoch, last_sequence(b.base_sequence, b.last_offset_delta))
+    return True
 
 
 def _insert_object(db: sqlite3.Connection, o: ObjectToCommit, live: bool, now: int) -> int:
@@ -130,12 +185,12 @@ def _states(
 
 
 def _producers(
-    db: sqlite3.Connection, ids: dict[str, uuid.UUID], keys: list[ProducerKey]
+    db: sqlite3.Connection, ids: dict[str, uuid.UUID], keys: list[ProducerKey], sql: str = _PRODUCERS
 ) -> dict[ProducerKey, list[ProducerBatch]]:
     out: dict[ProducerKey, list[ProducerBatch]] = {}
     if not keys:
         return out
-    (found,) = db.execute(_PRODUCERS, (json.dumps([[t.hex, p, pid] for t, p, pid in keys]),)).fetchone()
+    (found,) = db.execute(sql, (json.dumps([[t.hex, p, pid] for t, p, pid in keys]),)).fetchone()
     # The last batches of each producer in offset order (what plan_commit expects).
     for t, p, pid, *entry in sorted(json.loads(found), key=lambda r: r[6]):
         out.setdefault((ids[t], p, pid), []).append(ProducerBatch(*entry))

@@ -540,6 +540,22 @@ async def test_sequence_wraps_at_int32_max(ms: Metastore) -> None:
     assert wrapped[0].error is E.NONE
 
 
+async def test_epoch_bump_at_the_sequence_wrap_forgets_the_old_epoch(ms: Metastore) -> None:
+    """A new epoch starting at 0 right after the old one's sequence reached int32 max
+    is in sequence by number but not by epoch: the old epoch's batches must be gone,
+    not kept as duplicates of the new epoch's."""
+    t = await make_topic(ms, "t", 1)
+    old = [batch(t.id, 0, 1, pid=4, epoch=0, seq=INT32_MAX - n) for n in (3, 2, 1, 0)]
+    await ms.commit_objects([ObjectToCommit(key(), 1, "a", [b]) for b in old])
+    bumped = await ms.commit_object(key(), 1, "a", [batch(t.id, 0, 1, pid=4, epoch=1, seq=0)])
+    assert (bumped[0].error, bumped[0].base_offset) == (E.NONE, 4)
+    reused = await ms.commit_object(
+        key(), 1, "a", [batch(t.id, 0, 1, pid=4, epoch=1, seq=INT32_MAX - 3)]
+    )
+    assert reused[0].error is E.OUT_OF_ORDER_SEQUENCE_NUMBER  # not a duplicate of offset 0
+    assert (await ms.list_offsets(t.id, 0, -1)).offset == 5
+
+
 async def test_retry_older_than_last_five_is_out_of_order(ms: Metastore) -> None:
     """Kafka keeps 5 batches per producer and partition; a retry of an older one is
     rejected with OUT_OF_ORDER_SEQUENCE_NUMBER (current Kafka; the old

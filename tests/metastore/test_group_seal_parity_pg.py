@@ -8,9 +8,10 @@ high watermarks it expects, a group is COPYed at them and sealed by
 ``floe_group_begin``. Both check each (partition, producer) key's sequence,
 keep the key's newest five entries and decline anything else, sending the
 group down the general path. The traffic alternates runs of in-order groups
-(accepted) with retries of one of a key's last seven batches, a sequence gap or
-a stale epoch (declined, then answered from the entries the fast paths kept: a
-retry of the fifth newest batch is a duplicate, of the sixth is out of order).
+(accepted) with retries of one of a key's last seven batches, a sequence gap, a
+stale epoch or an epoch bump (declined, then answered from the entries the fast
+paths kept: a retry of the fifth newest batch is a duplicate, of the sixth is
+out of order; a new epoch's batches are checked against its own entries only).
 Every batch must get the answer it gets when the objects are committed one at a
 time on SQLite, and the same producer entries must be stored.
 """
@@ -52,10 +53,18 @@ def traffic(seed: int, groups: int = 120) -> list[list[list[Template]]]:
             if kind < 0.7:  # a retry of one of the key's last 7 batches
                 past = history[key]
                 batch = past[-rng.randint(1, min(7, len(past)))]
-            elif kind < 0.85:  # a gap
+            elif kind < 0.8:  # a gap
                 batch = (partition, 1, pid, epochs[pid], next_seq[key] + rng.randint(1, 3))
-            else:  # a stale epoch
+            elif kind < 0.9:  # a stale epoch
                 batch = (partition, 1, pid, epochs[pid] - 1, next_seq[key])
+            else:  # an epoch bump: every partition of the producer starts again at 0
+                epochs[pid] += 1
+                for k in next_seq:
+                    if k[0] == pid:
+                        next_seq[k] = 0
+                batch = (partition, 1, pid, epochs[pid], 0)
+                history[key].append(batch)
+                next_seq[key] = 1
             out.append([[batch]])
             continue
         objects = []
