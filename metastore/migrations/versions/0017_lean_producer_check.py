@@ -40,6 +40,55 @@ down_revision = "0016"
 branch_labels = None
 depends_on = None
 
+# The producer check of both functions, one statement: each batch must be the next
+# of its sequence (the previous batch of its key in the group, else the key's newest
+# stored entry); a key keeps its newest 5 entries. Each key's stored entries are read
+# once (newest first, from the primary key) and dropped by their row ids, within the
+# statement's one snapshot. It writes before the answer (``in_order``) is known: a
+# declined call is rolled back by its caller.
+PRODUCER_CHECK = r"""
+        WITH x AS (
+            SELECT u.idx, u.pid, u.epoch, u.seq, u.rel, u.delta,
+                   lag(u.epoch) OVER w AS prev_epoch,
+                   (lag(u.seq::bigint + u.delta) OVER w) % 2147483648 AS prev_lseq,
+                   count(*) OVER k AS c,
+                   count(*) OVER k - row_number() OVER w + 1 AS rd
+              FROM unnest(p_pb_index, p_pb_idx, p_producer_ids, p_producer_epochs,
+                          p_base_sequences, p_pb_rel, p_pb_delta)
+                   AS u(bi, idx, pid, epoch, seq, rel, delta)
+            WINDOW w AS (PARTITION BY u.idx, u.pid ORDER BY u.bi), k AS (PARTITION BY u.idx, u.pid)
+        ), st AS MATERIALIZED (
+            SELECT x.epoch, x.seq, x.c, e.pos, e.epoch AS s_epoch, e.lseq AS s_lseq, e.tid
+              FROM x CROSS JOIN LATERAL (
+                   SELECT row_number() OVER (ORDER BY s.base_offset DESC) AS pos,
+                          s.producer_epoch AS epoch, s.last_sequence AS lseq, s.ctid AS tid
+                     FROM producer_batches s
+                    WHERE s.topic_id = p_t_topic[x.idx] AND s.partition = p_t_part[x.idx]
+                      AND s.producer_id = x.pid) e
+             WHERE x.prev_lseq IS NULL
+        ), gone AS (
+            DELETE FROM producer_batches d
+             WHERE d.ctid = ANY (ARRAY(SELECT st.tid FROM st WHERE st.pos > 5 - st.c))
+        ), added AS (
+            INSERT INTO producer_batches (topic_id, partition, producer_id, base_offset,
+                                          producer_epoch, base_sequence, last_sequence,
+                                          last_offset, append_time)
+            SELECT p_t_topic[x.idx], p_t_part[x.idx], x.pid, f_hwm[x.idx] + x.rel, x.epoch, x.seq,
+                   ((x.seq::bigint + x.delta) % 2147483648)::integer,
+                   f_hwm[x.idx] + x.rel + x.delta, p_now
+              FROM x
+             WHERE x.rd <= 5
+        )
+        SELECT coalesce((SELECT bool_and(x.epoch = x.prev_epoch
+                                         AND (x.seq::bigint = x.prev_lseq + 1
+                                              OR (x.seq = 0 AND x.prev_lseq = 2147483647)))
+                           FROM x WHERE x.prev_lseq IS NOT NULL), true)
+           AND coalesce((SELECT bool_and(st.epoch = st.s_epoch
+                                         AND (st.seq::bigint = st.s_lseq::bigint + 1
+                                              OR (st.seq = 0 AND st.s_lseq = 2147483647)))
+                           FROM st WHERE st.pos = 1), true)
+          INTO in_order;"""
+
 GROUP_BEGIN = r"""
 CREATE OR REPLACE FUNCTION floe_group_begin(
     p_now bigint,
@@ -104,55 +153,10 @@ BEGIN
         RETURN;
     END IF;
 
-    -- 3. Idempotent producers, in one statement: each batch must be the next of
-    --    its sequence (the previous batch of its key in the group, else the key's
-    --    newest stored entry); a key keeps its newest 5 entries. The statement
-    --    writes before the answer is known: a declined begin is rolled back by its
-    --    caller, with the object rows before it. Each key's stored entries are read
-    --    once (newest first, from the primary key) and dropped by their row ids,
-    --    within the statement's one snapshot.
+    -- 3. Idempotent producers (PRODUCER_CHECK in migration 0017); declined, the
+    --    caller rolls back what it wrote, with the object rows before it.
     IF k > 0 THEN
-        WITH x AS (
-            SELECT u.idx, u.pid, u.epoch, u.seq, u.rel, u.delta,
-                   lag(u.epoch) OVER w AS prev_epoch,
-                   (lag(u.seq::bigint + u.delta) OVER w) % 2147483648 AS prev_lseq,
-                   count(*) OVER k AS c,
-                   count(*) OVER k - row_number() OVER w + 1 AS rd
-              FROM unnest(p_pb_index, p_pb_idx, p_producer_ids, p_producer_epochs,
-                          p_base_sequences, p_pb_rel, p_pb_delta)
-                   AS u(bi, idx, pid, epoch, seq, rel, delta)
-            WINDOW w AS (PARTITION BY u.idx, u.pid ORDER BY u.bi), k AS (PARTITION BY u.idx, u.pid)
-        ), st AS MATERIALIZED (
-            SELECT x.epoch, x.seq, x.c, e.pos, e.epoch AS s_epoch, e.lseq AS s_lseq, e.tid
-              FROM x CROSS JOIN LATERAL (
-                   SELECT row_number() OVER (ORDER BY s.base_offset DESC) AS pos,
-                          s.producer_epoch AS epoch, s.last_sequence AS lseq, s.ctid AS tid
-                     FROM producer_batches s
-                    WHERE s.topic_id = p_t_topic[x.idx] AND s.partition = p_t_part[x.idx]
-                      AND s.producer_id = x.pid) e
-             WHERE x.prev_lseq IS NULL
-        ), gone AS (
-            DELETE FROM producer_batches d
-             WHERE d.ctid = ANY (ARRAY(SELECT st.tid FROM st WHERE st.pos > 5 - st.c))
-        ), added AS (
-            INSERT INTO producer_batches (topic_id, partition, producer_id, base_offset,
-                                          producer_epoch, base_sequence, last_sequence,
-                                          last_offset, append_time)
-            SELECT p_t_topic[x.idx], p_t_part[x.idx], x.pid, f_hwm[x.idx] + x.rel, x.epoch, x.seq,
-                   ((x.seq::bigint + x.delta) % 2147483648)::integer,
-                   f_hwm[x.idx] + x.rel + x.delta, p_now
-              FROM x
-             WHERE x.rd <= 5
-        )
-        SELECT coalesce((SELECT bool_and(x.epoch = x.prev_epoch
-                                         AND (x.seq::bigint = x.prev_lseq + 1
-                                              OR (x.seq = 0 AND x.prev_lseq = 2147483647)))
-                           FROM x WHERE x.prev_lseq IS NOT NULL), true)
-           AND coalesce((SELECT bool_and(st.epoch = st.s_epoch
-                                         AND (st.seq::bigint = st.s_lseq::bigint + 1
-                                              OR (st.seq = 0 AND st.s_lseq = 2147483647)))
-                           FROM st WHERE st.pos = 1), true)
-          INTO in_order;
+@PRODUCER_CHECK@
         IF NOT in_order THEN
             RETURN QUERY SELECT false, o_ids, NULL::bigint[], NULL::bigint[];
             RETURN;
@@ -169,7 +173,7 @@ BEGIN
     RETURN QUERY SELECT true, o_ids, f_hwm, f_lso;
 END
 $fn$
-"""
+""".replace("@PRODUCER_CHECK@\n", PRODUCER_CHECK.lstrip("\n") + "\n")
 
 GROUP_SEAL = r"""CREATE OR REPLACE FUNCTION floe_group_seal(
     p_now bigint,
@@ -208,55 +212,10 @@ BEGIN
         RETURN;
     END IF;
 
-    -- 2. Idempotent producers, in one statement: each batch must be the next of
-    --    its sequence (the previous batch of its key in the group, else the key's
-    --    newest stored entry); a key keeps its newest 5 entries. The statement
-    --    writes before the answer is known: a declined seal is rolled back by its
-    --    caller, with the COPY that preceded it. Each key's stored entries are read
-    --    once (newest first, from the primary key) and dropped by their row ids,
-    --    within the statement's one snapshot.
+    -- 2. Idempotent producers (PRODUCER_CHECK in migration 0017); declined, the
+    --    caller rolls back what it wrote, with the COPY that preceded it.
     IF k > 0 THEN
-        WITH x AS (
-            SELECT u.idx, u.pid, u.epoch, u.seq, u.rel, u.delta,
-                   lag(u.epoch) OVER w AS prev_epoch,
-                   (lag(u.seq::bigint + u.delta) OVER w) % 2147483648 AS prev_lseq,
-                   count(*) OVER k AS c,
-                   count(*) OVER k - row_number() OVER w + 1 AS rd
-              FROM unnest(p_pb_index, p_pb_idx, p_producer_ids, p_producer_epochs,
-                          p_base_sequences, p_pb_rel, p_pb_delta)
-                   AS u(bi, idx, pid, epoch, seq, rel, delta)
-            WINDOW w AS (PARTITION BY u.idx, u.pid ORDER BY u.bi), k AS (PARTITION BY u.idx, u.pid)
-        ), st AS MATERIALIZED (
-            SELECT x.epoch, x.seq, x.c, e.pos, e.epoch AS s_epoch, e.lseq AS s_lseq, e.tid
-              FROM x CROSS JOIN LATERAL (
-                   SELECT row_number() OVER (ORDER BY s.base_offset DESC) AS pos,
-                          s.producer_epoch AS epoch, s.last_sequence AS lseq, s.ctid AS tid
-                     FROM producer_batches s
-                    WHERE s.topic_id = p_t_topic[x.idx] AND s.partition = p_t_part[x.idx]
-                      AND s.producer_id = x.pid) e
-             WHERE x.prev_lseq IS NULL
-        ), gone AS (
-            DELETE FROM producer_batches d
-             WHERE d.ctid = ANY (ARRAY(SELECT st.tid FROM st WHERE st.pos > 5 - st.c))
-        ), added AS (
-            INSERT INTO producer_batches (topic_id, partition, producer_id, base_offset,
-                                          producer_epoch, base_sequence, last_sequence,
-                                          last_offset, append_time)
-            SELECT p_t_topic[x.idx], p_t_part[x.idx], x.pid, f_hwm[x.idx] + x.rel, x.epoch, x.seq,
-                   ((x.seq::bigint + x.delta) % 2147483648)::integer,
-                   f_hwm[x.idx] + x.rel + x.delta, p_now
-              FROM x
-             WHERE x.rd <= 5
-        )
-        SELECT coalesce((SELECT bool_and(x.epoch = x.prev_epoch
-                                         AND (x.seq::bigint = x.prev_lseq + 1
-                                              OR (x.seq = 0 AND x.prev_lseq = 2147483647)))
-                           FROM x WHERE x.prev_lseq IS NOT NULL), true)
-           AND coalesce((SELECT bool_and(st.epoch = st.s_epoch
-                                         AND (st.seq::bigint = st.s_lseq::bigint + 1
-                                              OR (st.seq = 0 AND st.s_lseq = 2147483647)))
-                           FROM st WHERE st.pos = 1), true)
-          INTO in_order;
+@PRODUCER_CHECK@
         IF NOT in_order THEN
             RETURN QUERY SELECT false, NULL::bigint[];
             RETURN;
@@ -273,7 +232,7 @@ BEGIN
     RETURN QUERY SELECT true, f_lso;
 END
 $fn$
-"""
+""".replace("@PRODUCER_CHECK@\n", PRODUCER_CHECK.lstrip("\n") + "\n")
 
 
 def upgrade() -> None:
