@@ -144,6 +144,12 @@ async def _resolve(broker: Broker, ctx: RequestContext, req: FetchRequest, by_id
     return wants
 
 
+def _limit(w: _Want, max_bytes: int) -> int:
+    """The bytes a lookup of ``w`` may return: its partition's limit within the
+    request's, and at least 1 (the first batch is always sent)."""
+    return max(1, min(w.max_bytes, max_bytes))
+
+
 async def _lookup(reader: FetchReader, w: _Want, limit: int, fresh: bool) -> PartitionFetch:
     if w.topic_id is None:
         return PartitionFetch(w.error)
@@ -162,7 +168,7 @@ async def _lookup_many(
 ) -> list[PartitionFetch]:
     """:func:`_lookup` of many partitions in one metastore call."""
     keys = [
-        (w.topic_id, w.partition, w.fetch_offset, max(1, min(w.max_bytes, max_bytes)))
+        (w.topic_id, w.partition, w.fetch_offset, _limit(w, max_bytes))
         for w in wants
         if w.topic_id is not None
     ]
@@ -224,16 +230,14 @@ async def _caught_up(reader: FetchReader, wants: list[_Want], max_bytes: int) ->
     if not states:
         return out
     for i, w in enumerate(wants):
-        topic_id = w.topic_id
-        topic = states.get(topic_id) if topic_id is not None else None
+        topic = states.get(w.topic_id) if w.topic_id is not None else None
         o = topic.get(w.partition) if topic is not None else None
-        if o is None or topic_id is None:
+        if o is None or w.topic_id is None:
             continue
         if o.log_start_offset <= w.fetch_offset == o.high_watermark:
             out[i] = PartitionFetch(ErrorCode.NONE, o.log_start_offset, o.high_watermark)
             continue
-        limit = max(1, min(w.max_bytes, max_bytes))
-        found = reader.find_tail(topic_id, w.partition, w.fetch_offset, limit, o.log_start_offset)
+        found = reader.find_tail(w.topic_id, w.partition, w.fetch_offset, _limit(w, max_bytes), o.log_start_offset)
         if found is not None:
             hw = max(o.high_watermark, found[-1].last_offset + 1)
             out[i] = PartitionFetch(ErrorCode.NONE, o.log_start_offset, hw, found)
@@ -281,7 +285,7 @@ async def fetch_once(
     else:
         looked = iter(
             await asyncio.gather(
-                *(_lookup(reader, w, max(1, min(w.max_bytes, max_bytes)), fresh) for _, w in rest)
+                *(_lookup(reader, w, _limit(w, max_bytes), fresh) for _, w in rest)
             )
         )
     found = [idle[i] if i in idle else next(looked) for i in range(len(wants))]
