@@ -115,7 +115,9 @@ class ConsumerThread(threading.Thread):
                 **conf,
             }
         )
-        self.c.subscribe([topic], on_assign=self._assigned)
+        self.c.subscribe([topic], on_assign=self._assigned, on_revoke=self._revoked)
+        self.tag = name
+        self.current: list[TopicPartition] = []
         self.seen: list[tuple[int, int, str]] = []
         self.assignments = 0
         self.stop = threading.Event()
@@ -123,6 +125,10 @@ class ConsumerThread(threading.Thread):
 
     def _assigned(self, _c: Any, parts: list[TopicPartition]) -> None:
         self.assignments += 1
+        self.current = list(parts)
+
+    def _revoked(self, _c: Any, _parts: list[TopicPartition]) -> None:
+        self.current = []
 
     def run(self) -> None:
         try:
@@ -147,6 +153,7 @@ class ConsumerThread(threading.Thread):
 
 def test_kill9_coordinator_mid_run(tmp_path: Path, pg_s3: Backend) -> None:
     group, agents = start_cluster(tmp_path, pg_s3, ["a", "a", "b"])
+    passed = False
     try:
         create_topic(agents[0], "events", 12)
         # The agent that coordinates the group (every agent agrees) is the one we kill.
@@ -204,12 +211,15 @@ def test_kill9_coordinator_mid_run(tmp_path: Path, pg_s3: Backend) -> None:
         acked = {v: pos for p in producers for v, pos in p.acked.items()}
         failed = [f for p in producers for f in p.failed]
         assert len(acked) + len(failed) == 9000
-        wait_for(
-            lambda: {v for c in consumers for _, _, v in c.seen} >= set(acked),
-            timeout=60,
-            what="every acknowledged record consumed",
-            every=0.5,
-        )
+        try:
+            wait_for(
+                lambda: {v for c in consumers for _, _, v in c.seen} >= set(acked),
+                timeout=60,
+                what="every acknowledged record consumed",
+                every=0.5,
+            )
+        except AssertionError:
+            raise AssertionError(_unconsumed_report(survivors[0], consumers, acked)) from None
         for c in consumers:
             c.stop.set()
         for c in consumers:
@@ -231,8 +241,47 @@ def test_kill9_coordinator_mid_run(tmp_path: Path, pg_s3: Backend) -> None:
         )
         assert all(n >= 2 for n in rebalances[1:]), rebalances  # rebalanced after the move
         assert not [e for c in consumers[1:] for e in c.errors if "commit" not in e]
+        passed = True
     finally:
-        group.close(show_logs=False)
+        group.close(show_logs=not passed)
+
+
+def _unconsumed_report(
+    agent: Any, consumers: list[ConsumerThread], acked: dict[str, tuple[int, int]]
+) -> str:
+    """Why acknowledged records went unconsumed: a stalled group, or records not in the log.
+
+    Reads every partition from the start with a fresh, group-less consumer and says
+    which missing records it finds at their acknowledged positions.
+    """
+    consumed = {v for c in consumers for _, _, v in c.seen}
+    missing = {v: pos for v, pos in acked.items() if v not in consumed}
+    in_log: dict[tuple[int, int], str] = {}
+    parts = sorted({p for p, _ in missing.values()})
+    reader = Consumer(
+        {"bootstrap.servers": agent.bootstrap, "group.id": "diagnosis", "enable.auto.commit": False}
+    )
+    try:
+        reader.assign([TopicPartition("events", p, 0) for p in parts])
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not set(missing.values()) <= set(in_log):
+            for m in reader.consume(500, 0.5):
+                if not m.error():
+                    in_log[(m.partition(), m.offset())] = m.value()[:32].decode().rstrip("#")
+    finally:
+        reader.close()
+    found = sorted(v for v, pos in missing.items() if in_log.get(pos) == v)
+    lost = sorted(v for v, pos in missing.items() if in_log.get(pos) != v)
+    per_consumer = [
+        (c.tag, c.assignments, [tp.partition for tp in c.current], len(c.seen), c.errors[-3:])
+        for c in consumers
+    ]
+    return (
+        f"{len(missing)} acknowledged records unconsumed; in the log at their acked position: "
+        f"{len(found)} {found[:5]}; NOT in the log: {len(lost)} "
+        f"{[(v, missing[v], in_log.get(missing[v])) for v in lost[:5]]}; "
+        f"consumers (name, assignments, current, seen, last errors): {per_consumer}"
+    )
 
 
 def _coordinator(agent: Any, group_id: str) -> int:
