@@ -15,9 +15,12 @@ requests in it can still send more. When that number is zero every waiting
 connection is blocked on this very segment: waiting longer brings no more data
 from them, so the segment is sealed (reason ``blocked``). When no produce
 request has arrived for a while the agent is idle and the segment is sealed too
-(reason ``idle``). Neither fires before the segment is ``flush_min_interval_ms``
-old, which bounds the PUT and commit rates; ``flush_interval_ms`` stays the
-upper bound (reason ``interval``) and ``flush_bytes`` the size bound (``size``).
+(reason ``idle``). Neither fires before ``flush_min_interval_ms`` have passed
+since the previous seal, which bounds the PUT and commit rates. (Counted from
+the segment's opening instead, a segment opened while the previous one was
+committing would wait the whole minimum again, the commit's time on top of it.)
+``flush_interval_ms`` stays the upper bound (reason ``interval``) and
+``flush_bytes`` the size bound (``size``).
 """
 
 from __future__ import annotations

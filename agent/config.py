@@ -72,8 +72,8 @@ class AgentConfig(BaseSettings):
         125,
         ge=0,
         description=(
-            "Adaptive sealing's lower bound: once the open segment is this old it is closed as soon"
-            " as every connection waiting in it is blocked at its in-flight limit or no produce"
+            "Adaptive sealing's lower bound: once this long has passed since the previous seal,"
+            " the open segment is closed as soon as every connection waiting in it is blocked at its in-flight limit or no produce"
             " request arrives for a quarter of this; >= flush_interval_ms turns adaptive sealing off"
         ),
     )

@@ -2,11 +2,12 @@
 
 Validated record batches from every connection go into ONE open segment for
 all partitions. The segment is sealed when it reaches ``flush_bytes``, when it
-is older than ``flush_interval_ms``, or, once it is ``flush_min_interval_ms``
-old, as soon as waiting longer cannot bring more data: every connection with
-requests in it is blocked at its learned in-flight limit, or no produce request
-has arrived for a while (adaptive sealing, :mod:`agent.autobatch`). The reason
-is counted in ``floe_segment_seals_total{reason}``. Sealed segments are uploaded concurrently (bounded) with create-only
+is older than ``flush_interval_ms``, or, once ``flush_min_interval_ms`` have
+passed since the previous seal, as soon as waiting longer cannot bring more
+data: every connection with requests in it is blocked at its learned in-flight
+limit, or no produce request has arrived for a while (adaptive sealing,
+:mod:`agent.autobatch`). The reason is counted in
+``floe_segment_seals_total{reason}``. Sealed segments are uploaded concurrently (bounded) with create-only
 PUTs, then committed to the metastore strictly in seal order (upload
 concurrently, commit in order): the committer takes the next segment and every
 following one whose upload has already finished, and commits them as one group
@@ -183,6 +184,7 @@ class ProducePipeline:
         self._adaptive = min_ms < flush_interval_ms
         self._idle_gap = self._min_interval / 4
         self._policy = SealPolicy()
+        self._last_seal_at: float | None = None
         self._clock = clock or SystemClock()
         self._on_commit = on_commit
         self._on_committed = on_committed
@@ -257,7 +259,7 @@ class ProducePipeline:
                 # seals anywhere in [interval, 1.5 * interval] and adds to every p99.
                 loop.call_later(self._interval, self._seal_if_open, seg)
                 if self._adaptive:
-                    loop.call_later(self._min_interval, self._check_adaptive, seg)
+                    loop.call_later(max(0.0, self._adaptive_at(seg) - now), self._check_adaptive, seg)
         first = len(seg.builder)
         add = seg.builder.add
         parts = seg.partitions
@@ -270,12 +272,20 @@ class ProducePipeline:
         self._policy.appended(flow, now)
         if seg.builder.size >= self._flush_bytes:
             self.seal("size")
-        elif self._adaptive and self._policy.all_blocked and now - seg.opened_at >= self._min_interval:
+        elif self._adaptive and self._policy.all_blocked and now >= self._adaptive_at(seg):
             self.seal("blocked")
         return fut
 
+    def _adaptive_at(self, seg: _Segment) -> float:
+        """When adaptive sealing may first close ``seg``: the minimum interval after the
+        previous seal, or after ``seg`` opened if it is the first. Counting from the last
+        seal bounds the PUT and commit rate just as well, and a segment opened while the
+        previous one was still committing does not wait a whole minimum again."""
+        last = self._last_seal_at
+        return (seg.opened_at if last is None else min(last, seg.opened_at)) + self._min_interval
+
     def _adaptive_reason(self, seg: _Segment, now: float) -> str | None:
-        if not self._adaptive or now - seg.opened_at < self._min_interval:
+        if not self._adaptive or now < self._adaptive_at(seg):
             return None
         if self._policy.all_blocked:
             return "blocked"
@@ -298,7 +308,7 @@ class ProducePipeline:
             self.seal(reason)
 
     def _check_adaptive(self, seg: _Segment) -> None:
-        """Timer: at opened_at + min interval, then whenever the agent may have gone idle."""
+        """Timer: at the first adaptive moment, then whenever the agent may have gone idle."""
         if self._open is not seg:
             return
         now = self._clock.monotonic()
@@ -306,7 +316,7 @@ class ProducePipeline:
         if reason is not None:
             self.seal(reason)
             return
-        nxt = max(self._policy.last_append + self._idle_gap, seg.opened_at + self._min_interval)
+        nxt = max(self._policy.last_append + self._idle_gap, self._adaptive_at(seg))
         if nxt < seg.opened_at + self._interval:
             asyncio.get_running_loop().call_later(max(0.0, nxt - now), self._check_adaptive, seg)
 
@@ -324,6 +334,7 @@ class ProducePipeline:
         if seg is None or len(seg.builder) == 0:
             return
         self._open = None
+        self._last_seal_at = self._clock.monotonic()
         self._policy.sealed()
         METRICS.seals.labels(reason).inc()
         self._seq += 1

@@ -1,7 +1,7 @@
-"""Adaptive sealing (AutoBatch): the open segment is sealed once it is
-flush_min_interval old and every waiting connection is blocked at its learned
-in-flight limit, or the agent is idle; never before the minimum, always by the
-interval. Injected clock, no sleeps."""
+"""Adaptive sealing (AutoBatch): the open segment is sealed once flush_min_interval
+has passed since the previous seal and every waiting connection is blocked at its
+learned in-flight limit, or the agent is idle; never before the minimum, always by
+the interval. Injected clock, no sleeps."""
 
 from __future__ import annotations
 
@@ -61,6 +61,38 @@ async def test_blocked_connections_seal_at_the_minimum_interval(meta, topic):  #
     await asyncio.wait_for(fut, 10)
     assert seals("blocked") == before + 1
     assert flow.outstanding == 0
+    await p.close()
+
+
+async def test_minimum_counts_from_the_previous_seal_not_the_first_request(meta, topic):  # noqa: F811
+    """A blocked client's next request arrives only after its previous segment was
+    committed; the minimum must not start again there, or every cycle is the
+    minimum plus the commit."""
+    clock = ManualClock()
+    store = open_object_store("memory://", retry=False)
+    p = make(store, meta, clock, flush_interval_ms=250, flush_min_interval_ms=100)
+    p.start(ticker=False)
+    data = batch()
+    flow = ProduceFlow()  # a synchronous client: one request in flight
+    before = seals("blocked")
+    await p.reserve(len(data))
+    first = p.append([item(topic.id, 4, data)], len(data), flow)
+    clock.advance(0.1)
+    p.tick()
+    await asyncio.wait_for(first, 10)  # sealed at t = 0.1
+    clock.advance(0.06)  # the commit took 60 ms; the next request comes now
+    await p.reserve(len(data))
+    second = p.append([item(topic.id, 4, data)], len(data), flow)
+    await _settle()
+    assert not second.done()  # blocked, but only 60 ms since the last seal
+    clock.advance(0.038)
+    p.tick()
+    await _settle()
+    assert not second.done()  # 98 ms since the last seal
+    clock.advance(0.003)
+    p.tick()  # 101 ms since the last seal, 41 ms after the request: sealed
+    await asyncio.wait_for(second, 10)
+    assert seals("blocked") == before + 2
     await p.close()
 
 
