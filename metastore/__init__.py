@@ -11,10 +11,17 @@ for a metastore served by ``floe metastore serve``), migrates the schema unless 
 from __future__ import annotations
 
 from metastore.base import Clock, system_clock_ms
-from metastore.engine import create_engine, create_read_engine, is_postgres, normalize_url
+from metastore.engine import (
+    SQLITE_WAL_AUTOCHECKPOINT_PAGES,
+    create_engine,
+    create_read_engine,
+    is_postgres,
+    normalize_url,
+)
 from metastore.migrate import migrate, migrate_engine
 from metastore.protocol import Metastore
 from metastore.sql import SqlMetastore
+from metastore.sqlite_checkpoint import WalCheckpointer
 from metastore.types import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -75,10 +82,17 @@ async def open_metastore(
             return await PostgresMetastore(url, now_ms, pool_size).start()
         except (OSError, TimeoutError) as e:  # refused, unknown host, unreachable
             raise MetastoreError(f"cannot connect to the metastore at {safe_url(url)}: {e}") from e
-    engine = create_engine(normalize_url(url))
+    read_engine = create_read_engine(url)  # None unless a file-backed SQLite database
+    file_backed = read_engine is not None
+    engine = create_engine(
+        normalize_url(url), wal_autocheckpoint=SQLITE_WAL_AUTOCHECKPOINT_PAGES if file_backed else None
+    )
     if auto_migrate:
         await migrate_engine(engine)
-    return SqlMetastore(engine, now_ms, read_engine=create_read_engine(url))
+    ms = SqlMetastore(engine, now_ms, read_engine=read_engine)
+    if file_backed:
+        ms.checkpointer = WalCheckpointer(str(normalize_url(url).database)).start()
+    return ms
 
 
 __all__ = [

@@ -22,6 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from metastore.engine import IMMEDIATE
+from metastore.sqlite_checkpoint import WalCheckpointer
 from metastore.types import MetastoreError
 
 
@@ -55,6 +56,7 @@ class SqlBase:
         self.now_ms: Clock = now_ms or system_clock_ms
         self.dialect = engine.dialect.name
         self._write_lock: asyncio.Lock | None = asyncio.Lock() if self.dialect == "sqlite" else None
+        self.checkpointer: WalCheckpointer | None = None  # file-backed SQLite (open_metastore)
 
     @asynccontextmanager
     async def _write(self) -> AsyncIterator[AsyncConnection]:
@@ -76,6 +78,9 @@ class SqlBase:
             raise MetastoreError(f"metastore read failed: {e}") from e
 
     async def close(self) -> None:
+        if self.checkpointer is not None:
+            await self.checkpointer.close()
+            self.checkpointer = None
         if self.read_engine is not self.engine:
             await self.read_engine.dispose()
         await self.engine.dispose()

@@ -22,6 +22,9 @@ from sqlalchemy.pool import StaticPool
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 SQLITE_READ_BUSY_TIMEOUT_MS = 1_000
+# The writer's own checkpoint threshold where metastore.sqlite_checkpoint checkpoints
+# in the background (64 MiB of 4 KiB pages): a safety net, not the normal path.
+SQLITE_WAL_AUTOCHECKPOINT_PAGES = 16_384
 SQLITE_SYNCHRONOUS_ENV = "FLOE_SQLITE_SYNCHRONOUS"
 
 
@@ -61,8 +64,9 @@ def has_libpq_ssl_params(url: str | URL) -> bool:
     return any(k.startswith("ssl") for k in make_url(url).query)
 
 
-def create_engine(url: str | URL, **kwargs: Any) -> AsyncEngine:
-    """An async engine; SQLite connections are configured for a concurrent writer."""
+def create_engine(url: str | URL, *, wal_autocheckpoint: int | None = None, **kwargs: Any) -> AsyncEngine:
+    """An async engine; SQLite connections are configured for a concurrent writer
+    (``wal_autocheckpoint`` pages before a commit checkpoints; SQLite's default if None)."""
     parsed = normalize_url(url)
     if parsed.get_backend_name() != "sqlite":
         if has_libpq_ssl_params(parsed):
@@ -90,7 +94,7 @@ def create_engine(url: str | URL, **kwargs: Any) -> AsyncEngine:
         # on every read (a Fetch's lookups, the wake-up poll).
         kwargs.setdefault("pool_reset_on_return", None)
     engine = create_async_engine(parsed, **kwargs)
-    _configure_sqlite(engine, parsed, SQLITE_BUSY_TIMEOUT_MS)
+    _configure_sqlite(engine, parsed, SQLITE_BUSY_TIMEOUT_MS, wal_autocheckpoint=wal_autocheckpoint)
     return engine
 
 
@@ -114,7 +118,14 @@ def create_read_engine(url: str | URL) -> AsyncEngine | None:
     return engine
 
 
-def _configure_sqlite(engine: AsyncEngine, parsed: URL, busy_timeout_ms: int, *, query_only: bool = False) -> None:
+def _configure_sqlite(
+    engine: AsyncEngine,
+    parsed: URL,
+    busy_timeout_ms: int,
+    *,
+    query_only: bool = False,
+    wal_autocheckpoint: int | None = None,
+) -> None:
     synchronous = sqlite_synchronous()
 
     @event.listens_for(engine.sync_engine, "connect")
@@ -130,6 +141,8 @@ def _configure_sqlite(engine: AsyncEngine, parsed: URL, busy_timeout_ms: int, *,
         cursor.execute("PRAGMA foreign_keys = ON")
         if query_only:
             cursor.execute("PRAGMA query_only = ON")
+        if wal_autocheckpoint is not None:
+            cursor.execute(f"PRAGMA wal_autocheckpoint = {int(wal_autocheckpoint)}")
         cursor.close()
 
     @event.listens_for(engine.sync_engine, "begin")
