@@ -76,6 +76,9 @@ class PartitionFetch:
     # marker offset).
     last_stable_offset: int = -1
     aborted: list[tuple[int, int, int]] = field(default_factory=list)
+    # read_committed: every batch is below the high watermark of a read that saw
+    # the topic free of transaction state (no stable_offsets needed).
+    stable: bool = False
 
     @property
     def lso(self) -> int:

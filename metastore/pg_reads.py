@@ -24,7 +24,7 @@ from typing import Any
 
 import asyncpg
 
-from metastore.types import ErrorCode, MetastoreError, PartitionOffsets, StableOffsets
+from metastore.types import ErrorCode, MetastoreError, PartitionOffsets, StableOffsets, TopicOffsets
 
 # A lost or confused connection: the outcome is unknown (MetastoreError, the caller
 # retries). InternalClientError is asyncpg's "another operation is in progress" on a
@@ -60,9 +60,17 @@ SELECT partition, log_start_offset, high_watermark
   FROM partitions WHERE topic_id = $1 ORDER BY partition
 """
 
+# The same rows, and (one snapshot) whether the topic holds no transaction state.
+TOPIC_OFFSETS_SQL = """
+SELECT partition, log_start_offset, high_watermark,
+       NOT EXISTS (SELECT 1 FROM txn_partitions WHERE topic_id = $1)
+       AND NOT EXISTS (SELECT 1 FROM aborted_txns WHERE topic_id = $1)
+  FROM partitions WHERE topic_id = $1 ORDER BY partition
+"""
+
 
 class PgReadsMixin:
-    """``stable_offsets`` and ``partition_offsets`` as single asyncpg statements."""
+    """``stable_offsets``, ``partition_offsets`` and ``topic_offsets`` as single asyncpg statements."""
 
     def _require_pool(self) -> asyncpg.Pool:  # provided by PostgresMetastore
         raise NotImplementedError
@@ -106,3 +114,9 @@ class PgReadsMixin:
         partition order; empty for an unknown or deleted topic."""
         rows = await self._fetch("partition_offsets", OFFSETS_SQL, topic_id)
         return [PartitionOffsets(r[0], r[1], r[2]) for r in rows]
+
+    async def topic_offsets(self, topic_id: uuid.UUID) -> TopicOffsets:
+        """``partition_offsets`` and whether the topic holds no transaction state,
+        in one statement (one snapshot)."""
+        rows = await self._fetch("topic_offsets", TOPIC_OFFSETS_SQL, topic_id)
+        return TopicOffsets([PartitionOffsets(r[0], r[1], r[2]) for r in rows], all(r[3] for r in rows))

@@ -34,6 +34,7 @@ from metastore.types import (
     MetastoreError,
     PartitionOffsets,
     TopicInfo,
+    TopicOffsets,
     TopicResult,
 )
 
@@ -115,6 +116,25 @@ class TopicsMixin(SqlBase):
                 .order_by(p.partition)
             )
             return [PartitionOffsets(r[0], r[1], r[2]) for r in rows]
+
+    async def topic_offsets(self, topic_id: uuid.UUID) -> TopicOffsets:
+        """:meth:`partition_offsets` and whether the topic holds no transaction
+        state (an open transaction's partition or an aborted range). The state is
+        read after the watermarks: a transaction ending in between is seen ended
+        (aborted: its range is there), one starting in between is seen started."""
+        p, tp, a = s.partitions.c, s.txn_partitions.c, s.aborted_txns.c
+        async with self._read() as conn:
+            rows = await conn.execute(
+                select(p.partition, p.log_start_offset, p.high_watermark)
+                .where(p.topic_id == topic_id)
+                .order_by(p.partition)
+            )
+            offsets = [PartitionOffsets(r[0], r[1], r[2]) for r in rows]
+            busy = select(tp.topic_id).where(tp.topic_id == topic_id).exists() | (
+                select(a.topic_id).where(a.topic_id == topic_id).exists()
+            )
+            held = (await conn.execute(select(busy))).scalar()
+            return TopicOffsets(offsets, not held)
 
     async def create_topic(
         self,

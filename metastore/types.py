@@ -398,6 +398,18 @@ class PartitionOffsets(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class TopicOffsets:
+    """Every partition's offsets (:class:`PartitionOffsets`, in partition order) and
+    whether the topic was free of transaction state when they were read: no
+    partition in an open transaction and none with an aborted range. Then every
+    batch below each high watermark is stable and none is aborted, so a
+    read_committed Fetch needs no ``stable_offsets`` for them."""
+
+    partitions: list[PartitionOffsets]
+    txn_free: bool
+
+
+@dataclass(frozen=True, slots=True)
 class RetentionResult:
     error: ErrorCode
     log_start_offset: int = -1

@@ -19,7 +19,10 @@ Behavior, as Kafka:
   are returned (a batch lies wholly on one side of it), ``last_stable_offset``
   is the LSO and ``aborted_transactions`` lists (producer id, first offset) so
   the client drops those producers' records up to their ABORT markers. Records
-  are never decoded for this. read_uncommitted: LSO = high watermark, no list.
+  are never decoded for this. At width (:func:`_caught_up`) the watermark query
+  also says whether the topic holds any transaction state; if not, the answers
+  it settles are stable up to its high watermarks and skip that query.
+  read_uncommitted: LSO = high watermark, no list.
 - Long-poll: with fewer than ``min_bytes`` and ``max_wait_ms > 0`` the response
   waits (as a Deferred: the connection keeps reading) until a commit to one of
   the requested partitions (this agent's, or another's through
@@ -209,23 +212,46 @@ async def _read_all(reader: FetchReader, wants: list[_Want], found: list[Partiti
             pf.records = data
 
 
-async def _caught_up(reader: FetchReader, wants: list[_Want], max_bytes: int) -> dict[int, PartitionFetch]:
+async def _watermarks(
+    reader: FetchReader, tid: uuid.UUID, read_committed: bool
+) -> tuple[dict[int, PartitionOffsets], bool]:
+    """A topic's offsets by partition and, for read_committed, whether it held no
+    transaction state when they were read (``topic_offsets``; else False)."""
+    if not read_committed:
+        return {o.partition: o for o in await reader.meta.partition_offsets(tid)}, False
+    got = await reader.meta.topic_offsets(tid)
+    return {o.partition: o for o in got.partitions}, got.txn_free
+
+
+async def _caught_up(
+    reader: FetchReader, wants: list[_Want], max_bytes: int, read_committed: bool = False
+) -> dict[int, PartitionFetch]:
     """The answers that one watermark query per topic asked at >= ``BULK_MIN``
     partitions settles, by index in ``wants``: partitions read up to their high
     watermark (a consumer of 10,000 mostly idle partitions - librdkafka sends every
     assigned partition in every Fetch: no sessions - costs one query, not 10,000
     batch lookups), and partitions read at offsets this agent has just committed,
     answered from its own commits (:meth:`FetchReader.find_tail`) with the log
-    start and high watermark just read. The others are left to :func:`_lookup`."""
+    start and high watermark just read. The others are left to :func:`_lookup`.
+
+    read_committed: when the same query saw the topic free of transaction state,
+    everything below those high watermarks is stable and nothing is aborted, so a
+    tail answer is cut there and settled (``stable``): :func:`_stable` asks the
+    metastore nothing for it. Batches committed after the query wait for the next
+    Fetch, as they would for a last stable offset read then."""
     per_topic = Counter(w.topic_id for w in wants if w.topic_id is not None)
     states: dict[uuid.UUID, dict[int, PartitionOffsets]] = {}
+    txn_free: set[uuid.UUID] = set()
     for tid, n in per_topic.items():
         if tid is None or n < BULK_MIN:
             continue
         try:
-            states[tid] = {o.partition: o for o in await reader.meta.partition_offsets(tid)}
+            states[tid], free = await _watermarks(reader, tid, read_committed)
         except MetastoreError as e:
             log.warning("fetch: watermarks of %s failed: %s", tid, e)
+            continue
+        if free:
+            txn_free.add(tid)
     out: dict[int, PartitionFetch] = {}
     if not states:
         return out
@@ -238,7 +264,13 @@ async def _caught_up(reader: FetchReader, wants: list[_Want], max_bytes: int) ->
             out[i] = PartitionFetch(ErrorCode.NONE, o.log_start_offset, o.high_watermark)
             continue
         found = reader.find_tail(w.topic_id, w.partition, w.fetch_offset, _limit(w, max_bytes), o.log_start_offset)
-        if found is not None:
+        if found is None:
+            continue
+        if w.topic_id in txn_free:
+            # The batch holding the fetch offset starts below the high watermark.
+            stable = [b for b in found if b.base_offset < o.high_watermark]
+            out[i] = PartitionFetch(ErrorCode.NONE, o.log_start_offset, o.high_watermark, stable, stable=True)
+        else:
             hw = max(o.high_watermark, found[-1].last_offset + 1)
             out[i] = PartitionFetch(ErrorCode.NONE, o.log_start_offset, hw, found)
     return out
@@ -249,7 +281,9 @@ async def _stable(reader: FetchReader, wants: list[_Want], found: list[Partition
     attach the aborted transactions (one metastore query for the whole answer)."""
     # Only partitions with data to cut: idle ones (at their high watermark) keep the
     # one-query-per-topic width path cheap and report LSO = high watermark.
-    live = [(w, pf) for w, pf in zip(wants, found, strict=True) if pf.batches and w.topic_id is not None]
+    live = [
+        (w, pf) for w, pf in zip(wants, found, strict=True) if pf.batches and w.topic_id is not None and not pf.stable
+    ]
     if not live:
         return
     try:
@@ -278,7 +312,7 @@ async def fetch_once(
     read_committed: bool = False,
 ) -> list[PartitionFetch]:
     """Plan and read one answer for ``wants`` (in request order)."""
-    idle = await _caught_up(reader, wants, max_bytes) if len(wants) >= BULK_MIN else {}
+    idle = await _caught_up(reader, wants, max_bytes, read_committed) if len(wants) >= BULK_MIN else {}
     rest = [(i, w) for i, w in enumerate(wants) if i not in idle]
     if len(rest) >= LOOKUP_MANY_MIN:
         looked = iter(await _lookup_many(reader, [w for _, w in rest], max_bytes, fresh))

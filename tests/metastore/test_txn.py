@@ -359,3 +359,40 @@ async def test_stable_offsets_many_partitions_in_one_call(ms: Metastore) -> None
     assert (v0.last_stable_offset, v0.aborted) == (11, [(pc, 2, 8), (pa, 6, 9)])
     assert v2.last_stable_offset == v2.high_watermark
     assert await ms.stable_offsets([]) == []
+
+
+async def test_topic_offsets_say_whether_the_topic_holds_transaction_state(ms: Metastore) -> None:
+    """``topic_offsets``: the watermarks of ``partition_offsets`` and whether no partition
+    is in an open transaction and none has an aborted range (a read_committed Fetch
+    then needs no ``stable_offsets``). Joining a transaction is enough to clear it;
+    a commit sets it again, an abort only once its range is pruned."""
+    t = await _topic(ms)
+    other = await _topic(ms, "other")
+    await _append(ms, batch(t, 0, 3))
+    free = await ms.topic_offsets(t)
+    assert (free.partitions, free.txn_free) == (await ms.partition_offsets(t), True)
+    assert free.partitions == [(0, 0, 3), (1, 0, 0)]
+    r = await ms.txn_init("tx", 60_000)
+    assert r.txn is not None
+    pid, ep = r.txn.producer_id, r.txn.producer_epoch
+    assert (await ms.txn_add_partitions("tx", pid, ep, [(t, 1)])).error is E.NONE
+    assert (await ms.topic_offsets(t)).txn_free is False
+    assert (await ms.topic_offsets(other)).txn_free is True
+    await _append(ms, _txn_batch(t, 1, pid, ep, 0))
+    assert (await ms.txn_prepare_end("tx", pid, ep, True)).error is E.NONE
+    (m,) = await _append(ms, _marker(t, 1, pid, ep))
+    assert (await ms.txn_complete("tx", pid, ep, [(t, 1, m)])).error is E.NONE
+    done = await ms.topic_offsets(t)
+    assert (done.partitions, done.txn_free) == ([(0, 0, 3), (1, 0, 3)], True)
+    # An aborted transaction leaves a range: not free while it is above the log start.
+    assert (await ms.txn_add_partitions("tx", pid, ep, [(t, 0)])).error is E.NONE
+    await _append(ms, _txn_batch(t, 0, pid, ep, 2))
+    assert (await ms.txn_prepare_end("tx", pid, ep, False)).error is E.NONE
+    (m,) = await _append(ms, _marker(t, 0, pid, ep))
+    assert (await ms.txn_complete("tx", pid, ep, [(t, 0, m)])).error is E.NONE
+    assert (await ms.topic_offsets(t)).txn_free is False
+    assert (await ms.delete_records(t, 0, m + 1)).error is E.NONE
+    await ms.enforce_retention(t, 0)
+    assert (await ms.topic_offsets(t)).txn_free is True
+    unknown = await ms.topic_offsets(uuid.uuid4())
+    assert (unknown.partitions, unknown.txn_free) == ([], True)
