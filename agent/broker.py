@@ -92,6 +92,7 @@ class Broker:
         self.primary_listener = "PLAINTEXT"
         # Where this agent's own commits put the latest batches (agent.tail_index).
         self.tail = TailIndex(self.clock, ttl_ms=config.tail_index_ms)
+        self.cache = BlockCache(self._load_range, capacity_bytes=config.fetch_cache_bytes, block_size=config.fetch_block_bytes)
         self.pipeline = ProducePipeline(
             store,
             metastore,
@@ -104,8 +105,8 @@ class Broker:
             clock=self.clock,
             on_commit=self._on_commit,
             on_committed=self.tail.committed,
+            on_uploaded=self.cache.put_object if config.fetch_cache_writes else None,
         )
-        self.cache = BlockCache(self._load_range, capacity_bytes=config.fetch_cache_bytes, block_size=config.fetch_block_bytes)
         self._topics_by_name: dict[str, tuple[float, TopicInfo | None]] = {}
         self._topics_by_id: dict[uuid.UUID, tuple[float, TopicInfo | None]] = {}
         self._topic_ttl = 1.0

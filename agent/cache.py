@@ -3,7 +3,8 @@
 Objects are immutable, so a block ``(key, index)`` never goes stale. Reads are
 aligned to ``block_size`` so that neighbouring fetches of the same object share
 a GET; concurrent misses on one block wait for the same load (request
-coalescing). Capacity is in bytes.
+coalescing). Capacity is in bytes. The objects the agent uploads are put in as
+they are written (:meth:`BlockCache.put_object`, from the produce pipeline).
 """
 
 from __future__ import annotations
@@ -81,6 +82,16 @@ class BlockCache:
             for i, got in zip(misses, loaded, strict=True):
                 out[i] = got
         return out
+
+    def put_object(self, key: str, data: bytes) -> None:
+        """Cache the whole object ``key`` this agent has just written (write-through):
+        its blocks are exactly what a read of it would load, so consumers reading at
+        the tail of this agent's writes never GET back what it PUT."""
+        bs = self.block_size
+        for i in range(0, len(data), bs):
+            k = (key, i // bs)
+            if k not in self._blocks:
+                self._insert(k, data[i : i + bs])
 
     async def read_through(self, key: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` in one load that bypasses the blocks: for callers that

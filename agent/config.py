@@ -106,6 +106,10 @@ class AgentConfig(BaseSettings):
 
     fetch_cache_bytes: int = Field(256 * MiB, gt=0, description="Block cache capacity")
     fetch_block_bytes: int = Field(4 * MiB, gt=0, description="Cache block size")
+    fetch_cache_writes: bool = Field(
+        True,
+        description="Put the objects this agent writes in its block cache: reads at the tail of its writes make no GET",
+    )
     metadata_cache_ms: int = Field(100, ge=0, description="Batch lookup cache lifetime")
     tail_index_ms: int = Field(
         2000,

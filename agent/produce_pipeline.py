@@ -166,6 +166,7 @@ class ProducePipeline:
         clock: Clock | None = None,
         on_commit: Callable[[Iterable[tuple[uuid.UUID, int]]], None] | None = None,
         on_committed: Callable[[str, list[BatchToCommit], list[CommitResult]], None] | None = None,
+        on_uploaded: Callable[[str, bytes], None] | None = None,
         key_prefix: str = "segments/",
         commit_attempts: int = 3,
         max_group: int = 64,
@@ -188,6 +189,7 @@ class ProducePipeline:
         self._clock = clock or SystemClock()
         self._on_commit = on_commit
         self._on_committed = on_committed
+        self._on_uploaded = on_uploaded  # the block cache (write-through)
         self._prefix = key_prefix
         self._commit_attempts = commit_attempts
         self._max_group = max_group
@@ -374,6 +376,8 @@ class ProducePipeline:
             METRICS.put_seconds.observe(time.perf_counter() - t0)
         METRICS.puts.inc()
         METRICS.put_bytes.inc(len(data))
+        if self._on_uploaded is not None:
+            self._on_uploaded(seg.key, data)
         return len(data), batches
 
     # -- committer ------------------------------------------------------------------

@@ -108,7 +108,11 @@ def _share_blocks(agents: list[AgentProcess], topic: str) -> dict[str, float]:
 def test_agents_with_the_token_share_blocks(
     agent_process_factory: Callable[..., AgentProcess],
 ) -> None:
-    common = {"internal_token": TOKEN, "cluster_heartbeat_ms": 300, "peer_address": "127.0.0.1"}
+    # Without write-through: the agent that wrote the objects would read them from its own cache.
+    common = {
+        "internal_token": TOKEN, "cluster_heartbeat_ms": 300, "peer_address": "127.0.0.1",
+        "fetch_cache_writes": "false",
+    }  # fmt: skip
     agents = [agent_process_factory(**common) for _ in range(2)]
     d = _share_blocks(agents, "peer-token")
     assert d["floe_peer_gets_total"] > 0 and d["floe_peer_serves_total"] > 0, d
@@ -122,7 +126,8 @@ def test_agents_with_different_tokens_refuse_each_other(
 ) -> None:
     agents = [
         agent_process_factory(
-            internal_token=f"{TOKEN}-{i}", cluster_heartbeat_ms=300, peer_address="127.0.0.1"
+            internal_token=f"{TOKEN}-{i}", cluster_heartbeat_ms=300, peer_address="127.0.0.1",
+            fetch_cache_writes="false",
         )
         for i in range(2)
     ]

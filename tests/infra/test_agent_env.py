@@ -302,6 +302,8 @@ def test_module_environment_peer_cache_hit(
                 "FLOE_LISTENERS": f"PLAINTEXT://0.0.0.0:{port}",
                 "FLOE_ADVERTISED_LISTENERS": f"PLAINTEXT://127.0.0.1:{port}",
                 "FLOE_ADVERTISED_HOST": "127.0.0.1", "FLOE_ADVERTISED_PORT": str(port),
+                # The leader writes the 16 objects; with write-through it would read them from its own cache.
+                "FLOE_FETCH_CACHE_WRITES": "false",
             }  # fmt: skip
             agent_env["FLOE_OBJECTS"] += f"&endpoint={moto_server}"
             proc, log_path = start_agent(agent_env, tmp_path, name)
