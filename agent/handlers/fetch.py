@@ -341,18 +341,28 @@ async def fetch_once(
     return list(found)
 
 
+# The tagged fields' defaults, one instance each for every entry: the fetch path
+# never sets or mutates them, and three fresh objects per partition were half the
+# cost of building a response of 500 partitions (a sessionless consumer at width).
+_NO_EPOCH = PartitionData.EpochEndOffset()
+_NO_LEADER = PartitionData.LeaderIdAndEpoch()
+_NO_SNAPSHOT = PartitionData.SnapshotId()
+
+
 def partition_data(partition: int, pf: PartitionFetch) -> PartitionData:
     """The response entry of one partition (every Fetch response is built here)."""
     if pf.error:
         return PartitionData(
             partition_index=partition, error_code=pf.error,
             high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
+            diverging_epoch=_NO_EPOCH, current_leader=_NO_LEADER, snapshot_id=_NO_SNAPSHOT,
             aborted_transactions=[], preferred_read_replica=-1, records=b"",
         )  # fmt: skip
     return PartitionData(
         partition_index=partition, error_code=0,
         high_watermark=pf.high_watermark, last_stable_offset=pf.lso,
         log_start_offset=pf.log_start_offset,
+        diverging_epoch=_NO_EPOCH, current_leader=_NO_LEADER, snapshot_id=_NO_SNAPSHOT,
         aborted_transactions=[Aborted(producer_id=a[0], first_offset=a[1]) for a in pf.aborted],
         preferred_read_replica=-1, records=pf.records,
     )  # fmt: skip

@@ -3,6 +3,8 @@ one batched lookup, and answers exactly as the per-partition path does (issue 18
 
 from __future__ import annotations
 
+import uuid
+
 import agent.handlers.fetch as fetch_handler
 from tests.agent.test_fetch_protocol import fetch, make_topic, produce_batch
 
@@ -113,3 +115,31 @@ def test_long_poll_looks_once_per_commit_and_misses_none(floe_agent, monkeypatch
     assert looks[0] == 0 and looks[-1] > 0 and len(looks) == 2  # woken by that commit at once
     parts = out["r"].responses[0].partitions
     assert [(p.partition_index, bool(p.records)) for p in parts] == [(0, False), (1, True)]
+
+
+def test_response_entries_share_the_tagged_defaults_and_encode_as_fresh_ones():
+    """partition_data gives every entry the same default diverging epoch, current leader
+    and snapshot id (building a response of 500 partitions: 3.0 -> 1.2 ms); the bytes
+    are those of entries with their own defaults, and encoding leaves them untouched."""
+    from agent.fetch import PartitionFetch
+    from kafka_protocol.messages import FetchResponse
+
+    PD = FetchResponse.FetchableTopicResponse.PartitionData
+
+    def response(entries):
+        topic = FetchResponse.FetchableTopicResponse(topic="t", topic_id=uuid.UUID(int=5), partitions=entries)
+        return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=[topic])
+
+    live, failed = PartitionFetch(0, 2, 9, [], b"rec"), PartitionFetch(6)
+    shared = [fetch_handler.partition_data(3, live), fetch_handler.partition_data(4, failed)]
+    fresh = [
+        PD(partition_index=3, error_code=0, high_watermark=9, last_stable_offset=9, log_start_offset=2,
+           aborted_transactions=[], preferred_read_replica=-1, records=b"rec"),
+        PD(partition_index=4, error_code=6, high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
+           aborted_transactions=[], preferred_read_replica=-1, records=b""),
+    ]  # fmt: skip
+    assert shared[0].current_leader is shared[1].current_leader
+    for version in (4, 11, 12, 16, 18):
+        assert response(shared).encode(version) == response(fresh).encode(version)
+    assert shared[0].current_leader == PD.LeaderIdAndEpoch() and shared[0].snapshot_id == PD.SnapshotId()
+    assert shared[0].diverging_epoch == PD.EpochEndOffset()
