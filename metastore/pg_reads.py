@@ -24,14 +24,7 @@ from typing import Any
 
 import asyncpg
 
-from metastore.types import (
-    ErrorCode,
-    MetastoreError,
-    PartitionOffsets,
-    StableOffsets,
-    TopicOffsets,
-    partition_span,
-)
+from metastore.types import ErrorCode, MetastoreError, PartitionOffsets, StableOffsets, TopicOffsets
 
 # A lost or confused connection: the outcome is unknown (MetastoreError, the caller
 # retries). InternalClientError is asyncpg's "another operation is in progress" on a
@@ -67,14 +60,13 @@ SELECT partition, log_start_offset, high_watermark
   FROM partitions WHERE topic_id = $1 ORDER BY partition
 """
 
-# The same rows from partition $2 to $3 (one index range: "= ANY(array)" of 500
-# partitions cost Postgres more than reading all 1,000 rows), and (one snapshot)
-# whether the topic holds no transaction state.
+# The same rows (of the listed partitions, or all when $2 is NULL), and (one
+# snapshot) whether the topic holds no transaction state.
 TOPIC_OFFSETS_SQL = """
 SELECT partition, log_start_offset, high_watermark,
        NOT EXISTS (SELECT 1 FROM txn_partitions WHERE topic_id = $1)
        AND NOT EXISTS (SELECT 1 FROM aborted_txns WHERE topic_id = $1)
-  FROM partitions WHERE topic_id = $1 AND partition BETWEEN $2 AND $3
+  FROM partitions WHERE topic_id = $1 AND ($2::integer[] IS NULL OR partition = ANY($2::integer[]))
  ORDER BY partition
 """
 
@@ -130,7 +122,6 @@ class PgReadsMixin:
     ) -> TopicOffsets:
         """``partition_offsets`` (only of ``partitions``, when given) and whether the
         topic holds no transaction state, in one statement (one snapshot)."""
-        lo, hi, wanted = partition_span(partitions)
-        rows = await self._fetch("topic_offsets", TOPIC_OFFSETS_SQL, topic_id, lo, hi)
-        offsets = [PartitionOffsets(r[0], r[1], r[2]) for r in rows if wanted is None or r[0] in wanted]
-        return TopicOffsets(offsets, all(r[3] for r in rows))
+        listed = None if partitions is None else list(partitions)
+        rows = await self._fetch("topic_offsets", TOPIC_OFFSETS_SQL, topic_id, listed)
+        return TopicOffsets([PartitionOffsets(r[0], r[1], r[2]) for r in rows], all(r[3] for r in rows))

@@ -36,7 +36,6 @@ from metastore.types import (
     TopicInfo,
     TopicOffsets,
     TopicResult,
-    partition_span,
 )
 
 _TOPIC_COLUMNS = (
@@ -63,6 +62,10 @@ def _where(name_or_id: str | uuid.UUID) -> Any:
     if isinstance(name_or_id, uuid.UUID):
         return (s.topics.c.id == name_or_id) & live
     return (s.topics.c.name == name_or_id) & live
+
+
+# topic_offsets of more partitions than this reads every partition (bound variables).
+TOPIC_OFFSETS_MAX_LISTED = 5000
 
 
 class TopicsMixin(SqlBase):
@@ -127,14 +130,12 @@ class TopicsMixin(SqlBase):
         in between is seen ended (aborted: its range is there), one starting in
         between is seen started."""
         p, tp, a = s.partitions.c, s.txn_partitions.c, s.aborted_txns.c
-        lo, hi, wanted = partition_span(partitions)
+        query = select(p.partition, p.log_start_offset, p.high_watermark).where(p.topic_id == topic_id)
+        if partitions is not None and len(partitions) <= TOPIC_OFFSETS_MAX_LISTED:
+            query = query.where(p.partition.in_(sorted(set(partitions))))
         async with self._read() as conn:
-            rows = await conn.execute(
-                select(p.partition, p.log_start_offset, p.high_watermark)
-                .where(p.topic_id == topic_id, p.partition.between(lo, hi))
-                .order_by(p.partition)
-            )
-            offsets = [PartitionOffsets(r[0], r[1], r[2]) for r in rows if wanted is None or r[0] in wanted]
+            rows = await conn.execute(query.order_by(p.partition))
+            offsets = [PartitionOffsets(r[0], r[1], r[2]) for r in rows]
             busy = select(tp.topic_id).where(tp.topic_id == topic_id).exists() | (
                 select(a.topic_id).where(a.topic_id == topic_id).exists()
             )

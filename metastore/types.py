@@ -409,16 +409,6 @@ class TopicOffsets:
     txn_free: bool
 
 
-def partition_span(partitions: Sequence[int] | None) -> tuple[int, int, frozenset[int] | None]:
-    """The range of partitions ``topic_offsets`` reads (one index range) and the set
-    it keeps of it; every partition, and no filter, when ``partitions`` is None."""
-    if partitions is None:
-        return -(2**31), 2**31 - 1, None
-    if not partitions:
-        return 0, -1, frozenset()
-    return min(partitions), max(partitions), frozenset(partitions)
-
-
 @dataclass(frozen=True, slots=True)
 class RetentionResult:
     error: ErrorCode
