@@ -60,14 +60,12 @@ SELECT partition, log_start_offset, high_watermark
   FROM partitions WHERE topic_id = $1 ORDER BY partition
 """
 
-# The same rows (of the listed partitions, or all when $2 is NULL), and (one
-# snapshot) whether the topic holds no transaction state.
+# The same rows, and (one snapshot) whether the topic holds no transaction state.
 TOPIC_OFFSETS_SQL = """
 SELECT partition, log_start_offset, high_watermark,
        NOT EXISTS (SELECT 1 FROM txn_partitions WHERE topic_id = $1)
        AND NOT EXISTS (SELECT 1 FROM aborted_txns WHERE topic_id = $1)
-  FROM partitions WHERE topic_id = $1 AND ($2::integer[] IS NULL OR partition = ANY($2::integer[]))
- ORDER BY partition
+  FROM partitions WHERE topic_id = $1 ORDER BY partition
 """
 
 
@@ -117,11 +115,8 @@ class PgReadsMixin:
         rows = await self._fetch("partition_offsets", OFFSETS_SQL, topic_id)
         return [PartitionOffsets(r[0], r[1], r[2]) for r in rows]
 
-    async def topic_offsets(
-        self, topic_id: uuid.UUID, partitions: Sequence[int] | None = None
-    ) -> TopicOffsets:
-        """``partition_offsets`` (only of ``partitions``, when given) and whether the
-        topic holds no transaction state, in one statement (one snapshot)."""
-        listed = None if partitions is None else list(partitions)
-        rows = await self._fetch("topic_offsets", TOPIC_OFFSETS_SQL, topic_id, listed)
+    async def topic_offsets(self, topic_id: uuid.UUID) -> TopicOffsets:
+        """``partition_offsets`` and whether the topic holds no transaction state,
+        in one statement (one snapshot)."""
+        rows = await self._fetch("topic_offsets", TOPIC_OFFSETS_SQL, topic_id)
         return TopicOffsets([PartitionOffsets(r[0], r[1], r[2]) for r in rows], all(r[3] for r in rows))

@@ -11,7 +11,7 @@ and the GC collects them. The name is free again at once.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import delete, func, insert, select, update
@@ -62,10 +62,6 @@ def _where(name_or_id: str | uuid.UUID) -> Any:
     if isinstance(name_or_id, uuid.UUID):
         return (s.topics.c.id == name_or_id) & live
     return (s.topics.c.name == name_or_id) & live
-
-
-# topic_offsets of more partitions than this reads every partition (bound variables).
-TOPIC_OFFSETS_MAX_LISTED = 5000
 
 
 class TopicsMixin(SqlBase):
@@ -121,20 +117,18 @@ class TopicsMixin(SqlBase):
             )
             return [PartitionOffsets(r[0], r[1], r[2]) for r in rows]
 
-    async def topic_offsets(
-        self, topic_id: uuid.UUID, partitions: Sequence[int] | None = None
-    ) -> TopicOffsets:
-        """:meth:`partition_offsets` (only of ``partitions``, when given) and whether
-        the topic holds no transaction state (an open transaction's partition or an
-        aborted range). The state is read after the watermarks: a transaction ending
-        in between is seen ended (aborted: its range is there), one starting in
-        between is seen started."""
+    async def topic_offsets(self, topic_id: uuid.UUID) -> TopicOffsets:
+        """:meth:`partition_offsets` and whether the topic holds no transaction
+        state (an open transaction's partition or an aborted range). The state is
+        read after the watermarks: a transaction ending in between is seen ended
+        (aborted: its range is there), one starting in between is seen started."""
         p, tp, a = s.partitions.c, s.txn_partitions.c, s.aborted_txns.c
-        query = select(p.partition, p.log_start_offset, p.high_watermark).where(p.topic_id == topic_id)
-        if partitions is not None and len(partitions) <= TOPIC_OFFSETS_MAX_LISTED:
-            query = query.where(p.partition.in_(sorted(set(partitions))))
         async with self._read() as conn:
-            rows = await conn.execute(query.order_by(p.partition))
+            rows = await conn.execute(
+                select(p.partition, p.log_start_offset, p.high_watermark)
+                .where(p.topic_id == topic_id)
+                .order_by(p.partition)
+            )
             offsets = [PartitionOffsets(r[0], r[1], r[2]) for r in rows]
             busy = select(tp.topic_id).where(tp.topic_id == topic_id).exists() | (
                 select(a.topic_id).where(a.topic_id == topic_id).exists()

@@ -62,6 +62,7 @@ import asyncio
 import logging
 import uuid
 import weakref
+from collections import Counter
 from collections.abc import Callable, Coroutine, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -212,13 +213,14 @@ async def _read_all(reader: FetchReader, wants: list[_Want], found: list[Partiti
 
 
 async def _watermarks(
-    reader: FetchReader, tid: uuid.UUID, partitions: list[int], read_committed: bool
+    reader: FetchReader, tid: uuid.UUID, read_committed: bool
 ) -> tuple[dict[int, PartitionOffsets], bool]:
-    """The offsets of a topic's wanted partitions (not every partition of the topic:
-    two consumers of 1,000 partitions ask for 500 each) and, for read_committed,
-    whether it held no transaction state when they were read (else False)."""
-    got = await reader.meta.topic_offsets(tid, partitions)
-    return {o.partition: o for o in got.partitions}, read_committed and got.txn_free
+    """A topic's offsets by partition and, for read_committed, whether it held no
+    transaction state when they were read (``topic_offsets``; else False)."""
+    if not read_committed:
+        return {o.partition: o for o in await reader.meta.partition_offsets(tid)}, False
+    got = await reader.meta.topic_offsets(tid)
+    return {o.partition: o for o in got.partitions}, got.txn_free
 
 
 async def _caught_up(
@@ -237,17 +239,14 @@ async def _caught_up(
     tail answer is cut there and settled (``stable``): :func:`_stable` asks the
     metastore nothing for it. Batches committed after the query wait for the next
     Fetch, as they would for a last stable offset read then."""
-    per_topic: dict[uuid.UUID, list[int]] = {}
-    for w in wants:
-        if w.topic_id is not None:
-            per_topic.setdefault(w.topic_id, []).append(w.partition)
+    per_topic = Counter(w.topic_id for w in wants if w.topic_id is not None)
     states: dict[uuid.UUID, dict[int, PartitionOffsets]] = {}
     txn_free: set[uuid.UUID] = set()
-    for tid, parts in per_topic.items():
-        if len(parts) < BULK_MIN:
+    for tid, n in per_topic.items():
+        if tid is None or n < BULK_MIN:
             continue
         try:
-            states[tid], free = await _watermarks(reader, tid, parts, read_committed)
+            states[tid], free = await _watermarks(reader, tid, read_committed)
         except MetastoreError as e:
             log.warning("fetch: watermarks of %s failed: %s", tid, e)
             continue

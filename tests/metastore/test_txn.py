@@ -372,16 +372,11 @@ async def test_topic_offsets_say_whether_the_topic_holds_transaction_state(ms: M
     free = await ms.topic_offsets(t)
     assert (free.partitions, free.txn_free) == (await ms.partition_offsets(t), True)
     assert free.partitions == [(0, 0, 3), (1, 0, 0)]
-    # Only the partitions asked for (in partition order; unknown ones are left out).
-    assert (await ms.topic_offsets(t, [1, 7, 0, 1])).partitions == [(0, 0, 3), (1, 0, 0)]
-    assert (await ms.topic_offsets(t, [1])).partitions == [(1, 0, 0)]
-    assert (await ms.topic_offsets(t, [])).partitions == []
     r = await ms.txn_init("tx", 60_000)
     assert r.txn is not None
     pid, ep = r.txn.producer_id, r.txn.producer_epoch
     assert (await ms.txn_add_partitions("tx", pid, ep, [(t, 1)])).error is E.NONE
     assert (await ms.topic_offsets(t)).txn_free is False
-    assert (await ms.topic_offsets(t, [0])).txn_free is False  # the topic's state, whatever is asked
     assert (await ms.topic_offsets(other)).txn_free is True
     await _append(ms, _txn_batch(t, 1, pid, ep, 0))
     assert (await ms.txn_prepare_end("tx", pid, ep, True)).error is E.NONE
