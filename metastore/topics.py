@@ -64,6 +64,16 @@ def _where(name_or_id: str | uuid.UUID) -> Any:
     return (s.topics.c.name == name_or_id) & live
 
 
+async def _partition_offsets(conn: AsyncConnection, topic_id: uuid.UUID) -> list[PartitionOffsets]:
+    p = s.partitions.c
+    rows = await conn.execute(
+        select(p.partition, p.log_start_offset, p.high_watermark)
+        .where(p.topic_id == topic_id)
+        .order_by(p.partition)
+    )
+    return [PartitionOffsets(r[0], r[1], r[2]) for r in rows]
+
+
 class TopicsMixin(SqlBase):
     async def _get_topic(
         self, conn: AsyncConnection, name_or_id: str | uuid.UUID, lock: bool = False
@@ -108,28 +118,17 @@ class TopicsMixin(SqlBase):
         """Log start offset and high watermark of every partition of a topic, in
         partition order, in one query (ListOffsets earliest/latest at width);
         empty for an unknown or deleted topic."""
-        p = s.partitions.c
         async with self._read() as conn:
-            rows = await conn.execute(
-                select(p.partition, p.log_start_offset, p.high_watermark)
-                .where(p.topic_id == topic_id)
-                .order_by(p.partition)
-            )
-            return [PartitionOffsets(r[0], r[1], r[2]) for r in rows]
+            return await _partition_offsets(conn, topic_id)
 
     async def topic_offsets(self, topic_id: uuid.UUID) -> TopicOffsets:
         """:meth:`partition_offsets` and whether the topic holds no transaction
         state (an open transaction's partition or an aborted range). The state is
         read after the watermarks: a transaction ending in between is seen ended
         (aborted: its range is there), one starting in between is seen started."""
-        p, tp, a = s.partitions.c, s.txn_partitions.c, s.aborted_txns.c
+        tp, a = s.txn_partitions.c, s.aborted_txns.c
         async with self._read() as conn:
-            rows = await conn.execute(
-                select(p.partition, p.log_start_offset, p.high_watermark)
-                .where(p.topic_id == topic_id)
-                .order_by(p.partition)
-            )
-            offsets = [PartitionOffsets(r[0], r[1], r[2]) for r in rows]
+            offsets = await _partition_offsets(conn, topic_id)
             busy = select(tp.topic_id).where(tp.topic_id == topic_id).exists() | (
                 select(a.topic_id).where(a.topic_id == topic_id).exists()
             )
