@@ -89,9 +89,7 @@ class BlockCache:
         the tail of this agent's writes never GET back what it PUT."""
         bs = self.block_size
         for i in range(0, len(data), bs):
-            k = (key, i // bs)
-            if k not in self._blocks:
-                self._insert(k, data[i : i + bs])
+            self._insert((key, i // bs), data[i : i + bs])
 
     async def read_through(self, key: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` in one load that bypasses the blocks: for callers that
@@ -136,7 +134,9 @@ class BlockCache:
             self._inflight.pop(k, None)
 
     def _insert(self, k: tuple[str, int], data: bytes) -> None:
-        if len(data) > self._capacity:
+        # A block already here (a load finishing after put_object, or the reverse)
+        # is the same bytes: counted once.
+        if len(data) > self._capacity or k in self._blocks:
             return
         self._blocks[k] = data
         self._size += len(data)

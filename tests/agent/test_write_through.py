@@ -25,6 +25,27 @@ def test_put_object_caches_every_block_as_a_read_would_load_it():
         assert await cache.read("k", 8, 10, object_size=10) == obj[8:]
         assert [b for b in await cache.blocks([("k", 0), ("k", 2)])] == [obj[:4], obj[8:]]
         assert loads == []
+        # Put again (or loaded meanwhile): counted once, so nothing is evicted.
+        tight = BlockCache(loader, capacity_bytes=10, block_size=4)
+        tight.put_object("k", obj)
+        tight.put_object("k", obj)
+        assert await tight.read("k", 0, 10, object_size=10) == obj
+        assert tight.stats.evictions == 0 and loads == []
+        # A load in flight when the object is put: the block is still counted once.
+        gate = asyncio.Event()
+
+        async def slow(key: str, start: int, end: int) -> bytes:
+            await gate.wait()
+            return obj[start:end]
+
+        racing = BlockCache(slow, capacity_bytes=10, block_size=4)
+        pending = asyncio.ensure_future(racing.read("k", 0, 4, object_size=10))
+        await asyncio.sleep(0)
+        racing.put_object("k", obj)
+        gate.set()
+        assert await pending == obj[:4]
+        assert await racing.read("k", 0, 10, object_size=10) == obj
+        assert racing.stats.evictions == 0
         # Over the capacity: not cached, read from the store as before.
         small = BlockCache(loader, capacity_bytes=3, block_size=4)
         small.put_object("k", obj)
