@@ -1,6 +1,7 @@
 """Fetch sessions (KIP-227): the state that lets a consumer send and receive only changes.
 
-Where it sits: the Fetch handler (``agent.handlers.fetch``) keeps one
+Where it sits: the Fetch handler (``agent.handlers.fetch``, with
+``agent.fetch_incremental`` for incremental requests) keeps one
 :class:`FetchSessionCache` per agent. A full fetch with ``session_epoch`` 0
 creates a :class:`FetchSession` holding every requested partition (its fetch
 offset and byte limit, and the high watermark, last stable offset and log

@@ -165,7 +165,7 @@ async def test_empty_and_error_lookups_are_not_cached():
 
 
 async def test_missing_object_is_a_retriable_partition_error():
-    from agent.handlers.fetch import _Want, fetch_once
+    from agent.fetch_answer import Want, fetch_once
     from objectstore.errors import ObjectNotFound
 
     store = CountingStore()
@@ -180,7 +180,7 @@ async def test_missing_object_is_a_retriable_partition_error():
     meta = FakeMeta(FindResult(ErrorCode.NONE, 0, 3, locs))
     reader = FetchReader(meta, BlockCache(get, capacity_bytes=1 << 20, block_size=1 << 16), ManualClock(),  # type: ignore[arg-type]
                          lookup_ttl_ms=1000)
-    want = _Want(0, 0, 0, 1 << 20, TOPIC)
+    want = Want(0, 0, 0, 1 << 20, TOPIC)
     (res,) = await fetch_once(reader, [want], 1 << 20)
     assert res.error == 56 and res.records == b""  # KAFKA_STORAGE_ERROR: clients retry
     await fetch_once(reader, [want], 1 << 20)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import uuid
 
+import agent.fetch_answer as fetch_answer
+import agent.fetch_width as fetch_width
 import agent.handlers.fetch as fetch_handler
 from tests.agent.test_fetch_protocol import fetch, make_topic, produce_batch
 
@@ -35,8 +37,8 @@ def per_partition_answer(agent, monkeypatch, parts, calls: list[str]):
     """The answer of the per-partition path (one ``find_batches`` per partition),
     to compare a wide path's answer with."""
     calls.clear()
-    monkeypatch.setattr(fetch_handler, "BULK_MIN", 1 << 30)
-    monkeypatch.setattr(fetch_handler, "LOOKUP_MANY_MIN", 1 << 30)
+    monkeypatch.setattr(fetch_width, "BULK_MIN", 1 << 30)
+    monkeypatch.setattr(fetch_answer, "LOOKUP_MANY_MIN", 1 << 30)
     answer = _answer(fetch(agent, parts, max_bytes=1 << 20, partition_max_bytes=1 << 16))
     assert set(calls) == {"find_batches"}
     return answer
@@ -49,7 +51,7 @@ def test_wide_fetch_matches_per_partition_path(floe_agent, monkeypatch):
     parts = [("fw", p, 0) for p in range(40)]
     parts += [("fw", 1, 3), ("fw", 1, 5), ("fw", 7, 9), ("fw", 40, 0), ("nope", 0, 0)]
     calls = count_calls(monkeypatch, floe_agent.broker.meta, ("find_batches", "find_batches_many", "partition_offsets"))
-    monkeypatch.setattr(fetch_handler, "BULK_MIN", 2)  # 5 partitions with data or errors
+    monkeypatch.setattr(fetch_width, "BULK_MIN", 2)  # 5 partitions with data or errors
     wide = _answer(fetch(floe_agent, parts, max_bytes=1 << 20, partition_max_bytes=1 << 16))
     assert sorted(calls) == ["find_batches_many", "partition_offsets"]
     assert wide == per_partition_answer(floe_agent, monkeypatch, parts, calls)

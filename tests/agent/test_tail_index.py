@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import uuid
 
-import agent.handlers.fetch as fetch_handler
+import agent.fetch_answer as fetch_answer
+import agent.fetch_width as fetch_width
 from agent.clock import ManualClock
 from agent.tail_index import TailIndex
 from metastore.types import BatchToCommit, CommitResult, ErrorCode
@@ -107,8 +108,8 @@ def test_wide_fetch_at_the_tail_needs_no_batch_lookup(floe_agent, monkeypatch):
         assert res.error == 0, res
 
     floe_agent.call(delete())
-    monkeypatch.setattr(fetch_handler, "BULK_MIN", 8)
-    monkeypatch.setattr(fetch_handler, "LOOKUP_MANY_MIN", 2)
+    monkeypatch.setattr(fetch_width, "BULK_MIN", 8)
+    monkeypatch.setattr(fetch_answer, "LOOKUP_MANY_MIN", 2)
     resp = fetch(floe_agent, [("tw", p, 0) for p in range(12)] + [("tw", 1, 4)], max_bytes=1 << 20)
     got = {(p.partition_index, i): (p.error_code, p.log_start_offset)
            for i, p in enumerate(resp.responses[0].partitions)}  # fmt: skip
