@@ -236,6 +236,11 @@ class Broker:
         self.notifier.notify(partitions)  # type: ignore[arg-type]
         self.cluster.committed(partitions)  # type: ignore[arg-type]
 
+    def partitions_changed(self, partitions: list[tuple[uuid.UUID, int]]) -> None:
+        """Announce a change to these partitions' offsets that no commit carries (their
+        log start moved): this agent's and the cluster's waiting Fetches look again."""
+        self._on_commit(partitions)
+
     def _on_txn_complete(self, partitions: list[tuple[uuid.UUID, int]]) -> None:
         # The last stable offsets moved: cached lookups (taken while the transaction
         # was open) must not delay read_committed readers, who are woken up now.

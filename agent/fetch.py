@@ -42,6 +42,7 @@ from agent.clock import Clock
 from agent.fetch_leases import FetchLeases
 from agent.fetch_plan import BatchReadError, assemble, select_batches
 from agent.parquet_fetch import ParquetFetcher
+from agent.watermark_views import WatermarkViews
 from metastore.types import BatchLocation, ErrorCode, FindResult
 from objectstore.errors import ObjectStoreError
 from objectstore.parquet import is_parquet_key
@@ -104,6 +105,7 @@ class FetchReader:
         self.parquet = ParquetFetcher(cache, self._describe_object)
         self.leases: FetchLeases | None = None  # read leases for fetches in flight
         self.tail: TailIndex | None = None  # this agent's own latest commits (agent.tail_index)
+        self.views: WatermarkViews | None = None  # topic watermarks shared between commits
 
     # -- lookups --------------------------------------------------------------------
 
@@ -178,7 +180,8 @@ class FetchReader:
         self, topic_id: uuid.UUID, partition: int, offset: int, max_bytes: int, log_start: int
     ) -> list[BatchLocation] | None:
         """The batches from ``offset`` on out of this agent's own latest commits
-        (:meth:`agent.tail_index.TailIndex.find`: ``log_start`` must be fresh), or
+        (:meth:`agent.tail_index.TailIndex.find`: ``log_start`` as current as the
+        watermark views, :mod:`agent.watermark_views`), or
         None when they do not hold it; no metastore query."""
         tail = self.tail
         if tail is None or not tail.enabled:
@@ -309,5 +312,9 @@ def reader_for(broker: Broker) -> FetchReader:
         r = FetchReader(broker.meta, broker.cache, broker.clock, lookup_ttl_ms=broker.config.metadata_cache_ms)
         r.leases = FetchLeases(broker.meta, broker.config.agent_id)
         r.tail = broker.tail
+        notifier = broker.notifier
+        r.views = WatermarkViews(
+            broker.meta, broker.clock, lambda: notifier.generation, ttl_ms=broker.config.metadata_cache_ms
+        )
         _READERS[broker] = r
     return r

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections import Counter
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from agent.fetch import FetchReader, PartitionFetch
@@ -34,15 +34,19 @@ log = logging.getLogger(__name__)
 BULK_MIN = 8
 
 
-async def _watermarks(
-    reader: FetchReader, tid: uuid.UUID, read_committed: bool
-) -> tuple[dict[int, PartitionOffsets], bool]:
-    """A topic's offsets by partition and, for read_committed, whether it held no
-    transaction state when they were read (``topic_offsets``; else False)."""
-    if not read_committed:
-        return {o.partition: o for o in await reader.meta.partition_offsets(tid)}, False
-    got = await reader.meta.topic_offsets(tid)
-    return {o.partition: o for o in got.partitions}, got.txn_free
+async def _watermarks(reader: FetchReader, tid: uuid.UUID) -> tuple[Sequence[PartitionOffsets | None], bool]:
+    """A topic's offsets indexed by partition (None: no row) and whether it held no
+    transaction state when they were read (``topic_offsets``, through the reader's
+    watermark views when it has them)."""
+    views = reader.views
+    got = await (views.topic_offsets(tid) if views is not None else reader.meta.topic_offsets(tid))
+    parts = got.partitions
+    if parts and parts[0].partition == 0 and parts[-1].partition == len(parts) - 1:
+        return parts, got.txn_free  # every partition, in order (no copy: views share it)
+    by_index: list[PartitionOffsets | None] = [None] * (max((o.partition for o in parts), default=-1) + 1)
+    for o in parts:
+        by_index[o.partition] = o
+    return by_index, got.txn_free
 
 
 async def caught_up(
@@ -54,49 +58,82 @@ async def caught_up(
     assigned partition in every Fetch: no sessions - costs one query, not 10,000
     batch lookups), and partitions read at offsets this agent has just committed,
     answered from its own commits (:meth:`FetchReader.find_tail`) with the log
-    start and high watermark just read. The others are left to :func:`agent.fetch_answer.fetch_once`'s lookups.
+    start and high watermark just read (at most ``metadata_cache_ms`` old:
+    :mod:`agent.watermark_views`). The others are left to the lookups of
+    :func:`agent.fetch_answer.fetch_once`.
 
     read_committed: when the same query saw the topic free of transaction state,
     everything below those high watermarks is stable and nothing is aborted, so a
     tail answer is cut there and settled (``stable``): :func:`stable` asks the
     metastore nothing for it. Batches committed after the query wait for the next
     Fetch, as they would for a last stable offset read then."""
-    per_topic = Counter(w.topic_id for w in wants if w.topic_id is not None)
-    states: dict[uuid.UUID, dict[int, PartitionOffsets]] = {}
+    states: dict[uuid.UUID, Sequence[PartitionOffsets | None]] = {}
     txn_free: set[uuid.UUID] = set()
-    for tid, n in per_topic.items():
-        if tid is None or n < BULK_MIN:
+    for topic_id, n in _per_topic(wants).items():
+        if n < BULK_MIN:
             continue
         try:
-            states[tid], free = await _watermarks(reader, tid, read_committed)
+            states[topic_id], free = await _watermarks(reader, topic_id)
         except MetastoreError as e:
-            log.warning("fetch: watermarks of %s failed: %s", tid, e)
+            log.warning("fetch: watermarks of %s failed: %s", topic_id, e)
             continue
-        if free:
-            txn_free.add(tid)
+        if free and read_committed:
+            txn_free.add(topic_id)
     out: dict[int, PartitionFetch] = {}
     if not states:
         return out
+    none = ErrorCode.NONE
+    prev: object = _UNSET
+    topic: Sequence[PartitionOffsets | None] | None = None
+    free = False
     for i, w in enumerate(wants):
-        topic = states.get(w.topic_id) if w.topic_id is not None else None
-        o = topic.get(w.partition) if topic is not None else None
-        if o is None or w.topic_id is None:
+        tid = w.topic_id
+        if tid is not prev:  # wants come topic by topic: look the topic up once per run
+            prev = tid
+            topic = states.get(tid) if tid is not None else None
+            free = tid in txn_free
+        if topic is None or tid is None:
+            continue
+        p = w.partition
+        o = topic[p] if 0 <= p < len(topic) else None
+        if o is None:
             continue
         if o.log_start_offset <= w.fetch_offset == o.high_watermark:
-            out[i] = PartitionFetch(ErrorCode.NONE, o.log_start_offset, o.high_watermark)
+            out[i] = PartitionFetch(none, o.log_start_offset, o.high_watermark)
             continue
         limit = max(1, min(w.max_bytes, max_bytes))  # the first batch is always sent
-        found = reader.find_tail(w.topic_id, w.partition, w.fetch_offset, limit, o.log_start_offset)
+        found = reader.find_tail(tid, p, w.fetch_offset, limit, o.log_start_offset)
         if found is None:
             continue
-        if w.topic_id in txn_free:
+        if free:
             # The batch holding the fetch offset starts below the high watermark.
             stable = [b for b in found if b.base_offset < o.high_watermark]
-            out[i] = PartitionFetch(ErrorCode.NONE, o.log_start_offset, o.high_watermark, stable, stable=True)
+            out[i] = PartitionFetch(none, o.log_start_offset, o.high_watermark, stable, stable=True)
         else:
             hw = max(o.high_watermark, found[-1].last_offset + 1)
-            out[i] = PartitionFetch(ErrorCode.NONE, o.log_start_offset, hw, found)
+            out[i] = PartitionFetch(none, o.log_start_offset, hw, found)
     return out
+
+
+_UNSET = object()
+
+
+def _per_topic(wants: list[Want]) -> dict[uuid.UUID, int]:
+    """How many of ``wants`` name each known topic, counted run by run (a request
+    names a topic's partitions together; one hash per run, not per partition)."""
+    counts: dict[uuid.UUID, int] = {}
+    prev: uuid.UUID | None = None
+    n = 0
+    for w in wants:
+        if w.topic_id is prev:
+            n += 1
+            continue
+        if prev is not None:
+            counts[prev] = counts.get(prev, 0) + n
+        prev, n = w.topic_id, 1
+    if prev is not None:
+        counts[prev] = counts.get(prev, 0) + n
+    return counts
 
 
 async def stable(reader: FetchReader, wants: list[Want], found: list[PartitionFetch]) -> None:

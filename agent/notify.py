@@ -27,6 +27,9 @@ class Subscriber(Protocol):
 
 class CommitNotifier:
     def __init__(self) -> None:
+        # Bumped by every notification: what was read before it may miss a commit
+        # (agent.watermark_views keeps a topic's watermarks while it is unchanged).
+        self.generation = 0
         self._waiters: dict[PartitionKey, set[asyncio.Event]] = defaultdict(set)
         self._subscribers: dict[PartitionKey, set[Subscriber]] = {}
 
@@ -60,6 +63,7 @@ class CommitNotifier:
                         del self._waiters[k]
 
     def notify(self, keys: Iterable[PartitionKey]) -> None:
+        self.generation += 1
         waiters, subscribers = self._waiters, self._subscribers
         for k in keys:
             for ev in waiters.get(k, ()):
@@ -75,6 +79,7 @@ class CommitNotifier:
         return list(self._waiters.keys() | self._subscribers.keys())
 
     def notify_all(self) -> None:
+        self.generation += 1
         for evs in self._waiters.values():
             for ev in evs:
                 ev.set()

@@ -17,7 +17,8 @@ answered with its original's offset) is ignored. So an offset inside a chain
 names exactly the batch the log holds there: batches are immutable once
 committed. What the chain does not know is the log start and the high
 watermark, which other agents and retention move; the caller passes both, read
-fresh from the metastore, and the index answers only offsets in
+from the metastore since the last commit notified to this agent and at most
+``metadata_cache_ms`` ago (:mod:`agent.watermark_views`), and the index answers only offsets in
 ``[log_start, chain end)``. Entries older than ``ttl_ms`` are not served (the
 compactor deletes replaced objects only after its grace period, minutes by
 default). A duplicate that starts a chain is served from this agent's copy of

@@ -6,7 +6,9 @@ it are no longer readable and are removed by the compactor later. An offset
 beyond the high watermark (or below -1) gets OFFSET_OUT_OF_RANGE, an offset at
 or below the current log start offset leaves it unchanged. An unknown topic or
 partition gets UNKNOWN_TOPIC_OR_PARTITION. Error results carry low watermark
--1. ``timeout_ms`` is ignored: the change is committed when the response is sent.
+-1. ``timeout_ms`` is ignored: the change is committed when the response is sent,
+and Fetches long-polling the partition, here or on other agents, are woken
+(:meth:`Broker.partitions_changed`).
 
 Versions: 0-2 (v2+ flexible).
 """
@@ -45,6 +47,8 @@ async def handle(broker: Broker, ctx: RequestContext, req: DeleteRecordsRequest)
             else:
                 res = await broker.meta.delete_records(info.id, p.partition_index, p.offset)
                 code, low = int(res.error), res.low_watermark if not res.error else -1
+                if not res.error:  # the log start moved: wake long-polls, renew watermark views
+                    broker.partitions_changed([(info.id, p.partition_index)])
             partitions.append(PartitionResult(partition_index=p.partition_index, low_watermark=low, error_code=code))
         topics.append(TopicResult(name=t.name, partitions=partitions))
     return DeleteRecordsResponse(throttle_time_ms=0, topics=topics)

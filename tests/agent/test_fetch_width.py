@@ -50,10 +50,10 @@ def test_wide_fetch_matches_per_partition_path(floe_agent, monkeypatch):
         produce_batch(floe_agent, "fw", p, n, tag=f"p{p}-")
     parts = [("fw", p, 0) for p in range(40)]
     parts += [("fw", 1, 3), ("fw", 1, 5), ("fw", 7, 9), ("fw", 40, 0), ("nope", 0, 0)]
-    calls = count_calls(monkeypatch, floe_agent.broker.meta, ("find_batches", "find_batches_many", "partition_offsets"))
+    calls = count_calls(monkeypatch, floe_agent.broker.meta, ("find_batches", "find_batches_many", "topic_offsets"))
     monkeypatch.setattr(fetch_width, "BULK_MIN", 2)  # 5 partitions with data or errors
     wide = _answer(fetch(floe_agent, parts, max_bytes=1 << 20, partition_max_bytes=1 << 16))
-    assert sorted(calls) == ["find_batches_many", "partition_offsets"]
+    assert sorted(calls) == ["find_batches_many", "topic_offsets"]
     assert wide == per_partition_answer(floe_agent, monkeypatch, parts, calls)
     by_part = {(t, p): (err, hwm) for t, p, err, hwm, _, _ in wide}
     assert by_part[("fw", 1)] == (0, 5) and by_part[("fw", 7)] == (1, -1)  # last: 9 > hwm 4

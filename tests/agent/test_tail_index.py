@@ -90,13 +90,13 @@ def test_wide_fetch_at_the_tail_needs_no_batch_lookup(floe_agent, monkeypatch):
         produce_batch(floe_agent, "tw", p, n, tag=f"p{p}-")
     parts = [("tw", p, 0) for p in range(12)] + [("tw", 1, 3), ("tw", 1, 4), ("tw", 7, 4), ("tw", 7, 9)]
     meta = floe_agent.broker.meta
-    calls = count_calls(monkeypatch, meta, ("find_batches", "find_batches_many", "partition_offsets"))
+    calls = count_calls(monkeypatch, meta, ("find_batches", "find_batches_many", "topic_offsets"))
     tail = floe_agent.broker.tail
     hits = tail.hits
     wide = _answer(fetch(floe_agent, parts, max_bytes=1 << 20, partition_max_bytes=1 << 16))
     # Every partition with data came from the tail; only 7@9 (past the high
     # watermark: out of range) was left to the metastore.
-    assert calls == ["partition_offsets", "find_batches"]
+    assert calls == ["topic_offsets", "find_batches"]
     assert tail.hits - hits == 5
     assert wide == per_partition_answer(floe_agent, monkeypatch, parts, calls)
     assert sum(1 for *_, err, _, _, rec in wide if err == 0 and rec) == 5
@@ -108,6 +108,9 @@ def test_wide_fetch_at_the_tail_needs_no_batch_lookup(floe_agent, monkeypatch):
         assert res.error == 0, res
 
     floe_agent.call(delete())
+    # Announced as the DeleteRecords handler (or another agent's wake-up) does: the
+    # agent's watermark views are renewed, so the log start is the metastore's.
+    floe_agent.broker.notifier.notify_all()
     monkeypatch.setattr(fetch_width, "BULK_MIN", 8)
     monkeypatch.setattr(fetch_answer, "LOOKUP_MANY_MIN", 2)
     resp = fetch(floe_agent, [("tw", p, 0) for p in range(12)] + [("tw", 1, 4)], max_bytes=1 << 20)
