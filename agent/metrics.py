@@ -28,6 +28,7 @@ class AgentMetrics:
     seals: Counter
     produced_bytes: Counter
     fetched_bytes: Counter
+    watermark_reads: Counter
     cache_hits: Gauge
     cache_misses: Gauge
     connections: Gauge
@@ -59,6 +60,12 @@ def _make() -> AgentMetrics:
         ),
         produced_bytes=Counter("floe_produced_bytes", "Record batch bytes accepted", registry=r),
         fetched_bytes=Counter("floe_fetched_bytes", "Record batch bytes served", registry=r),
+        watermark_reads=Counter(
+            "floe_fetch_watermark_reads",
+            "Topic watermarks wanted by wide Fetches, by outcome (read: a metastore query; shared: another Fetch's)",
+            ["outcome"],
+            registry=r,
+        ),
         cache_hits=Gauge("floe_cache_hits", "Block cache hits", registry=r),
         cache_misses=Gauge("floe_cache_misses", "Block cache misses", registry=r),
         connections=Gauge("floe_connections", "Open Kafka connections", registry=r),

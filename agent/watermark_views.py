@@ -26,6 +26,8 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from agent.metrics import METRICS
+
 if TYPE_CHECKING:
     from agent.clock import Clock
     from metastore import Metastore
@@ -33,6 +35,8 @@ if TYPE_CHECKING:
 
 # Views kept at most (the oldest dropped first); a Fetch names few topics.
 _MAX_VIEWS = 1_000
+_READ = METRICS.watermark_reads.labels("read")
+_SHARED = METRICS.watermark_reads.labels("shared")
 
 
 class WatermarkViews:
@@ -52,14 +56,19 @@ class WatermarkViews:
         """The topic's offsets as of a read begun after the last notified commit."""
         if self._ttl <= 0:
             self.reads += 1
+            _READ.inc()
             return await self._meta.topic_offsets(topic_id)
         gen, now = self._generation(), self._clock.monotonic()
         view = self._views.get(topic_id)
         if view is not None and view[0] == gen and now - view[1] < self._ttl:
+            _SHARED.inc()
             return view[2]
         pending = self._reads.get(topic_id)
-        if pending is None or pending[0] != gen:
+        if pending is not None and pending[0] == gen:
+            _SHARED.inc()
+        else:
             self.reads += 1
+            _READ.inc()
             task = asyncio.ensure_future(self._meta.topic_offsets(topic_id))
             task.add_done_callback(_retrieve)  # an error nobody awaits is not "never retrieved"
             pending = self._reads[topic_id] = (gen, task)

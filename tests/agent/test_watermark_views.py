@@ -9,6 +9,7 @@ import uuid
 import pytest
 
 from agent.clock import ManualClock
+from agent.metrics import METRICS
 from agent.notify import CommitNotifier
 from agent.watermark_views import WatermarkViews
 from kafka_protocol import messages as M
@@ -151,11 +152,13 @@ def test_wide_fetches_share_the_watermarks_until_a_commit_or_delete_records(agen
     make_topic(agent, "wv", partitions=PARTS)
     produce_batch(agent, "wv", 1, 3)
     calls = count_calls(monkeypatch, agent.broker.meta, ("topic_offsets", "partition_offsets"))
+    shared = METRICS.watermark_reads.labels("shared")
     with RawConn(agent.port) as a, RawConn(agent.port) as b:
         first = _wide(a, "wv", {})
         assert first[1] == (0, 3, 0, True) and first[2] == (0, 0, 0, False)
+        before = shared._value.get()
         assert _wide(b, "wv", {1: 3}) == {**first, 1: (0, 3, 0, False)}  # another consumer, caught up
-        assert calls == ["topic_offsets"]
+        assert calls == ["topic_offsets"] and shared._value.get() == before + 1
 
         produce_batch(agent, "wv", 2, 2)  # a commit: the next Fetch reads again, and sees it
         after = _wide(a, "wv", {1: 3})
