@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from metastore import schema as s
 from metastore.base import SqlBase
+from metastore.sqlite_log import sqlite_topic_offsets
 from metastore.topic_config import (
     MAX_PARTITIONS,
     TOPIC_CONFIG_KEYS,
@@ -65,6 +66,8 @@ def _where(name_or_id: str | uuid.UUID) -> Any:
 
 
 async def _partition_offsets(conn: AsyncConnection, topic_id: uuid.UUID) -> list[PartitionOffsets]:
+    if conn.dialect.name == "sqlite":
+        return (await sqlite_topic_offsets(conn, topic_id, False))[0]
     p = s.partitions.c
     rows = await conn.execute(
         select(p.partition, p.log_start_offset, p.high_watermark)
@@ -128,6 +131,8 @@ class TopicsMixin(SqlBase):
         (aborted: its range is there), one starting in between is seen started."""
         tp, a = s.txn_partitions.c, s.aborted_txns.c
         async with self._read() as conn:
+            if conn.dialect.name == "sqlite":
+                return TopicOffsets(*await sqlite_topic_offsets(conn, topic_id, True))
             offsets = await _partition_offsets(conn, topic_id)
             busy = select(tp.topic_id).where(tp.topic_id == topic_id).exists() | (
                 select(a.topic_id).where(a.topic_id == topic_id).exists()
