@@ -43,12 +43,18 @@ Key = tuple[uuid.UUID, int]
 
 
 def encode_keys(keys: Iterable[Key]) -> list[str]:
-    """Payloads of at most ``_MAX_PAYLOAD`` bytes each."""
+    """Payloads of at most ``_MAX_PAYLOAD`` bytes each. A commit at width names a
+    topic's partitions one after another: its id is turned into hex once per run
+    (``UUID.hex`` formats the integer anew on every call)."""
     out: list[str] = []
     cur: list[str] = []
     size = 0
+    prev: uuid.UUID | None = None
+    hexed = ""
     for tid, p in keys:
-        item = f"{tid.hex}:{p}"
+        if tid is not prev:
+            prev, hexed = tid, tid.hex
+        item = f"{hexed}:{p}"
         if cur and size + len(item) + 1 > _MAX_PAYLOAD:
             out.append(",".join(cur))
             cur, size = [], 0
@@ -66,6 +72,10 @@ def decode_keys(payload: str) -> list[Key]:
         with suppress(ValueError):
             keys.append((uuid.UUID(hex=tid), int(p)))
     return keys
+
+
+def _topic_of(key: Key) -> int:
+    return id(key[0])  # the same topic's keys share its id object (the agent's topic cache)
 
 
 class Wakeups:
@@ -152,7 +162,8 @@ class PgWakeups(Wakeups):
                 if con is None or con.is_closed():
                     con = await asyncpg.connect(self.dsn)
                     self._send_pid = con.get_server_pid()
-                for payload in encode_keys(sorted(keys)):
+                # Grouped by topic, not sorted: sorting compares UUIDs in Python.
+                for payload in encode_keys(sorted(keys, key=_topic_of)):
                     await con.execute("SELECT pg_notify($1, $2)", CHANNEL, payload)
                     self.sent += 1
             except asyncio.CancelledError:

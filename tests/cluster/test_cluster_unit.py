@@ -216,6 +216,12 @@ async def test_poll_wakeups_see_other_agents_commits(tmp_path: Path) -> None:
         payloads = encode_keys(keys)
         assert len(payloads) > 1 and all(len(p) <= 7000 for p in payloads)
         assert [k for p in payloads for k in decode_keys(p)] == keys
+        # A commit at width: two topics' partitions interleaved, as a set gives them.
+        a, b = uuid.uuid4(), uuid.uuid4()
+        wide = [(t, i) for i in range(600) for t in (a, b)]
+        payloads = encode_keys(wide)
+        assert len(payloads) > 1 and all(len(p) <= 7000 for p in payloads)
+        assert [k for p in payloads for k in decode_keys(p)] == wide
     finally:
         await ms.close()
 
