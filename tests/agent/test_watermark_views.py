@@ -40,8 +40,14 @@ class _Meta:
         return TopicOffsets([PartitionOffsets(0, 0, hwm)], True)
 
 
-def _views(meta: _Meta, notifier: CommitNotifier, clock: ManualClock, ttl_ms: int = 100) -> WatermarkViews:
-    return WatermarkViews(meta, clock, lambda: notifier.generation, ttl_ms=ttl_ms)  # type: ignore[arg-type]
+def _setup(ttl_ms: int = 100, *, gated: bool = False) -> tuple[_Meta, CommitNotifier, ManualClock, WatermarkViews]:
+    """A metastore stand-in (its reads held until ``gate`` opens when ``gated``), a
+    notifier, a clock and the views over them."""
+    meta, notifier, clock = _Meta(), CommitNotifier(), ManualClock()
+    if gated:
+        meta.gate.clear()
+    views = WatermarkViews(meta, clock, lambda: notifier.generation, ttl_ms=ttl_ms)  # type: ignore[arg-type]
+    return meta, notifier, clock, views
 
 
 def _hwm(got: TopicOffsets) -> int:
@@ -49,9 +55,7 @@ def _hwm(got: TopicOffsets) -> int:
 
 
 async def test_reads_between_commits_share_one_query() -> None:
-    meta, notifier, clock = _Meta(), CommitNotifier(), ManualClock()
-    views = _views(meta, notifier, clock)
-    meta.gate.clear()
+    meta, notifier, clock, views = _setup(gated=True)
     first = asyncio.ensure_future(views.topic_offsets(TOPIC))
     second = asyncio.ensure_future(views.topic_offsets(TOPIC))
     await asyncio.sleep(0)
@@ -72,9 +76,7 @@ async def test_reads_between_commits_share_one_query() -> None:
 
 
 async def test_a_read_overtaken_by_a_commit_answers_its_waiters_but_is_not_kept() -> None:
-    meta, notifier, clock = _Meta(), CommitNotifier(), ManualClock()
-    views = _views(meta, notifier, clock)
-    meta.gate.clear()
+    meta, notifier, _, views = _setup(gated=True)
     first = asyncio.ensure_future(views.topic_offsets(TOPIC))
     for _ in range(3):  # until the read has begun (the task, then the query)
         await asyncio.sleep(0)
@@ -89,9 +91,7 @@ async def test_a_read_overtaken_by_a_commit_answers_its_waiters_but_is_not_kept(
 
 
 async def test_a_failed_read_reaches_every_waiter_and_is_not_kept() -> None:
-    meta, notifier, clock = _Meta(), CommitNotifier(), ManualClock()
-    views = _views(meta, notifier, clock)
-    meta.gate.clear()
+    meta, _, _, views = _setup(gated=True)
     meta.fail = True
     waiters = [asyncio.ensure_future(views.topic_offsets(TOPIC)) for _ in range(2)]
     await asyncio.sleep(0)
@@ -104,9 +104,7 @@ async def test_a_failed_read_reaches_every_waiter_and_is_not_kept() -> None:
 
 
 async def test_a_cancelled_fetch_leaves_the_read_to_the_others() -> None:
-    meta, notifier, clock = _Meta(), CommitNotifier(), ManualClock()
-    views = _views(meta, notifier, clock)
-    meta.gate.clear()
+    meta, _, _, views = _setup(gated=True)
     first = asyncio.ensure_future(views.topic_offsets(TOPIC))
     second = asyncio.ensure_future(views.topic_offsets(TOPIC))
     await asyncio.sleep(0)
@@ -117,8 +115,7 @@ async def test_a_cancelled_fetch_leaves_the_read_to_the_others() -> None:
 
 
 async def test_lifetime_zero_reads_every_time() -> None:
-    meta, notifier, clock = _Meta(), CommitNotifier(), ManualClock()
-    views = _views(meta, notifier, clock, ttl_ms=0)
+    meta, _, _, views = _setup(ttl_ms=0)
     for _ in range(3):
         await views.topic_offsets(TOPIC)
     assert meta.calls == 3
