@@ -70,7 +70,6 @@ class WatermarkViews:
             self.reads += 1
             _READ.inc()
             task = asyncio.ensure_future(self._meta.topic_offsets(topic_id))
-            task.add_done_callback(_retrieve)  # an error nobody awaits is not "never retrieved"
             pending = self._reads[topic_id] = (gen, task)
             task.add_done_callback(lambda t: self._done(topic_id, gen, now, t))
         # shield: a cancelled Fetch leaves the read to the others waiting on it.
@@ -79,13 +78,10 @@ class WatermarkViews:
     def _done(self, topic_id: uuid.UUID, gen: int, began: float, task: asyncio.Task[TopicOffsets]) -> None:
         if self._reads.get(topic_id, (0, None))[1] is task:
             del self._reads[topic_id]
+        # (Asking for the exception also marks an error nobody awaits as retrieved.)
         if task.cancelled() or task.exception() is not None or self._generation() != gen:
-            return  # a commit was notified during the read: it may not hold that commit
+            return  # failed, or a commit was notified during the read: it may not hold that commit
         if len(self._views) >= _MAX_VIEWS and topic_id not in self._views:
             del self._views[next(iter(self._views))]
         self._views[topic_id] = (gen, began, task.result())
 
-
-def _retrieve(task: asyncio.Task[TopicOffsets]) -> None:
-    if not task.cancelled():
-        task.exception()
