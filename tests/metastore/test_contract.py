@@ -573,6 +573,34 @@ async def test_retry_older_than_last_five_is_out_of_order(ms: Metastore) -> None
     assert (await ms.list_offsets(t.id, 0, -1)).offset == 7
 
 
+async def test_retry_window_after_in_order_groups_of_every_size(ms: Metastore) -> None:
+    """In-order groups of 1 to 7 batches per producer, two producers on two
+    partitions: after each group exactly the newest 5 batches of each (producer,
+    partition) are duplicates and the 6th newest is out of order. (SQLite writes
+    back an in-order group by cutting each key's stored entries at a base offset.)"""
+    t = await make_topic(ms, "t", 2)
+    sent: dict[tuple[int, int], list[tuple[BatchToCommit, int]]] = {}
+    for size in (3, 1, 2, 4, 1, 7, 1, 5, 2):
+        group = [batch(t.id, p, 1, pid=pid, epoch=0, seq=0) for p in (0, 1) for pid in (11, 12)]
+        group = [
+            b._replace(base_sequence=len(sent.get((b.partition, b.producer_id), [])) + n)
+            for n in range(size)
+            for b in group
+        ]
+        results = await ms.commit_objects([ObjectToCommit(key(), 1, "a", group)])
+        for b, r in zip(group, results[0].results, strict=True):
+            assert r.error is E.NONE
+            sent.setdefault((b.partition, b.producer_id), []).append((b, r.base_offset))
+        for history in sent.values():
+            for b, offset in history[-5:]:
+                again = await ms.commit_object(key(), 1, "a", [b])
+                assert (again[0].error, again[0].base_offset) == (E.NONE, offset)
+            if len(history) > 5:
+                again = await ms.commit_object(key(), 1, "a", [history[-6][0]])
+                assert again[0].error is E.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert (await ms.list_offsets(t.id, 0, -1)).offset == 2 * 26
+
+
 # -- producer ids --------------------------------------------------------------------------
 
 
