@@ -22,9 +22,11 @@ install: $(STAMP)
 dev: $(STAMP)
 	$(BIN)/floe dev
 
-## The whole test suite (unit, contract, integration with real Postgres and moto S3, interop).
+## The whole test suite (unit, contract, integration with real Postgres and moto S3, interop),
+## in TEST_WORKERS pytest processes (pytest-xdist; each starts its own Postgres and moto).
+TEST_WORKERS ?= 2
 test: deps $(STAMP) $(VENV)/checkov/bin/checkov
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

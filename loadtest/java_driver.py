@@ -29,6 +29,7 @@ import subprocess
 import time
 from typing import Any
 
+from loadtest.buildlock import exclusive
 from loadtest.driver import new_hist, wait_for_start
 from loadtest.kafka_broker import CACHE, classpath
 
@@ -119,13 +120,19 @@ def build() -> str:
     cp = classpath()
     key = hashlib.sha1((SOURCE + cp).encode()).hexdigest()[:12]
     out = CACHE.parent / "loadtest-java" / key
-    if not (out / "FloeBenchProducer.class").exists():
-        out.mkdir(parents=True, exist_ok=True)
-        src = out / "FloeBenchProducer.java"
-        src.write_text(SOURCE)
-        res = subprocess.run(["javac", "-cp", cp, "-d", str(out), str(src)], capture_output=True, text=True, timeout=300)
-        if res.returncode != 0:
-            raise RuntimeError("javac failed:\n" + res.stdout + res.stderr)
+    done = out / "compiled"  # written after javac: another process may be compiling
+    if not done.exists():
+        with exclusive(out.with_name(f"{key}.lock")):
+            if not done.exists():
+                out.mkdir(parents=True, exist_ok=True)
+                src = out / "FloeBenchProducer.java"
+                src.write_text(SOURCE)
+                res = subprocess.run(
+                    ["javac", "-cp", cp, "-d", str(out), str(src)], capture_output=True, text=True, timeout=300
+                )
+                if res.returncode != 0:
+                    raise RuntimeError("javac failed:\n" + res.stdout + res.stderr)
+                done.touch()
     return f"{out}{os.pathsep}{cp}"
 
 

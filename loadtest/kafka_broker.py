@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+from loadtest.maven import MavenUnavailable, cached_classpath, resolve_classpath
 from metastore.pgserver import free_port, start_on_free_ports
 
 KAFKA_VERSION = os.environ.get("FLOE_KAFKA_VERSION", "4.1.1")
@@ -69,27 +70,17 @@ class KafkaUnavailable(RuntimeError):
 def classpath(version: str = KAFKA_VERSION) -> str:
     """The broker's class path, resolved with Maven once and cached."""
     cache = CACHE / version
-    cp_file = cache / "classpath.txt"
-    if cp_file.exists():
-        cp = cp_file.read_text().strip()
-        if cp and all(Path(j).exists() for j in cp.split(os.pathsep)):
-            return cp
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise KafkaUnavailable("mvn is missing; install it with: make deps (or: sudo apt-get install -y maven)")
-    cache.mkdir(parents=True, exist_ok=True)
-    (cache / "pom.xml").write_text(_POM.format(scala=SCALA, version=version))
-    res = subprocess.run(
-        [mvn, "-B", "-q", "dependency:build-classpath", f"-Dmdep.outputFile={cp_file}"],
-        cwd=cache, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    if res.returncode != 0 or not cp_file.exists():
-        cp_file.unlink(missing_ok=True)
-        raise KafkaUnavailable(
-            f"mvn could not resolve org.apache.kafka:kafka_{SCALA}:{version} from Maven Central:\n"
-            + (res.stdout + res.stderr)[-2000:]
-        )
-    return cp_file.read_text().strip()
+    cached = cached_classpath(cache)
+    if cached is None:
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise KafkaUnavailable("mvn is missing; install it with: make deps (or: sudo apt-get install -y maven)")
+        what = f"org.apache.kafka:kafka_{SCALA}:{version}"
+        try:
+            cached = resolve_classpath(mvn, cache, _POM.format(scala=SCALA, version=version), what, 900)
+        except MavenUnavailable as e:
+            raise KafkaUnavailable(str(e)) from e
+    return os.pathsep.join(cached)
 
 
 def _java() -> str:

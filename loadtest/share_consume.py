@@ -31,6 +31,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from loadtest.buildlock import exclusive
+from loadtest.maven import maven_jars
 from loadtest.services import start_agent
 
 REPO = Path(__file__).resolve().parent.parent
@@ -123,32 +125,17 @@ public class ShareBench {
 }
 """
 
-POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>floe.bench</groupId><artifactId>share-bench</artifactId><version>1</version>
-  <dependencies>
-    <dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version></dependency>
-    <dependency><groupId>org.slf4j</groupId><artifactId>slf4j-nop</artifactId><version>1.7.36</version></dependency>
-  </dependencies>
-</project>
-"""
 
 
 def build() -> str:
     """Compile the driver once into .cache/loadtest-share/; returns the run class path."""
-    CACHE.mkdir(parents=True, exist_ok=True)
-    cp_file = CACHE / "classpath.txt"
-    if not cp_file.exists():
-        (CACHE / "pom.xml").write_text(POM.format(g=CLIENTS[0], a=CLIENTS[1], v=CLIENTS[2]))
-        subprocess.run(
-            ["mvn", "-B", "-q", "dependency:build-classpath", f"-Dmdep.outputFile={cp_file}"],
-            cwd=CACHE, check=True, timeout=600,
-        )  # fmt: skip
-    cp = cp_file.read_text().strip()
+    cp = os.pathsep.join(maven_jars([":".join(CLIENTS), "org.slf4j:slf4j-nop:1.7.36"]))
     src = CACHE / "ShareBench.java"
-    if not src.exists() or src.read_text() != SOURCE:
-        src.write_text(SOURCE)
-        subprocess.run(["javac", "-cp", cp, "-d", str(CACHE), str(src)], check=True, timeout=300)
+    with exclusive(CACHE.with_name("loadtest-share.lock")):
+        if not src.exists() or src.read_text() != SOURCE:
+            CACHE.mkdir(parents=True, exist_ok=True)
+            src.write_text(SOURCE)
+            subprocess.run(["javac", "-cp", cp, "-d", str(CACHE), str(src)], check=True, timeout=300)
     return f"{CACHE}{os.pathsep}{cp}"
 
 

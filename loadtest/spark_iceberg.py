@@ -20,7 +20,6 @@ moves it) and put first on the job's ``PYTHONPATH``. A Spark process costs
 from __future__ import annotations
 
 import base64
-import fcntl
 import json
 import os
 import subprocess
@@ -36,6 +35,7 @@ from compactor.iceberg_spark import (
     spark_catalog_conf,
     spark_jars,
 )
+from loadtest.buildlock import exclusive
 from loadtest.maven import MavenUnavailable
 from loadtest.maven import maven_jars as _maven_jars
 
@@ -66,9 +66,7 @@ def side_pyspark() -> tuple[str, str | None]:
     done = target / ".floe-complete"
     if done.exists():
         return want, str(target)
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with open(CACHE / f"pyspark-{want}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with exclusive(CACHE / f"pyspark-{want}.lock"):
         if not done.exists():
             res = subprocess.run(
                 [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--upgrade",
