@@ -1,8 +1,8 @@
 """Postgres fast paths of hot, wide reads: one asyncpg statement over arrays.
 
 Where it sits: mixed into :class:`metastore.postgres.PostgresMetastore` ahead of
-the portable SQLAlchemy implementations (``TxnMixin.stable_offsets``,
-``TopicsMixin.partition_offsets``), which SQLite keeps. Every read_committed
+the implementations SQLite keeps (``TxnMixin.stable_offsets`` in SQLAlchemy,
+``TopicsMixin.partition_offsets`` and ``topic_offsets`` as raw sqlite3 statements). Every read_committed
 Fetch with data asks for the last stable offsets of its partitions, and a
 consumer of a wide topic asks for the watermarks of every partition; through
 SQLAlchemy those cost a compiled, cache-keyed statement per 64 partitions

@@ -65,18 +65,6 @@ def _where(name_or_id: str | uuid.UUID) -> Any:
     return (s.topics.c.name == name_or_id) & live
 
 
-async def _partition_offsets(conn: AsyncConnection, topic_id: uuid.UUID) -> list[PartitionOffsets]:
-    if conn.dialect.name == "sqlite":
-        return (await sqlite_topic_offsets(conn, topic_id, False))[0]
-    p = s.partitions.c
-    rows = await conn.execute(
-        select(p.partition, p.log_start_offset, p.high_watermark)
-        .where(p.topic_id == topic_id)
-        .order_by(p.partition)
-    )
-    return [PartitionOffsets(r[0], r[1], r[2]) for r in rows]
-
-
 class TopicsMixin(SqlBase):
     async def _get_topic(
         self, conn: AsyncConnection, name_or_id: str | uuid.UUID, lock: bool = False
@@ -120,25 +108,20 @@ class TopicsMixin(SqlBase):
     async def partition_offsets(self, topic_id: uuid.UUID) -> list[PartitionOffsets]:
         """Log start offset and high watermark of every partition of a topic, in
         partition order, in one query (ListOffsets earliest/latest at width);
-        empty for an unknown or deleted topic."""
+        empty for an unknown or deleted topic. This is SQLite's (raw statements,
+        :func:`metastore.sqlite_log.sqlite_topic_offsets`); Postgres has its own
+        (``metastore.pg_reads``)."""
         async with self._read() as conn:
-            return await _partition_offsets(conn, topic_id)
+            return (await sqlite_topic_offsets(conn, topic_id, False))[0]
 
     async def topic_offsets(self, topic_id: uuid.UUID) -> TopicOffsets:
         """:meth:`partition_offsets` and whether the topic holds no transaction
         state (an open transaction's partition or an aborted range). The state is
         read after the watermarks: a transaction ending in between is seen ended
-        (aborted: its range is there), one starting in between is seen started."""
-        tp, a = s.txn_partitions.c, s.aborted_txns.c
+        (aborted: its range is there), one starting in between is seen started.
+        SQLite's, as :meth:`partition_offsets`."""
         async with self._read() as conn:
-            if conn.dialect.name == "sqlite":
-                return TopicOffsets(*await sqlite_topic_offsets(conn, topic_id, True))
-            offsets = await _partition_offsets(conn, topic_id)
-            busy = select(tp.topic_id).where(tp.topic_id == topic_id).exists() | (
-                select(a.topic_id).where(a.topic_id == topic_id).exists()
-            )
-            held = (await conn.execute(select(busy))).scalar()
-            return TopicOffsets(offsets, not held)
+            return TopicOffsets(*await sqlite_topic_offsets(conn, topic_id, True))
 
     async def create_topic(
         self,
