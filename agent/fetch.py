@@ -17,7 +17,8 @@ For each partition the :class:`FetchReader`
 4. copies the batches into one buffer in offset order and patches each batch's
    ``baseOffset`` (the metastore's offset; producers' batches are stored with
    base offset 0) and ``partitionLeaderEpoch`` (0: there are no elections).
-   Both fields lie outside the CRC, so nothing is re-encoded.
+   Both fields lie outside the CRC, so nothing is re-encoded. Steps 3 and 4
+   are :class:`agent.fetch_read.BatchReads`, which the reader extends.
 
 Only lookups that found batches are cached: an answer "nothing past the high
 watermark" or an error is never reused, so a long-poll that re-checks after
@@ -41,11 +42,10 @@ from agent.cache import BlockCache
 from agent.clock import Clock
 from agent.fetch_leases import FetchLeases
 from agent.fetch_plan import BatchReadError, assemble, select_batches
+from agent.fetch_read import BatchReads
 from agent.parquet_fetch import ParquetFetcher
 from agent.watermark_views import WatermarkViews
 from metastore.types import BatchLocation, ErrorCode, FindResult
-from objectstore.errors import ObjectStoreError
-from objectstore.parquet import is_parquet_key
 
 if TYPE_CHECKING:
     from agent.broker import Broker
@@ -55,9 +55,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = ["BatchReadError", "FetchReader", "PartitionFetch", "assemble", "reader_for", "select_batches"]
-
-# What a read of a partition's bytes may fail with (that partition alone gets an error).
-_READ_ERRORS = (ObjectStoreError, BatchReadError, OSError)
 
 # find_batches answers kept at most this many entries (oldest evicted first).
 _MAX_CACHED_LOOKUPS = 10_000
@@ -90,8 +87,9 @@ class PartitionFetch:
         return sum(b.byte_len for b in self.batches)
 
 
-class FetchReader:
-    """Batch lookups (briefly cached) and batch reads (through the block cache)."""
+class FetchReader(BatchReads):
+    """Batch lookups (briefly cached) and batch reads (through the block cache,
+    :class:`agent.fetch_read.BatchReads`)."""
 
     def __init__(self, meta: Metastore, cache: BlockCache, clock: Clock, *, lookup_ttl_ms: int) -> None:
         self.meta = meta
@@ -205,101 +203,6 @@ class FetchReader:
             self.tail.forget(topic_id, partition)
         for k in [k for k in self._lookups if k[0] == topic_id and k[1] == partition]:
             del self._lookups[k]
-
-    # -- reads ----------------------------------------------------------------------
-
-    async def read(self, batches: Sequence[BatchLocation]) -> bytes:
-        """The batches' bytes in the given order, with base offsets patched in."""
-        if not batches:
-            return b""
-        if any(is_parquet_key(b.object_key) for b in batches):
-            return await self._read_mixed(batches)
-        (data,) = await self.read_many([batches])
-        if isinstance(data, Exception):
-            raise data
-        return data
-
-    async def read_many(self, parts: Sequence[Sequence[BatchLocation]]) -> list[bytes | Exception]:
-        """:meth:`read` of each partition's batches of one Fetch response, through
-        the block cache once for all of them: every block they touch is asked for
-        once (hits without a coroutine, misses loaded together), not a read per
-        partition. A partition whose bytes could not be read gets the exception
-        (an object store error, ``OSError`` or :class:`BatchReadError`) instead of
-        its bytes; anything else is raised."""
-        flat = [b for bs in parts for b in bs]
-        if any(is_parquet_key(b.object_key) for b in flat):
-            return list(await asyncio.gather(*(self._read_or_error(bs) for bs in parts)))
-        # Block by block: a consumer's partitions need not be neighbours in a segment
-        # (an assignor deals them round-robin), their batches share a few blocks.
-        cache = self.cache
-        size = cache.block_size
-        spans = [(b.byte_pos // size, (b.byte_pos + b.byte_len - 1) // size) for b in flat]
-        need: dict[tuple[str, int], None] = {}  # every block touched, once, in order
-        for b, (first, last) in zip(flat, spans, strict=True):
-            for i in range(first, last + 1):
-                need[(b.object_key, i)] = None
-        got = dict(zip(need, await cache.blocks(list(need)), strict=True))
-        reads: dict[tuple[str, int], tuple[int, bytes]] = {}
-        failed: dict[tuple[str, int], Exception] = {}
-        for b, (first, last) in zip(flat, spans, strict=True):
-            key = b.object_key
-            found = [got[(key, i)] for i in range(first, last + 1)]
-            error = next((d for d in found if isinstance(d, BaseException)), None)
-            if error is not None:
-                if not isinstance(error, _READ_ERRORS):
-                    raise error
-                failed[(key, b.byte_pos)] = error
-            else:
-                data = found[0] if len(found) == 1 else b"".join(found)  # type: ignore[arg-type]
-                reads[(key, b.byte_pos)] = (first * size, data)  # type: ignore[assignment]
-        out: list[bytes | Exception] = []
-        for bs in parts:
-            error = next((failed[k] for b in bs if (k := (b.object_key, b.byte_pos)) in failed), None) if failed else None
-            if error is not None:
-                out.append(error)
-                continue
-            try:
-                out.append(assemble(bs, reads))
-            except BatchReadError as e:
-                out.append(e)
-        return out
-
-    async def _read_or_error(self, batches: Sequence[BatchLocation]) -> bytes | Exception:
-        try:
-            return await self.read(batches)
-        except _READ_ERRORS as e:
-            return e
-
-    async def _read_mixed(self, batches: Sequence[BatchLocation]) -> bytes:
-        """Segment batches as usual; batches the compactor moved into Parquet objects
-        are rebuilt from their rows (same offsets, keys, values, headers, timestamps)."""
-        parts: list[bytes] = []
-        run: list[BatchLocation] = []
-        for b in batches:
-            if is_parquet_key(b.object_key):
-                if run:
-                    parts.append(await self.read(run))
-                    run = []
-                parts.append(await self._read_parquet(b))
-            else:
-                run.append(b)
-        if run:
-            parts.append(await self.read(run))
-        return b"".join(parts)
-
-    async def _read_parquet(self, b: BatchLocation) -> bytes:
-        try:
-            return await self.parquet.read(b)
-        except (ValueError, OSError, KeyError) as e:  # pyarrow's errors derive from these
-            raise BatchReadError(f"Parquet object {b.object_key}: {e}") from e
-
-    async def _describe_object(self, key: str) -> tuple[int, list[tuple[int, int]]]:
-        """A Parquet object's size and its batch rows' (base offset, base timestamp)."""
-        info = await self.meta.get_object(key)
-        if info is None:
-            raise BatchReadError(f"object {key} is not registered")
-        rows = await self.meta.batches_in_objects([info.id])
-        return info.size, [(r.base_offset, r.base_timestamp) for r in rows]
 
 
 _READERS: weakref.WeakKeyDictionary[Broker, FetchReader] = weakref.WeakKeyDictionary()

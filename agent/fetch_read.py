@@ -1,0 +1,131 @@
+"""Reading a Fetch's batches: block cache -> patched bytes.
+
+Where it sits: mixed into :class:`agent.fetch.FetchReader`, after the lookups
+have chosen each partition's batches. :meth:`BatchReads.read_many` asks the
+agent's :class:`~agent.cache.BlockCache` once for every block the response's
+batches touch (hits without a coroutine, misses loaded together), then copies
+each partition's batches into one buffer with their base offsets patched
+(:func:`agent.fetch_plan.assemble`). Batches the compactor moved into Parquet
+objects are rebuilt from their rows (:class:`agent.parquet_fetch.ParquetFetcher`).
+A partition whose bytes cannot be read gets the error, the others their bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from agent.cache import BlockCache
+from agent.fetch_plan import BatchReadError, assemble
+from agent.parquet_fetch import ParquetFetcher
+from metastore.types import BatchLocation
+from objectstore.errors import ObjectStoreError
+from objectstore.parquet import is_parquet_key
+
+if TYPE_CHECKING:
+    from metastore import Metastore
+
+# What a read of a partition's bytes may fail with (that partition alone gets an error).
+_READ_ERRORS = (ObjectStoreError, BatchReadError, OSError)
+
+
+class BatchReads:
+    """Batch reads through the block cache; the reader sets ``meta``, ``cache`` and ``parquet``."""
+
+    meta: Metastore
+    cache: BlockCache
+    parquet: ParquetFetcher
+
+    async def read(self, batches: Sequence[BatchLocation]) -> bytes:
+        """The batches' bytes in the given order, with base offsets patched in."""
+        if not batches:
+            return b""
+        if any(is_parquet_key(b.object_key) for b in batches):
+            return await self._read_mixed(batches)
+        (data,) = await self.read_many([batches])
+        if isinstance(data, Exception):
+            raise data
+        return data
+
+    async def read_many(self, parts: Sequence[Sequence[BatchLocation]]) -> list[bytes | Exception]:
+        """:meth:`read` of each partition's batches of one Fetch response, through
+        the block cache once for all of them: every block they touch is asked for
+        once (hits without a coroutine, misses loaded together), not a read per
+        partition. A partition whose bytes could not be read gets the exception
+        (an object store error, ``OSError`` or :class:`BatchReadError`) instead of
+        its bytes; anything else is raised."""
+        flat = [b for bs in parts for b in bs]
+        if any(is_parquet_key(b.object_key) for b in flat):
+            return list(await asyncio.gather(*(self._read_or_error(bs) for bs in parts)))
+        # Block by block: a consumer's partitions need not be neighbours in a segment
+        # (an assignor deals them round-robin), their batches share a few blocks.
+        cache = self.cache
+        size = cache.block_size
+        spans = [(b.byte_pos // size, (b.byte_pos + b.byte_len - 1) // size) for b in flat]
+        need: dict[tuple[str, int], None] = {}  # every block touched, once, in order
+        for b, (first, last) in zip(flat, spans, strict=True):
+            for i in range(first, last + 1):
+                need[(b.object_key, i)] = None
+        got = dict(zip(need, await cache.blocks(list(need)), strict=True))
+        reads: dict[tuple[str, int], tuple[int, bytes]] = {}
+        failed: dict[tuple[str, int], Exception] = {}
+        for b, (first, last) in zip(flat, spans, strict=True):
+            key = b.object_key
+            found = [got[(key, i)] for i in range(first, last + 1)]
+            error = next((d for d in found if isinstance(d, BaseException)), None)
+            if error is not None:
+                if not isinstance(error, _READ_ERRORS):
+                    raise error
+                failed[(key, b.byte_pos)] = error
+            else:
+                data = found[0] if len(found) == 1 else b"".join(found)  # type: ignore[arg-type]
+                reads[(key, b.byte_pos)] = (first * size, data)  # type: ignore[assignment]
+        out: list[bytes | Exception] = []
+        for bs in parts:
+            error = next((failed[k] for b in bs if (k := (b.object_key, b.byte_pos)) in failed), None) if failed else None
+            if error is not None:
+                out.append(error)
+                continue
+            try:
+                out.append(assemble(bs, reads))
+            except BatchReadError as e:
+                out.append(e)
+        return out
+
+    async def _read_or_error(self, batches: Sequence[BatchLocation]) -> bytes | Exception:
+        try:
+            return await self.read(batches)
+        except _READ_ERRORS as e:
+            return e
+
+    async def _read_mixed(self, batches: Sequence[BatchLocation]) -> bytes:
+        """Segment batches as usual; batches the compactor moved into Parquet objects
+        are rebuilt from their rows (same offsets, keys, values, headers, timestamps)."""
+        parts: list[bytes] = []
+        run: list[BatchLocation] = []
+        for b in batches:
+            if is_parquet_key(b.object_key):
+                if run:
+                    parts.append(await self.read(run))
+                    run = []
+                parts.append(await self._read_parquet(b))
+            else:
+                run.append(b)
+        if run:
+            parts.append(await self.read(run))
+        return b"".join(parts)
+
+    async def _read_parquet(self, b: BatchLocation) -> bytes:
+        try:
+            return await self.parquet.read(b)
+        except (ValueError, OSError, KeyError) as e:  # pyarrow's errors derive from these
+            raise BatchReadError(f"Parquet object {b.object_key}: {e}") from e
+
+    async def _describe_object(self, key: str) -> tuple[int, list[tuple[int, int]]]:
+        """A Parquet object's size and its batch rows' (base offset, base timestamp)."""
+        info = await self.meta.get_object(key)
+        if info is None:
+            raise BatchReadError(f"object {key} is not registered")
+        rows = await self.meta.batches_in_objects([info.id])
+        return info.size, [(r.base_offset, r.base_timestamp) for r in rows]
