@@ -29,6 +29,7 @@ class AgentMetrics:
     produced_bytes: Counter
     fetched_bytes: Counter
     watermark_reads: Counter
+    fetch_forms: Counter
     cache_hits: Gauge
     cache_misses: Gauge
     connections: Gauge
@@ -64,6 +65,12 @@ def _make() -> AgentMetrics:
             "floe_fetch_watermark_reads",
             "Topic watermarks wanted by wide Fetches, by outcome (read: a metastore query; shared: another Fetch's)",
             ["outcome"],
+            registry=r,
+        ),
+        fetch_forms=Counter(
+            "floe_fetch_forms",
+            "Fetch requests by form (sessionless; full: opens or resets a fetch session; incremental: KIP-227)",
+            ["form"],
             registry=r,
         ),
         cache_hits=Gauge("floe_cache_hits", "Block cache hits", registry=r),

@@ -68,6 +68,10 @@ TopicData = FetchResponse.FetchableTopicResponse
 MIN_VERSION = 4
 MAX_VERSION = 18
 
+_SESSIONLESS = METRICS.fetch_forms.labels("sessionless")
+_FULL = METRICS.fetch_forms.labels("full")
+_INCREMENTAL = METRICS.fetch_forms.labels("incremental")
+
 
 def _response(
     req: FetchRequest, wants: list[Want], results: list[PartitionFetch], session_id: int = 0
@@ -87,9 +91,11 @@ async def handle(broker: Broker, ctx: RequestContext, req: FetchRequest) -> Any:
     v = ctx.header.api_version
     by_id = v >= 13
     if v < 7 or (req.session_id == 0 and req.session_epoch == FINAL_EPOCH):
+        _SESSIONLESS.inc()
         return Deferred(_Lazy(lambda: _full_fetch(broker, ctx, _cap(broker, ctx, req), by_id, None)))
     cache = sessions_for(broker)
     if req.session_epoch in (INITIAL_EPOCH, FINAL_EPOCH):  # a full request
+        (_FULL if req.session_epoch == INITIAL_EPOCH else _SESSIONLESS).inc()
         if req.session_id:
             cache.remove(req.session_id)
         session = None
@@ -102,6 +108,7 @@ async def handle(broker: Broker, ctx: RequestContext, req: FetchRequest) -> Any:
     if req.session_epoch != session.epoch or session.by_id != by_id or session.busy:
         return _session_error(ErrorCode.INVALID_FETCH_SESSION_EPOCH)
     session.epoch = next_epoch(session.epoch)
+    _INCREMENTAL.inc()
     await update_session(broker, ctx, session, req, by_id)
     return Deferred(_Lazy(lambda: incremental_fetch(broker, _cap(broker, ctx, req), session)))
 

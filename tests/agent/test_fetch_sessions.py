@@ -9,6 +9,7 @@ import uuid
 from typing import Any
 
 from agent.fetch_session import FetchSessionCache, next_epoch
+from agent.metrics import METRICS
 from agent.notify import CommitNotifier
 from kafka_protocol.messages import FetchRequest, FetchResponse
 from tests.agent.test_fetch_protocol import make_topic, produce_batch, raw_call
@@ -75,8 +76,14 @@ def test_session_sends_and_receives_only_changes(floe_agent):
     assert entries(sfetch(floe_agent, sid, 5, [("s1", 3, 3), ("s1", 7, 3)])) == {}
 
 
+def forms() -> dict[str, float]:
+    get = METRICS.registry.get_sample_value
+    return {f: get("floe_fetch_forms_total", {"form": f}) or 0.0 for f in ("sessionless", "full", "incremental")}
+
+
 def test_epochs_forgetting_and_closing(floe_agent):
     make_topic(floe_agent, "s2", partitions=3)
+    before = forms()
     sid = sfetch(floe_agent, 0, 0, [("s2", 0, 0), ("s2", 1, 0)]).session_id
     assert sfetch(floe_agent, sid, 2).error_code == 71  # INVALID_FETCH_SESSION_EPOCH (expects 1)
     assert sfetch(floe_agent, sid, 1).error_code == 0
@@ -97,6 +104,10 @@ def test_epochs_forgetting_and_closing(floe_agent):
     newer = sfetch(floe_agent, new.session_id, 0, [("s2", 1, 0)])
     assert newer.session_id not in (0, new.session_id)
     assert sfetch(floe_agent, new.session_id, 1).error_code == 70
+    # floe_fetch_forms counts the requests served by form (closing with epoch -1 is
+    # sessionless; the ones refused with a session error are not counted).
+    after = forms()
+    assert {f: after[f] - before[f] for f in after} == {"sessionless": 1, "full": 3, "incremental": 3}
 
 
 def test_session_by_topic_id_and_errors(floe_agent):
