@@ -116,17 +116,24 @@ public class FloeBenchProducer {
 
 
 def build() -> str:
-    """Compile the program once (keyed by its source and the class path); the run class path."""
+    """Compile the producer once; the run class path."""
+    return compile_once(SOURCE, "FloeBenchProducer")
+
+
+def compile_once(source: str, class_name: str) -> str:
+    """Compile one Java program against the kafka-clients class path, once (keyed by
+    its source and the class path, under a lock: several load processes may ask at
+    once); the run class path."""
     cp = classpath()
-    key = hashlib.sha1((SOURCE + cp).encode()).hexdigest()[:12]
+    key = hashlib.sha1((source + cp).encode()).hexdigest()[:12]
     out = CACHE.parent / "loadtest-java" / key
     done = out / "compiled"  # written after javac: another process may be compiling
     if not done.exists():
         with exclusive(out.with_name(f"{key}.lock")):
             if not done.exists():
                 out.mkdir(parents=True, exist_ok=True)
-                src = out / "FloeBenchProducer.java"
-                src.write_text(SOURCE)
+                src = out / f"{class_name}.java"
+                src.write_text(source)
                 res = subprocess.run(
                     ["javac", "-cp", cp, "-d", str(out), str(src)], capture_output=True, text=True, timeout=300
                 )
@@ -136,7 +143,8 @@ def build() -> str:
     return f"{out}{os.pathsep}{cp}"
 
 
-def _hist(counts: dict[str, int]) -> Any:
+def hist_of(counts: dict[str, int]) -> Any:
+    """An HdrHistogram of the program's ``{microseconds: count}``."""
     h = new_hist()
     for v, c in counts.items():
         h.record_value(min(max(int(v), 1), 3_600_000_000), c)
@@ -190,7 +198,7 @@ def java_producer_main(
             q.put({
                 "kind": "p", "id": ident, "k": m["k"], "sent": m["sent"], "sent_bytes": m["sent_bytes"],
                 "acked": m["acked"], "acked_bytes": m["acked_bytes"], "errors": m["errors"],
-                "pub": _hist(m["pub"]).encode(), "delay": _hist(m["delay"]).encode(), "final": m["final"],
+                "pub": hist_of(m["pub"]).encode(), "delay": hist_of(m["delay"]).encode(), "final": m["final"],
             })
             if m["final"] or time.time() > deadline:
                 break

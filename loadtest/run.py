@@ -199,6 +199,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                        or (wl.producer_client == "java"
                            and str(wl.producer_config.get("enable.idempotence", "true")) == "true")),
         "producer_client": wl.producer_client,
+        "consumer_client": wl.consumer_client,
         "workers": args.workers,
         "virtual_brokers": args.virtual_brokers,
         "load_generator_nice": args.nice,
@@ -241,6 +242,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if not backlog_mode:
             resume.set()
         cconf = dict(wl.consumer_config)
+        consumer_target: Any = consumer_main
+        if wl.consumer_client == "java":
+            from loadtest.java_consumer import build as build_consumer
+            from loadtest.java_consumer import java_consumer_main
+
+            build_consumer()  # compile once, before the consumer processes start
+            consumer_target = java_consumer_main
         n_consumers = 0
         for t in topics:
             for s in range(wl.subscriptions_per_topic):
@@ -248,7 +256,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 for j in range(wl.consumer_per_subscription):
                     parts = [p for p in range(wl.partitions_per_topic) if p % wl.consumer_per_subscription == j]
                     procs.append(ctx.Process(
-                        target=consumer_main,
+                        target=consumer_target,
                         args=(f"c-{t}-{s}-{j}", backend.bootstrap, t, parts, group, cconf,
                               backlog_mode, resume, clock, duration, args.interval, q),
                         daemon=True,

@@ -20,7 +20,10 @@ Floe extensions (optional): ``idempotentProducer`` (bool, default false),
 ``producerConfig`` / ``consumerConfig`` (extra client settings),
 ``producerClient``: ``confluent-kafka`` (default; the driver's tuned settings
 unless ``producerDefaults: true``, which keeps librdkafka's own defaults) or
-``java`` (``KafkaProducer`` 4.1 with Java's defaults, :mod:`loadtest.java_driver`).
+``java`` (``KafkaProducer`` 4.1 with Java's defaults, :mod:`loadtest.java_driver`);
+``consumerClient``: ``confluent-kafka`` (default; sessionless Fetches) or ``java``
+(``KafkaConsumer`` 4.1, which uses fetch sessions, :mod:`loadtest.java_consumer`;
+no backlog mode).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ _ALIASES = {
     "consumerConfig": "consumer_config",
     "producerClient": "producer_client",
     "producerDefaults": "producer_defaults",
+    "consumerClient": "consumer_client",
 }
 
 
@@ -73,6 +77,7 @@ class Workload:
     consumer_config: dict[str, Any] = field(default_factory=dict)
     producer_client: str = "confluent-kafka"
     producer_defaults: bool = False
+    consumer_client: str = "confluent-kafka"
 
     @property
     def test_seconds(self) -> float:
@@ -100,6 +105,10 @@ class Workload:
             raise ValueError("durations and producerRate must be positive")
         if self.producer_client not in ("confluent-kafka", "java"):
             raise ValueError(f"unknown producerClient {self.producer_client!r}: confluent-kafka | java")
+        if self.consumer_client not in ("confluent-kafka", "java"):
+            raise ValueError(f"unknown consumerClient {self.consumer_client!r}: confluent-kafka | java")
+        if self.consumer_client == "java" and self.backlog_bytes > 0:
+            raise ValueError("consumerBacklogSizeGB needs consumerClient confluent-kafka (the Java consumer has no backlog mode)")
         if self.key_distributor not in ("NO_KEY", "RANDOM_NANO", "KEY_ROUND_ROBIN"):
             raise ValueError(f"unknown keyDistributor {self.key_distributor!r}")
 

@@ -76,3 +76,28 @@ def test_produce_shape_sees_one_partition_per_librdkafka_request() -> None:
     assert out["partitions_per_request_mean"] == 1.0
     assert out["produce_requests_per_s"] > 0 and out["seals_per_s"] > 0
     assert out["delivery_ms"]["p50"] > 0
+
+
+JAVA_WORKLOAD = WORKLOAD.with_name("smoke-java.yaml")
+
+
+def test_smoke_run_with_java_clients(tmp_path: Path) -> None:
+    """``producerClient: java`` and ``consumerClient: java``: KafkaProducer and
+    KafkaConsumer 4.1 as the load, the same result keys; the consumers read every
+    record through fetch sessions (incremental Fetches, not librdkafka's sessionless)."""
+    out = tmp_path / "out"
+    assert main(["run", str(JAVA_WORKLOAD), "--backend", "dev", "--out", str(out), "--quiet", "--no-baselines"]) == 0
+    r = json.loads((out / "result.json").read_text())
+    assert r["config"]["producer_client"] == r["config"]["consumer_client"] == "java"
+    rate = r["workload"]["producerRate"]
+    assert 0.7 * rate <= r["aggregatedPublishRate"] <= 1.3 * rate
+    assert r["aggregatedConsumeRate"] >= 0.7 * rate
+    assert r["aggregatedPublishErrors"] == 0 and r["aggregatedConsumeErrors"] == 0
+    assert 0 < r["aggregatedEndToEndLatency50pct"] <= r["aggregatedEndToEndLatency99pct"]
+    forms = {
+        k: v for k, v in r["agentMetrics"]["diff"].items() if k.startswith("floe_fetch_forms_total")
+    }
+    incremental = forms.get('floe_fetch_forms_total{form="incremental"}', 0)
+    full = forms.get('floe_fetch_forms_total{form="full"}', 0)
+    closing = forms.get('floe_fetch_forms_total{form="sessionless"}', 0)  # epoch -1 on close()
+    assert full <= 4 and closing <= 2 and incremental > 10 * (full + closing), forms
