@@ -26,7 +26,6 @@ import uuid
 from collections.abc import Sequence
 
 from metastore.sequencer import (
-    PRODUCER_STATE_BATCHES,
     PartitionState,
     ProducerBatch,
     ProducerKey,
@@ -71,16 +70,10 @@ SELECT json_group_array(json_array(b.topic_id, b.partition, b.producer_id, b.pro
                          AND b.partition = json_extract(j.value, '$[1]')
                          AND b.producer_id = json_extract(j.value, '$[2]')
 """
-# Each key's newest entry and the base offsets of its newest 5 (what an in-order
-# group needs, see _in_order, and where its trim starts, see _store_in_order).
+# Only each key's newest entry: all an in-order group needs (see _in_order).
 _NEWEST_PRODUCERS = """
 SELECT json_group_array(json_array(b.topic_id, b.partition, b.producer_id, b.producer_epoch,
-                        b.base_sequence, b.last_sequence, b.base_offset, b.last_offset, b.append_time,
-                        json((SELECT json_group_array(d.base_offset) FROM (
-                              SELECT e.base_offset FROM producer_batches e
-                               WHERE e.topic_id = b.topic_id AND e.partition = b.partition
-                                 AND e.producer_id = b.producer_id
-                               ORDER BY e.base_offset DESC LIMIT 5) AS d))))
+                        b.base_sequence, b.last_sequence, b.base_offset, b.last_offset, b.append_time))
   FROM json_each(?) AS j
   JOIN producer_batches b ON b.rowid = (
        SELECT c.rowid FROM producer_batches c
@@ -88,8 +81,7 @@ SELECT json_group_array(json_array(b.topic_id, b.partition, b.producer_id, b.pro
           AND c.producer_id = json_extract(j.value, '$[2]')
         ORDER BY c.base_offset DESC LIMIT 1)
 """
-# After an in-order group: each key's entries below a base offset, [[topic hex,
-# partition, producer id, base offset], ...], one range of the primary key each.
+# After an in-order group: each key keeps its newest 5 entries.
 _TRIM_PRODUCERS = """
 DELETE FROM producer_batches
  WHERE rowid IN (
@@ -97,7 +89,11 @@ DELETE FROM producer_batches
          JOIN producer_batches c ON c.topic_id = json_extract(j.value, '$[0]')
                                 AND c.partition = json_extract(j.value, '$[1]')
                                 AND c.producer_id = json_extract(j.value, '$[2]')
-                                AND c.base_offset < json_extract(j.value, '$[3]'))
+        WHERE c.base_offset < (
+              SELECT d.base_offset FROM producer_batches d
+               WHERE d.topic_id = c.topic_id AND d.partition = c.partition
+                 AND d.producer_id = c.producer_id
+               ORDER BY d.base_offset DESC LIMIT 1 OFFSET 4))
 """
 _DELETE_PRODUCERS = """
 DELETE FROM producer_batches
@@ -120,13 +116,12 @@ def sqlite_commit(db: sqlite3.Connection, objects: Sequence[ObjectToCommit], now
     wanted = list({(b.topic_id, b.partition) for b in batches})
     states = _states(db, ids, wanted)
     keys = list({(b.topic_id, b.partition, b.producer_id) for b in batches if b.producer_id >= 0})
-    producers, newest = _newest_producers(db, ids, keys)
+    producers = _producers(db, ids, keys, _NEWEST_PRODUCERS)
     lean = _in_order(batches, producers)
-    stored: dict[ProducerKey, set[int]] = {}
     if not lean:  # a retry, a gap, an epoch bump, a marker: plan_commit needs the last 5
         producers = _producers(db, ids, keys)
-        # What is stored now, by base offset (unique in a partition): plan_commit edits the lists in place.
-        stored = {k: {e.base_offset for e in v} for k, v in producers.items()}
+    # What is stored now, by base offset (unique in a partition): plan_commit edits the lists in place.
+    stored = {k: {e.base_offset for e in v} for k, v in producers.items()}
     plan = plan_commit(batches, states, producers, now)
     spans = object_spans(objects, fresh, plan.accepted)
     object_ids = [
@@ -138,10 +133,11 @@ def sqlite_commit(db: sqlite3.Connection, objects: Sequence[ObjectToCommit], now
             db.execute(sql, params)
         changed = [[t.hex, p, st.high_watermark, st.added_bytes] for (t, p), st in states.items() if st.changed]
         db.execute(_UPDATE_PARTITIONS, (json.dumps(changed),))
+    _store_producers(db, plan.touched_producers, producers, stored)
     if lean:
-        _store_in_order(db, plan.touched_producers, producers, newest)
-    else:
-        _store_producers(db, plan.touched_producers, producers, stored)
+        trim = [[t.hex, p, pid] for t, p, pid in plan.touched_producers if stored.get((t, p, pid))]
+        if trim:
+            db.execute(_TRIM_PRODUCERS, (json.dumps(trim),))
     return out
 
 
@@ -189,62 +185,16 @@ def _states(
 
 
 def _producers(
-    db: sqlite3.Connection, ids: dict[str, uuid.UUID], keys: list[ProducerKey]
+    db: sqlite3.Connection, ids: dict[str, uuid.UUID], keys: list[ProducerKey], sql: str = _PRODUCERS
 ) -> dict[ProducerKey, list[ProducerBatch]]:
     out: dict[ProducerKey, list[ProducerBatch]] = {}
     if not keys:
         return out
-    (found,) = db.execute(_PRODUCERS, (json.dumps([[t.hex, p, pid] for t, p, pid in keys]),)).fetchone()
+    (found,) = db.execute(sql, (json.dumps([[t.hex, p, pid] for t, p, pid in keys]),)).fetchone()
     # The last batches of each producer in offset order (what plan_commit expects).
     for t, p, pid, *entry in sorted(json.loads(found), key=lambda r: r[6]):
         out.setdefault((ids[t], p, pid), []).append(ProducerBatch(*entry))
     return out
-
-
-def _newest_producers(
-    db: sqlite3.Connection, ids: dict[str, uuid.UUID], keys: list[ProducerKey]
-) -> tuple[dict[ProducerKey, list[ProducerBatch]], dict[ProducerKey, list[int]]]:
-    """Each key's newest entry, and the base offsets of its newest 5, newest first."""
-    entries: dict[ProducerKey, list[ProducerBatch]] = {}
-    offsets: dict[ProducerKey, list[int]] = {}
-    if not keys:
-        return entries, offsets
-    (found,) = db.execute(_NEWEST_PRODUCERS, (json.dumps([[t.hex, p, pid] for t, p, pid in keys]),)).fetchone()
-    for t, p, pid, *entry, newest in json.loads(found):
-        key = (ids[t], p, pid)
-        entries[key] = [ProducerBatch(*entry)]
-        offsets[key] = sorted(newest, reverse=True)
-    return entries, offsets
-
-
-def _store_in_order(
-    db: sqlite3.Connection,
-    touched: set[ProducerKey],
-    producers: dict[ProducerKey, list[ProducerBatch]],
-    newest: dict[ProducerKey, list[int]],
-) -> None:
-    """Write back an in-order group's producer state: insert each key's new entries
-    and delete, in one range of the key, the stored entries that are no longer
-    among its newest 5. In order, every new entry is newer than every stored one,
-    so the plan kept (5 - new) stored entries: the cut is the base offset of the
-    oldest of them, or every stored entry goes. Before, the trim found each key's
-    5th newest entry once per stored entry (~3.3 ms a 450-key group, against ~1 ms)."""
-    trim: list[list[object]] = []
-    rows: list[tuple[object, ...]] = []
-    for key in touched:
-        t, p, pid = key
-        have = newest.get(key, [])
-        last = have[0] if have else -1
-        new = [e for e in producers[key] if e.base_offset > last]
-        rows += [(t.hex, p, pid, *e) for e in new]
-        keep = PRODUCER_STATE_BATCHES - len(new)
-        if keep <= 0 and have:
-            trim.append([t.hex, p, pid, new[0].base_offset])
-        elif 0 < keep < len(have):
-            trim.append([t.hex, p, pid, have[keep - 1]])
-    if trim:
-        db.execute(_TRIM_PRODUCERS, (json.dumps(trim),))
-    _insert_producers(db, rows)
 
 
 def _store_producers(
@@ -270,10 +220,6 @@ def _store_producers(
         rows += [(t.hex, p, pid, *e) for e in after if e.base_offset not in before]
     if gone:
         db.execute(_DELETE_PRODUCERS, (json.dumps(gone),))
-    _insert_producers(db, rows)
-
-
-def _insert_producers(db: sqlite3.Connection, rows: list[tuple[object, ...]]) -> None:
     row_sql = "(" + ", ".join("?" * len(_PRODUCER_COLUMNS)) + ")"
     for i in range(0, len(rows), _PRODUCER_ROWS_PER_INSERT):
         chunk = rows[i : i + _PRODUCER_ROWS_PER_INSERT]

@@ -576,8 +576,8 @@ async def test_retry_older_than_last_five_is_out_of_order(ms: Metastore) -> None
 async def test_retry_window_after_in_order_groups_of_every_size(ms: Metastore) -> None:
     """In-order groups of 1 to 7 batches per producer, two producers on two
     partitions: after each group exactly the newest 5 batches of each (producer,
-    partition) are duplicates and the 6th newest is out of order. (SQLite writes
-    back an in-order group by cutting each key's stored entries at a base offset.)"""
+    partition) are duplicates and the 6th newest is out of order. (SQLite's in-order
+    path reads only each key's newest entry and trims to five in one statement.)"""
     t = await make_topic(ms, "t", 2)
     sent: dict[tuple[int, int], list[tuple[BatchToCommit, int]]] = {}
     for size in (3, 1, 2, 4, 1, 7, 1, 5, 2):
