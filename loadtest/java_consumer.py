@@ -20,13 +20,9 @@ the workload's ``consumerConfig`` are set; the rest are Java's defaults.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import time
 from typing import Any
 
-from loadtest.driver import wait_for_start
-from loadtest.java_driver import compile_once, hist_of
+from loadtest.java_driver import compile_once, hist_of, run_java
 
 SOURCE = r"""
 import java.nio.ByteBuffer;
@@ -130,32 +126,8 @@ def java_consumer_main(
         return
     cmd = ["java", "-Xmx512m", "-XX:+UseSerialGC", "-cp", cp, "FloeBenchConsumer", bootstrap, topic, group,
            ",".join(map(str, assigned)), str(duration), str(interval), *(f"{k}={v}" for k, v in conf.items())]
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    assert proc.stdin is not None and proc.stdout is not None
-    try:
-        line = proc.stdout.readline()
-        if line.strip() != "ready":
-            q.put({"kind": "error", "id": ident, "error": f"java consumer did not start: {line!r}"})
-            return
-        q.put({"kind": "ready", "id": ident})
-        t0, _ = wait_for_start(clock, duration)
-        proc.stdin.write(f"{t0}\n")
-        proc.stdin.flush()
-        deadline = t0 + duration + 120
-        for line in proc.stdout:
-            if not line.startswith("{"):
-                continue
-            m = json.loads(line)
-            q.put({
-                "kind": "c", "id": ident, "k": m["k"], "received": m["received"],
-                "received_bytes": m["received_bytes"], "errors": m["errors"],
-                "e2e": hist_of(m["e2e"]).encode(), "final": m["final"],
-            })
-            if m["final"] or time.time() > deadline:
-                break
-    finally:
-        if proc.poll() is None:
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    run_java(ident, cmd, clock, duration, q, "java consumer", lambda m: {
+        "kind": "c", "id": ident, "k": m["k"], "received": m["received"],
+        "received_bytes": m["received_bytes"], "errors": m["errors"],
+        "e2e": hist_of(m["e2e"]).encode(), "final": m["final"],
+    })  # fmt: skip

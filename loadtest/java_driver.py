@@ -27,6 +27,7 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from typing import Any
 
 from loadtest.buildlock import exclusive
@@ -179,12 +180,31 @@ def java_producer_main(
     cmd = ["java", "-Xmx512m", "-XX:+UseSerialGC", "-cp", cp, "FloeBenchProducer", bootstrap, topic,
            str(message_size), str(rate), str(duration), str(interval), str(partitions),
            "1" if round_robin else "0", *props]
+    run_java(ident, cmd, clock, duration, q, "java producer", lambda m: {
+        "kind": "p", "id": ident, "k": m["k"], "sent": m["sent"], "sent_bytes": m["sent_bytes"],
+        "acked": m["acked"], "acked_bytes": m["acked_bytes"], "errors": m["errors"],
+        "pub": hist_of(m["pub"]).encode(), "delay": hist_of(m["delay"]).encode(), "final": m["final"],
+    })  # fmt: skip
+
+
+def run_java(
+    ident: str,
+    cmd: list[str],
+    clock: Any,
+    duration: float,
+    q: Any,
+    what: str,
+    message: Callable[[dict[str, Any]], dict[str, Any]],
+) -> None:
+    """Run a load program: wait for its ``ready``, say ready, pass it the common
+    start time on stdin, and put each per-interval JSON line it prints on ``q`` as
+    ``message(line)`` until the final one."""
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert proc.stdin is not None and proc.stdout is not None
     try:
         line = proc.stdout.readline()
         if line.strip() != "ready":
-            q.put({"kind": "error", "id": ident, "error": f"java producer did not start: {line!r}"})
+            q.put({"kind": "error", "id": ident, "error": f"{what} did not start: {line!r}"})
             return
         q.put({"kind": "ready", "id": ident})
         t0, _ = wait_for_start(clock, duration)
@@ -195,11 +215,7 @@ def java_producer_main(
             if not line.startswith("{"):
                 continue
             m = json.loads(line)
-            q.put({
-                "kind": "p", "id": ident, "k": m["k"], "sent": m["sent"], "sent_bytes": m["sent_bytes"],
-                "acked": m["acked"], "acked_bytes": m["acked_bytes"], "errors": m["errors"],
-                "pub": hist_of(m["pub"]).encode(), "delay": hist_of(m["delay"]).encode(), "final": m["final"],
-            })
+            q.put(message(m))
             if m["final"] or time.time() > deadline:
                 break
     finally:
