@@ -67,22 +67,30 @@ def test_compactor_health_check(tmp_path: Path) -> None:
 
     meta_url, objects_url = f"sqlite:///{tmp_path / 'm.db'}", f"file://{tmp_path / 'o'}"
     asyncio.run(_seed(meta_url, objects_url))
-    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLOE_")}
     repo = Path(__file__).resolve().parents[2]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "floe_cli.main", "compactor", "--metastore", meta_url, "--objects", objects_url,
-         "run", "--metrics-port", str(port), "--interval-ms", "200"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=repo,
-    )  # fmt: skip
-    health = [sys.executable, "-m", "floe_cli.main", "compactor", "health", "--metrics-port", str(port)]
-    try:
+    for attempt in range(3):
+        # free_port() releases the port before the compactor binds it: under
+        # pytest-xdist another process may take it first (then start again).
+        port = free_port()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "floe_cli.main", "compactor", "--metastore", meta_url, "--objects", objects_url,
+             "run", "--metrics-port", str(port), "--interval-ms", "200"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=repo,
+        )  # fmt: skip
+        health = [sys.executable, "-m", "floe_cli.main", "compactor", "health", "--metrics-port", str(port)]
         deadline = time.monotonic() + 60
         while True:  # bounded poll until the compactor serves its metrics
             res = subprocess.run(health, capture_output=True, text=True, timeout=30, env=env, cwd=repo)
             if res.returncode == 0 or time.monotonic() > deadline or proc.poll() is not None:
                 break
             time.sleep(0.2)
+        if res.returncode == 0 or proc.poll() is None:
+            break
+        assert proc.stderr is not None
+        died = proc.stderr.read().decode()
+        assert "address already in use" in died.lower() and attempt < 2, f"the compactor exited: {died}"
+    try:
         assert res.returncode == 0 and "last progress" in res.stdout, res.stdout + res.stderr
         ok, line = compactor_health(port, max_stall_s=60, timeout_s=3, now_s=time.time() + 3600)
         assert not ok and "no compactor progress for" in line and "limit 60 s" in line

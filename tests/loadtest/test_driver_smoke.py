@@ -58,7 +58,9 @@ def test_smoke_run_against_dev(tmp_path: Path) -> None:
     assert r["baselines"]["loopback_tcp"]["MBps"] > 0
     d = r["agentMetrics"]["diff"]
     assert d["floe_object_puts_total"] >= 1
-    assert r["ratios"]["metastore_transactions_per_flushed_object"] == 1.0
+    # One transaction per object at most: the committer may take several finished
+    # uploads in one group commit (more often on a busy box), never split one.
+    assert 0 < r["ratios"]["metastore_transactions_per_flushed_object"] <= 1.0
     assert r["ratios"]["puts_per_GiB_produced"] > 0
     assert "produce_MBps_over_raw_put_MBps" in r["ratios"]
 
