@@ -2,7 +2,7 @@
 
 Where it sits: under the helpers that resolve jars with Maven (:mod:`loadtest.maven`,
 :func:`loadtest.kafka_broker.classpath`), compile the Java drivers
-(:mod:`loadtest.java_driver`, :mod:`loadtest.share_consume`) or install a side
+(:func:`loadtest.java_driver.compile_once`) or install a side
 PySpark (:mod:`loadtest.spark_iceberg`). ``make test`` runs the suite in several
 pytest processes (pytest-xdist), so two of them can reach an empty cache at the
 same time: without a lock both would run Maven into the same local repository

@@ -121,11 +121,11 @@ def build() -> str:
     return compile_once(SOURCE, "FloeBenchProducer")
 
 
-def compile_once(source: str, class_name: str) -> str:
-    """Compile one Java program against the kafka-clients class path, once (keyed by
-    its source and the class path, under a lock: several load processes may ask at
-    once); the run class path."""
-    cp = classpath()
+def compile_once(source: str, class_name: str, cp: str | None = None) -> str:
+    """Compile one Java program against ``cp`` (default: the Kafka broker's class
+    path, which holds kafka-clients), once (keyed by its source and the class path,
+    under a lock: several load processes may ask at once); the run class path."""
+    cp = classpath() if cp is None else cp
     key = hashlib.sha1((source + cp).encode()).hexdigest()[:12]
     out = CACHE.parent / "loadtest-java" / key
     done = out / "compiled"  # written after javac: another process may be compiling

@@ -31,12 +31,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from loadtest.buildlock import exclusive
+from loadtest.java_driver import compile_once
 from loadtest.maven import maven_jars
 from loadtest.services import start_agent
 
-REPO = Path(__file__).resolve().parent.parent
-CACHE = REPO / ".cache" / "loadtest-share"
 CLIENTS = ("org.apache.kafka", "kafka-clients", "4.2.0")
 
 SOURCE = r"""
@@ -126,17 +124,11 @@ public class ShareBench {
 """
 
 
-
 def build() -> str:
-    """Compile the driver once into .cache/loadtest-share/; returns the run class path."""
+    """Compile the driver once (:func:`loadtest.java_driver.compile_once`) against
+    kafka-clients 4.2; returns the run class path."""
     cp = os.pathsep.join(maven_jars([":".join(CLIENTS), "org.slf4j:slf4j-nop:1.7.36"]))
-    src = CACHE / "ShareBench.java"
-    with exclusive(CACHE.with_name("loadtest-share.lock")):
-        if not src.exists() or src.read_text() != SOURCE:
-            CACHE.mkdir(parents=True, exist_ok=True)
-            src.write_text(SOURCE)
-            subprocess.run(["javac", "-cp", cp, "-d", str(CACHE), str(src)], check=True, timeout=300)
-    return f"{CACHE}{os.pathsep}{cp}"
+    return compile_once(SOURCE, "ShareBench", cp)
 
 
 def _produce(bs: str, topic: str, partitions: int, records: int, size: int) -> None:
