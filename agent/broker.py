@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import time
 import uuid
@@ -19,15 +20,17 @@ from agent.cache import BlockCache
 from agent.clock import Clock, SystemClock
 from agent.cluster import Cluster, ClusteredGroupCoordinator, ClusterSettings, Peer, node_id_for
 from agent.config import AgentConfig
+from agent.fetch.reader import FetchReader, make_reader
+from agent.fetch.session import FetchSessionCache
+from agent.fetch.tail_index import TailIndex
 from agent.groups import GroupConfig
 from agent.groups.consumer import ConsumerGroupConfig, ConsumerGroupCoordinator
 from agent.groups.consumer.migration import MigrationPolicy
 from agent.metadata_cache import MetadataCache
 from agent.metrics import METRICS
 from agent.notify import CommitNotifier
-from agent.produce_pipeline import ProducePipeline
+from agent.produce import ProducePipeline
 from agent.security.authorizer import Authorizer, parse_super_users
-from agent.tail_index import TailIndex
 from agent.txn import TxnCoordinator
 from metastore import Metastore, TopicInfo, open_metastore
 from metastore.types import ErrorCode as MetaError
@@ -90,7 +93,7 @@ class Broker:
         # listener name -> advertised (host, port), set by the server once bound.
         self.endpoints: dict[str, tuple[str, int]] = {}
         self.primary_listener = "PLAINTEXT"
-        # Where this agent's own commits put the latest batches (agent.tail_index).
+        # Where this agent's own commits put the latest batches (agent.fetch.tail_index).
         self.tail = TailIndex(self.clock, ttl_ms=config.tail_index_ms)
         self.cache = BlockCache(self._load_range, capacity_bytes=config.fetch_cache_bytes, block_size=config.fetch_block_bytes)
         self.pipeline = ProducePipeline(
@@ -177,6 +180,18 @@ class Broker:
             recovery_ms=config.transaction_recovery_ms,
         )
 
+    # -- the read side's state (agent.fetch), built on first use ----------------------
+
+    @functools.cached_property
+    def fetch_reader(self) -> FetchReader:
+        """Lookup cache, block cache reads, leases and watermark views of every Fetch."""
+        return make_reader(self.meta, self.cache, self.clock, self.config, self.tail, self.notifier)
+
+    @functools.cached_property
+    def fetch_sessions(self) -> FetchSessionCache:
+        """The KIP-227 fetch sessions of this agent."""
+        return FetchSessionCache(self.notifier, self.clock.monotonic, slots=self.config.fetch_session_cache_slots)
+
     @classmethod
     async def open(cls, config: AgentConfig, *, clock: Clock | None = None) -> Broker:
         meta = await open_metastore(config.metastore, internal_token=config.internal_token)
@@ -244,9 +259,7 @@ class Broker:
     def _on_txn_complete(self, partitions: list[tuple[uuid.UUID, int]]) -> None:
         # The last stable offsets moved: cached lookups (taken while the transaction
         # was open) must not delay read_committed readers, who are woken up now.
-        from agent.fetch import reader_for
-
-        reader = reader_for(self)
+        reader = self.fetch_reader
         for topic_id, partition in partitions:
             reader.forget(topic_id, partition, tail=False)  # its batches did not move
         self._on_commit(partitions)

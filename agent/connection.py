@@ -9,7 +9,7 @@ request order, as Kafka clients require. ``acks=0`` produce answers ``None``:
 nothing is sent.
 
 The connection reports its produce requests to the batcher through its
-:class:`~agent.autobatch.ProduceFlow` (adaptive sealing).
+:class:`~agent.produce.autobatch.ProduceFlow` (adaptive sealing).
 
 Back-pressure: reading pauses while too many responses are pending or the
 transport's write buffer is full (the client is not taking its responses: like
@@ -37,7 +37,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.autobatch import ProduceFlow
+from agent.produce.autobatch import ProduceFlow
 from agent.security.limits import ConnectionLimits, ResponseBudget
 from agent.security.principal import ANONYMOUS, KafkaPrincipal
 from kafka_protocol.exceptions import DecodeError, ProtocolError

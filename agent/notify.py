@@ -5,7 +5,7 @@ advanced (and ``agent.cluster`` for other agents' commits); a fetch that found
 too few bytes waits on the partitions it asked for. Each waiter gets its own
 event, so one commit wakes exactly the fetches that care about that partition.
 
-Fetch sessions (``agent.fetch_session``) subscribe for as long as they live:
+Fetch sessions (``agent.fetch.session``) subscribe for as long as they live:
 a commit marks the partition changed in every session holding it, so an
 incremental fetch looks only at what changed, whatever the session's size.
 """
@@ -28,7 +28,7 @@ class Subscriber(Protocol):
 class CommitNotifier:
     def __init__(self) -> None:
         # Bumped by every notification: what was read before it may miss a commit
-        # (agent.watermark_views keeps a topic's watermarks while it is unchanged).
+        # (agent.fetch.watermark_views keeps a topic's watermarks while it is unchanged).
         self.generation = 0
         self._waiters: dict[PartitionKey, set[asyncio.Event]] = defaultdict(set)
         self._subscribers: dict[PartitionKey, set[Subscriber]] = {}

@@ -4,7 +4,7 @@
         [--partitions 16] [--flush-min-interval-ms N] [--workers 1]
 
 Where it sits: a focused companion of ``python -m loadtest run`` for the sealing
-rule (agent.autobatch). It starts ``floe dev`` (SQLite + ``file://``) as its own
+rule (agent.produce.autobatch). It starts ``floe dev`` (SQLite + ``file://``) as its own
 process with the Produce handler wrapped to log, per request, its arrival time,
 connection and partitions; drives it from this process with one confluent-kafka
 producer on librdkafka's defaults (linger 5 ms), records round-robin over the

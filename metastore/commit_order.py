@@ -1,6 +1,6 @@
 """Commits sequenced in call order while several are in flight.
 
-Where it sits: between an agent's commit loop (:mod:`agent.produce_pipeline`),
+Where it sits: between an agent's commit loop (:mod:`agent.produce.commit`),
 which keeps up to two ``commit_objects`` calls in flight, and a metastore that
 advertises ``ordered_commits`` (today :class:`~metastore.postgres.PostgresMetastore`).
 The caller hands every call a :class:`CommitTurn` from one :class:`CommitOrder`,

@@ -47,7 +47,7 @@ import logging
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from agent.fetch import BatchReadError, reader_for
+from agent.fetch.read import BatchReadError
 from agent.handlers.registry import handler
 from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
@@ -167,7 +167,7 @@ async def _record_level(
     """The record the metastore's batch answer stands for: ``offset`` is the first
     readable offset of the batch found (``ts`` >= 0) or an offset in the batch with
     the largest timestamp ``batch_ts`` (``MAX_TIMESTAMP``)."""
-    reader = reader_for(broker)
+    reader = broker.fetch_reader
     log_append = info.config.get("message.timestamp.type") == "LogAppendTime"
     exact = ts == MAX_TIMESTAMP
     if exact and not log_append:
@@ -194,7 +194,7 @@ async def _max_record(broker: Broker, info: TopicInfo, partition: int, offset: i
     ``offset`` (the metastore's answer); when DeleteRecords removed that record
     (the batch straddles the log start offset), the largest timestamp among the
     batch's readable records and the batches after it."""
-    reader = reader_for(broker)
+    reader = broker.fetch_reader
     found = await broker.meta.find_batches(info.id, partition, offset, 1, max_batches=1)
     if found.error != MetaError.NONE or not found.batches:
         return offset, batch_ts

@@ -39,7 +39,7 @@ from crc32c import crc32c
 from agent.connection import Deferred
 from agent.handlers.registry import handler
 from agent.metrics import METRICS
-from agent.produce_pipeline import ProduceItem
+from agent.produce import ProduceItem
 from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import CorruptRecordError, DecodeError, UnsupportedMagic

@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from agent.clock import Clock
-from agent.produce_pipeline import ProduceItem
+from agent.produce import ProduceItem
 from agent.tasks import cancel_and_wait
 from agent.txn.markers import marker_batch
 from metastore.types import (
@@ -45,7 +45,7 @@ from metastore.types import (
 from metastore.unavailable import metastore_unavailable
 
 if TYPE_CHECKING:
-    from agent.produce_pipeline import ProducePipeline
+    from agent.produce import ProducePipeline
     from metastore import Metastore
 
 log = logging.getLogger(__name__)

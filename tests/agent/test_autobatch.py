@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import asyncio
 
-from agent.autobatch import ProduceFlow, SealPolicy
 from agent.clock import ManualClock
 from agent.metrics import METRICS
+from agent.produce.autobatch import ProduceFlow, SealPolicy
 from objectstore import open_object_store
 from tests.agent.test_produce_pipeline import batch, item, make, meta, topic  # noqa: F401
 

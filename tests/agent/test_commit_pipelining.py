@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from agent.clock import ManualClock
-from agent.produce_pipeline import KAFKA_STORAGE_ERROR, ProducePipeline
+from agent.produce import KAFKA_STORAGE_ERROR, ProducePipeline
 from metastore import ErrorCode, MetastoreError, open_metastore
 from objectstore import open_object_store
 from tests.agent.test_produce_pipeline import batch, item

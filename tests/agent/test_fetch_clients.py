@@ -285,7 +285,6 @@ def test_kafka_python_fetch_session_over_many_partitions(floe_agent):
     from kafka import KafkaConsumer, KafkaProducer
     from kafka import TopicPartition as KTP
 
-    from agent.handlers.fetch import sessions_for
 
     topic, parts, waves = "kp-sessions", 120, 4
     make_topic(floe_agent, topic, partitions=parts)
@@ -307,7 +306,7 @@ def test_kafka_python_fetch_session_over_many_partitions(floe_agent):
                 for batch in cons.poll(timeout_ms=500).values():
                     got.update(m.value for m in batch)
             assert got == expected, f"wave {wave}: missing {sorted(expected - got)[:5]}"
-        sessions = list(sessions_for(floe_agent.broker).sessions())
+        sessions = list(floe_agent.broker.fetch_sessions.sessions())
         assert len(sessions) == 1 and sessions[0].epoch >= waves  # incremental fetches served waves 2+
     finally:
         cons.close()

@@ -11,7 +11,9 @@ import pytest
 
 from agent.cache import BlockCache
 from agent.clock import ManualClock
-from agent.fetch import BatchReadError, FetchReader, select_batches
+from agent.fetch.plan import select_batches
+from agent.fetch.read import BatchReadError
+from agent.fetch.reader import FetchReader
 from kafka_protocol.records import RecordBatchBuilder, RecordBatchView, iter_batches
 from metastore.types import BatchLocation, ErrorCode, FindResult
 
@@ -165,7 +167,8 @@ async def test_empty_and_error_lookups_are_not_cached():
 
 
 async def test_missing_object_is_a_retriable_partition_error():
-    from agent.fetch_answer import Want, fetch_once
+    from agent.fetch.model import Want
+    from agent.fetch.plan import fetch_once
     from objectstore.errors import ObjectNotFound
 
     store = CountingStore()

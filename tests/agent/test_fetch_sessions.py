@@ -8,7 +8,7 @@ import time
 import uuid
 from typing import Any
 
-from agent.fetch_session import FetchSessionCache, next_epoch
+from agent.fetch.session import FetchSessionCache, next_epoch
 from agent.metrics import METRICS
 from agent.notify import CommitNotifier
 from kafka_protocol.messages import FetchRequest, FetchResponse
@@ -191,6 +191,6 @@ def test_notifier_marks_sessions_changed():
 
 
 def _part(tid: uuid.UUID | None = None, p: int = 0) -> Any:
-    from agent.fetch_session import SessionPartition
+    from agent.fetch.session import SessionPartition
 
     return SessionPartition("t", uuid.UUID(int=0), tid or uuid.uuid4(), p, 0, 1 << 20)

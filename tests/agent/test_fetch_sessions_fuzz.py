@@ -26,7 +26,7 @@ from agent.broker import Broker
 from agent.clock import ManualClock
 from agent.config import AgentConfig
 from agent.handlers.fetch import handle
-from agent.produce_pipeline import ProduceItem
+from agent.produce import ProduceItem
 from agent.security.principal import ANONYMOUS
 from kafka_protocol.framing import RequestHeader
 from kafka_protocol.messages import FetchRequest

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import uuid
 
-import agent.fetch_answer as fetch_answer
-import agent.fetch_width as fetch_width
-import agent.handlers.fetch as fetch_handler
+import agent.fetch.answer as fetch_answer
+import agent.fetch.lookup as fetch_lookup
+import agent.fetch.poll as fetch_poll
+import agent.fetch.width as fetch_width
 from tests.agent.test_fetch_protocol import fetch, make_topic, produce_batch
 
 
@@ -38,7 +39,7 @@ def per_partition_answer(agent, monkeypatch, parts, calls: list[str]):
     to compare a wide path's answer with."""
     calls.clear()
     monkeypatch.setattr(fetch_width, "BULK_MIN", 1 << 30)
-    monkeypatch.setattr(fetch_answer, "LOOKUP_MANY_MIN", 1 << 30)
+    monkeypatch.setattr(fetch_lookup, "LOOKUP_MANY_MIN", 1 << 30)
     answer = _answer(fetch(agent, parts, max_bytes=1 << 20, partition_max_bytes=1 << 16))
     assert set(calls) == {"find_batches"}
     return answer
@@ -85,7 +86,7 @@ def test_long_poll_looks_once_per_commit_and_misses_none(floe_agent, monkeypatch
     import time
 
     make_topic(floe_agent, "lw", partitions=2)
-    real = fetch_handler.fetch_once
+    real = fetch_poll.fetch_once
     looks: list[int] = []
     looked, produced = threading.Event(), threading.Event()
 
@@ -97,7 +98,7 @@ def test_long_poll_looks_once_per_commit_and_misses_none(floe_agent, monkeypatch
             assert await asyncio.to_thread(produced.wait, 30)
         return res
 
-    monkeypatch.setattr(fetch_handler, "fetch_once", counted)
+    monkeypatch.setattr(fetch_poll, "fetch_once", counted)
     gate = False
     t0 = time.monotonic()
     fetch(floe_agent, [("lw", 0, 0), ("lw", 1, 0)], max_wait_ms=300)
@@ -123,7 +124,7 @@ def test_response_entries_share_the_tagged_defaults_and_encode_as_fresh_ones():
     """partition_data gives every entry the same default diverging epoch, current leader
     and snapshot id (building a response of 500 partitions: 3.0 -> 1.2 ms); the bytes
     are those of entries with their own defaults, and encoding leaves them untouched."""
-    from agent.fetch import PartitionFetch
+    from agent.fetch.model import PartitionFetch
     from kafka_protocol.messages import FetchResponse
 
     PD = FetchResponse.FetchableTopicResponse.PartitionData
@@ -133,7 +134,7 @@ def test_response_entries_share_the_tagged_defaults_and_encode_as_fresh_ones():
         return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=[topic])
 
     live, failed = PartitionFetch(0, 2, 9, [], b"rec"), PartitionFetch(6)
-    shared = [fetch_handler.partition_data(3, live), fetch_handler.partition_data(4, failed)]
+    shared = [fetch_answer.partition_data(3, live), fetch_answer.partition_data(4, failed)]
     fresh = [
         PD(partition_index=3, error_code=0, high_watermark=9, last_stable_offset=9, log_start_offset=2,
            aborted_transactions=[], preferred_read_replica=-1, records=b"rec"),

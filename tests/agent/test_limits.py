@@ -209,10 +209,10 @@ async def test_non_reading_client_stops_being_read_and_holds_budget() -> None:
 def test_fetch_max_bytes_cap(avail: int, asked: int, expect: int) -> None:
     from types import SimpleNamespace
 
-    from agent.handlers.fetch import _cap
+    from agent.fetch.request import cap
 
     budget = ResponseBudget(avail)
     broker = SimpleNamespace(config=SimpleNamespace(fetch_max_bytes=55 * 1024 * 1024))
     ctx = SimpleNamespace(conn=SimpleNamespace(response_budget=budget))
     req = SimpleNamespace(max_bytes=asked)
-    assert _cap(broker, ctx, req).max_bytes == expect  # type: ignore[arg-type]
+    assert cap(broker, ctx, req).max_bytes == expect  # type: ignore[arg-type]

@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from agent.fetch_leases import TTL_MS as FETCH_LEASE_TTL_MS
+from agent.fetch.leases import TTL_MS as FETCH_LEASE_TTL_MS
 from compactor.config import CompactorConfig
 from kafka_protocol.messages import ListOffsetsRequest, ProduceRequest
 from kafka_protocol.records import Compression, RecordBatchBuilder

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from agent.clock import ManualClock
-from agent.produce_pipeline import KAFKA_STORAGE_ERROR, ProduceItem, ProducePipeline
+from agent.produce import KAFKA_STORAGE_ERROR, ProduceItem, ProducePipeline
 from kafka_protocol.records import RecordBatchBuilder
 from metastore import ErrorCode, open_metastore
 from objectstore import open_object_store

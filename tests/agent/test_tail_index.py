@@ -1,14 +1,14 @@
-"""The tail index (agent.tail_index): wide Fetches at the tail are answered from the
+"""The tail index (agent.fetch.tail_index): wide Fetches at the tail are answered from the
 agent's own commits, exactly as the metastore would answer them (issue 18)."""
 
 from __future__ import annotations
 
 import uuid
 
-import agent.fetch_answer as fetch_answer
-import agent.fetch_width as fetch_width
+import agent.fetch.lookup as fetch_lookup
+import agent.fetch.width as fetch_width
 from agent.clock import ManualClock
-from agent.tail_index import TailIndex
+from agent.fetch.tail_index import TailIndex
 from metastore.types import BatchToCommit, CommitResult, ErrorCode
 from tests.agent.test_fetch_protocol import fetch, make_topic, produce_batch
 from tests.agent.test_fetch_width import _answer, count_calls, per_partition_answer
@@ -112,7 +112,7 @@ def test_wide_fetch_at_the_tail_needs_no_batch_lookup(floe_agent, monkeypatch):
     # agent's watermark views are renewed, so the log start is the metastore's.
     floe_agent.broker.notifier.notify_all()
     monkeypatch.setattr(fetch_width, "BULK_MIN", 8)
-    monkeypatch.setattr(fetch_answer, "LOOKUP_MANY_MIN", 2)
+    monkeypatch.setattr(fetch_lookup, "LOOKUP_MANY_MIN", 2)
     resp = fetch(floe_agent, [("tw", p, 0) for p in range(12)] + [("tw", 1, 4)], max_bytes=1 << 20)
     got = {(p.partition_index, i): (p.error_code, p.log_start_offset)
            for i, p in enumerate(resp.responses[0].partitions)}  # fmt: skip

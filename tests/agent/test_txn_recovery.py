@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.produce_pipeline import ProduceItem
+from agent.produce import ProduceItem
 from agent.txn import marker_batch
 from metastore.types import TXN_COMPLETE_COMMIT, TXN_PREPARE_COMMIT
 from tests.agent.test_txn_protocol import _add, _create, _fetch, _init, _produce

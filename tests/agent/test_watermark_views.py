@@ -9,9 +9,9 @@ import uuid
 import pytest
 
 from agent.clock import ManualClock
+from agent.fetch.watermark_views import WatermarkViews
 from agent.metrics import METRICS
 from agent.notify import CommitNotifier
-from agent.watermark_views import WatermarkViews
 from kafka_protocol import messages as M
 from metastore.types import MetastoreError, PartitionOffsets, TopicOffsets
 from tests.agent.test_fetch_protocol import make_topic, produce_batch

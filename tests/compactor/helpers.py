@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from agent.cache import BlockCache
 from agent.clock import SystemClock
-from agent.fetch import FetchReader
+from agent.fetch.reader import FetchReader
 from kafka_protocol.compression import Compression
 from kafka_protocol.records import RecordBatchBuilder, iter_batches
 from metastore import BatchToCommit, ErrorCode, Metastore

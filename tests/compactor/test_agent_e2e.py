@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from agent.fetch_leases import TTL_MS as FETCH_LEASE_TTL_MS
+from agent.fetch.leases import TTL_MS as FETCH_LEASE_TTL_MS
 from agent.txn.markers import ABORT, COMMIT, parse_marker
 from compactor.config import CompactorConfig
 from kafka_protocol.messages import FetchRequest, FetchResponse

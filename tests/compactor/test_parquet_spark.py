@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow.parquet as papq
 import pytest
 
-from agent.fetch_leases import TTL_MS as FETCH_LEASE_TTL_MS
+from agent.fetch.leases import TTL_MS as FETCH_LEASE_TTL_MS
 from compactor.config import CompactorConfig
 from compactor.runner import Compactor
 from compactor.spark import SparkExecutor

@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client import Gauge
 
-from agent.fetch import reader_for
 from agent.groups.share import partition as sp
 from agent.metrics import METRICS
 from kafka_protocol.errors import ErrorCode
@@ -248,7 +247,7 @@ class SharePartitionManager:
         """Acquire records for ``member_id`` and read them from the log."""
         group_id, topic_id, partition = key
         limits = await self.limits(group_id)
-        reader = reader_for(self.broker)
+        reader = self.broker.fetch_reader
         read: dict[int, Any] = {}
 
         async def decide(st: SharePartitionState, fresh: bool) -> tuple[SharePartitionState, FetchResult]:

@@ -2,7 +2,7 @@
 
 Where it sits: the produce pipeline tells it, at each acknowledgement, which
 batches a commit placed at which offsets in which object
-(:meth:`TailIndex.committed`); the Fetch handler asks it first for partitions a
+(:meth:`TailIndex.committed`); the width step of a Fetch (:mod:`agent.fetch.width`) asks it first for partitions a
 consumer reads at the tail (:meth:`TailIndex.find`), before the metastore's batch
 lookup. A consumer of 1,000 partitions fed by this agent then costs one
 watermark query per topic per Fetch, not a batch lookup of every partition with
@@ -18,7 +18,7 @@ names exactly the batch the log holds there: batches are immutable once
 committed. What the chain does not know is the log start and the high
 watermark, which other agents and retention move; the caller passes both, read
 from the metastore since the last commit notified to this agent and at most
-``metadata_cache_ms`` ago (:mod:`agent.watermark_views`), and the index answers only offsets in
+``metadata_cache_ms`` ago (:mod:`agent.fetch.watermark_views`), and the index answers only offsets in
 ``[log_start, chain end)``. Entries older than ``ttl_ms`` are not served (the
 compactor deletes replaced objects only after its grace period, minutes by
 default). A duplicate that starts a chain is served from this agent's copy of

@@ -1,6 +1,6 @@
 """Read leases for Kafka fetches in flight: what the agent just looked up, the GC keeps.
 
-Where it sits: :class:`~agent.fetch.FetchReader` reports the object keys of every
+Where it sits: :class:`~agent.fetch.reader.FetchReader` reports the object keys of every
 batch lookup (:meth:`FetchLeases.seen`); at most once per ``WINDOW_S`` those keys
 are registered under a fresh read lease of this agent (``agent-<id>-fetch-<n>``,
 ``Metastore.acquire_read_lease``) that lasts ``TTL_MS`` and is never renewed. So

@@ -1,16 +1,16 @@
-"""The Fetch width path and the read_committed cut (below :mod:`agent.fetch_answer`).
+"""Step 6 of a Fetch: the width shortcut, one watermark query per topic instead of a lookup per partition.
 
-Where it sits: :func:`agent.fetch_answer.fetch_once` asks :func:`caught_up`
-first, for every topic requested at ``BULK_MIN`` partitions or more: one
-watermark query per topic settles the partitions read up to their high
-watermark and those read at offsets this agent has just committed (its tail
-index). librdkafka has no fetch sessions, so each of its Fetches names every
-partition it is assigned; this keeps that at one query per topic, not one
-lookup per partition. For read_committed the same query says whether the topic
-holds any transaction state; if not, those answers are stable up to its high
-watermarks. :func:`stable` then cuts what is left at each partition's last
-stable offset and lists the aborted transactions (``stable_offsets``, one query
-per answer).
+Where it sits: the first thing :func:`agent.fetch.plan.fetch_once` does, for
+every topic requested at ``BULK_MIN`` partitions or more, before
+:mod:`agent.fetch.lookup`. One watermark query per topic (shared between the
+Fetches planned between two commits, :mod:`agent.fetch.watermark_views`)
+settles the partitions read up to their high watermark, and those read at
+offsets this agent has just committed (its tail index,
+:mod:`agent.fetch.tail_index`). librdkafka has no fetch sessions, so each of its
+Fetches names every partition it is assigned; this keeps that at one query per
+topic, not one lookup per partition. For read_committed the same query says
+whether the topic holds any transaction state; if not, those answers are stable
+up to its high watermarks (the plan's read_committed cut skips them).
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from agent.fetch import FetchReader, PartitionFetch
+from agent.fetch.model import PartitionFetch, Want
 from kafka_protocol.errors import ErrorCode
 from metastore.types import MetastoreError, PartitionOffsets
 
 if TYPE_CHECKING:
-    from agent.fetch_answer import Want
+    from agent.fetch.reader import FetchReader
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +59,8 @@ async def caught_up(
     batch lookups), and partitions read at offsets this agent has just committed,
     answered from its own commits (:meth:`FetchReader.find_tail`) with the log
     start and high watermark just read (at most ``metadata_cache_ms`` old:
-    :mod:`agent.watermark_views`). The others are left to the lookups of
-    :func:`agent.fetch_answer.fetch_once`.
+    :mod:`agent.fetch.watermark_views`). The others are left to the lookups of
+    :mod:`agent.fetch.lookup`.
 
     read_committed: when the same query saw the topic free of transaction state,
     everything below those high watermarks is stable and nothing is aborted, so a
@@ -134,30 +134,3 @@ def _per_topic(wants: list[Want]) -> dict[uuid.UUID, int]:
     if prev is not None:
         counts[prev] = counts.get(prev, 0) + n
     return counts
-
-
-async def stable(reader: FetchReader, wants: list[Want], found: list[PartitionFetch]) -> None:
-    """read_committed: cut each partition's batches at its last stable offset and
-    attach the aborted transactions (one metastore query for the whole answer)."""
-    # Only partitions with data to cut: idle ones (at their high watermark) keep the
-    # one-query-per-topic width path cheap and report LSO = high watermark.
-    live = [
-        (w, pf) for w, pf in zip(wants, found, strict=True) if pf.batches and w.topic_id is not None and not pf.stable
-    ]
-    if not live:
-        return
-    try:
-        views = await reader.meta.stable_offsets([(w.topic_id, w.partition, w.fetch_offset) for w, _ in live])  # type: ignore[misc]
-    except MetastoreError as e:
-        log.warning("fetch: last stable offsets failed: %s", e)
-        for _, pf in live:
-            pf.error, pf.batches = ErrorCode.KAFKA_STORAGE_ERROR, []
-        return
-    for (_, pf), view in zip(live, views, strict=True):
-        if view.error:
-            pf.error, pf.batches = int(view.error), []
-            continue
-        lso = min(view.last_stable_offset, pf.high_watermark)
-        pf.last_stable_offset = lso
-        pf.aborted = [a for a in view.aborted if a[1] < lso]
-        pf.batches = [b for b in pf.batches if b.base_offset < lso]

@@ -1,7 +1,7 @@
 """Kafka fetches of data the compactor moved into Parquet: row groups decoded once,
 record batches rebuilt vectorised, cached by block.
 
-Where it sits: the fetch reader (:mod:`agent.fetch`) hands every batch whose row
+Where it sits: the read step (:mod:`agent.fetch.read`) hands every batch whose row
 points into a Parquet object to :meth:`ParquetFetcher.read`. The object is read
 through the agent's :class:`~agent.cache.BlockCache` (so the ring's peer cache
 and one GET per block apply) as a random-access file of known size

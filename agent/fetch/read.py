@@ -1,33 +1,84 @@
-"""Reading a Fetch's batches: block cache -> patched bytes.
+"""Step 8 of a Fetch: the chosen batches' bytes, block cache -> patched bytes.
 
-Where it sits: mixed into :class:`agent.fetch.FetchReader`, after the lookups
-have chosen each partition's batches. :meth:`BatchReads.read_many` asks the
-agent's :class:`~agent.cache.BlockCache` once for every block the response's
-batches touch (hits without a coroutine, misses loaded together), then copies
-each partition's batches into one buffer with their base offsets patched
-(:func:`agent.fetch_plan.assemble`). Batches the compactor moved into Parquet
-objects are rebuilt from their rows (:class:`agent.parquet_fetch.ParquetFetcher`).
-A partition whose bytes cannot be read gets the error, the others their bytes.
+Where it sits: after :mod:`agent.fetch.plan` has chosen each partition's batches
+(lookups, read_committed cut, byte budget), before :mod:`agent.fetch.answer`
+builds the response. :func:`read_all` reads every partition with batches in one
+go: :meth:`BatchReads.read_many` asks the agent's
+:class:`~agent.cache.BlockCache` once for every block the response's batches
+touch (hits without a coroutine, misses loaded together: the ring owner's peer
+cache, then a ranged GET), then :func:`assemble` copies each partition's batches
+into one buffer with their ``baseOffset`` (the metastore's offset; producers'
+batches are stored with base offset 0) and ``partitionLeaderEpoch`` (0: there
+are no elections) patched. Both fields lie outside the CRC, so nothing is
+re-encoded. Batches the compactor moved into Parquet objects are rebuilt from
+their rows (:class:`agent.fetch.parquet.ParquetFetcher`). A partition whose
+bytes cannot be read gets KAFKA_STORAGE_ERROR (retriable; its cached lookups are
+dropped, so the retry plans again), the others their bytes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import struct
+import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from agent.cache import BlockCache
-from agent.fetch_plan import BatchReadError, assemble
-from agent.parquet_fetch import ParquetFetcher
+from agent.fetch.parquet import ParquetFetcher
+from kafka_protocol.errors import ErrorCode
+from kafka_protocol.records import (
+    BATCH_LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    patch_base_offset,
+    patch_partition_leader_epoch,
+)
 from metastore.types import BatchLocation
 from objectstore.errors import ObjectStoreError
 from objectstore.parquet import is_parquet_key
 
 if TYPE_CHECKING:
+    from agent.fetch.model import PartitionFetch, Want
     from metastore import Metastore
+
+log = logging.getLogger(__name__)
+
+_I32 = struct.Struct(">i")
+
+
+class BatchReadError(Exception):
+    """The bytes at a batch's recorded position are not that batch."""
+
 
 # What a read of a partition's bytes may fail with (that partition alone gets an error).
 _READ_ERRORS = (ObjectStoreError, BatchReadError, OSError)
+
+
+class _Reader(Protocol):
+    async def read_many(self, parts: Sequence[Sequence[BatchLocation]]) -> list[bytes | Exception]: ...
+
+    def forget(self, topic_id: uuid.UUID, partition: int, *, tail: bool = True) -> None: ...
+
+
+async def read_all(reader: _Reader, wants: list[Want], found: list[PartitionFetch]) -> None:
+    """The bytes of every partition with batches to send, in one planned read."""
+    todo = [(w, pf) for w, pf in zip(wants, found, strict=True) if pf.batches]
+    if not todo:
+        return
+    datas = await reader.read_many([pf.batches for _, pf in todo])
+    for (w, pf), data in zip(todo, datas, strict=True):
+        if isinstance(data, Exception):
+            # E.g. the compactor replaced the object after our (cached) lookup.
+            log.warning("fetch: reading %s/%d at %d failed: %s", w.topic_id, w.partition, w.fetch_offset, data)
+            if w.topic_id is not None:
+                reader.forget(w.topic_id, w.partition)
+            pf.error = ErrorCode.KAFKA_STORAGE_ERROR
+            pf.batches = []
+            pf.records = b""
+        else:
+            pf.records = data
 
 
 class BatchReads:
@@ -129,3 +180,31 @@ class BatchReads:
             raise BatchReadError(f"object {key} is not registered")
         rows = await self.meta.batches_in_objects([info.id])
         return info.size, [(r.base_offset, r.base_timestamp) for r in rows]
+
+
+def assemble(batches: Sequence[BatchLocation], reads: dict[tuple[str, int], tuple[int, bytes]]) -> bytes:
+    """Copy ``batches`` (in order) out of the bytes read and patch their headers.
+
+    ``reads`` maps ``(object_key, byte_pos)`` of each batch to ``(start, bytes)``:
+    bytes of the object from ``start`` on that hold the batch.
+    """
+    out = bytearray(sum(b.byte_len for b in batches))
+    pos = 0
+    for b in batches:
+        start, data = reads[(b.object_key, b.byte_pos)]
+        lo = b.byte_pos - start
+        chunk = data[lo : lo + b.byte_len]
+        if len(chunk) != b.byte_len:
+            raise BatchReadError(
+                f"object {b.object_key} has {len(chunk)} bytes at {b.byte_pos}, expected {b.byte_len}"
+            )
+        out[pos : pos + b.byte_len] = chunk
+        (length,) = _I32.unpack_from(out, pos + BATCH_LENGTH_OFFSET)
+        if length + LOG_OVERHEAD != b.byte_len or out[pos + MAGIC_OFFSET] != 2:
+            raise BatchReadError(
+                f"object {b.object_key} at {b.byte_pos}: not a v2 batch of {b.byte_len} bytes"
+            )
+        patch_base_offset(out, pos, b.base_offset)
+        patch_partition_leader_epoch(out, pos, 0)
+        pos += b.byte_len
+    return bytes(out)

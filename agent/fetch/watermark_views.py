@@ -1,6 +1,6 @@
 """Watermark views: one topic watermark read shared by the Fetches planned between two commits.
 
-Where it sits: the width path of Fetch (:func:`agent.fetch_width.caught_up`)
+Where it sits: the width step of a Fetch (:func:`agent.fetch.width.caught_up`)
 reads a topic's log start offsets, high watermarks and transaction state
 (``Metastore.topic_offsets``) for every Fetch naming many of its partitions.
 librdkafka has no fetch sessions, so each of its consumers names all of its

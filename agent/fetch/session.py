@@ -1,15 +1,16 @@
-"""Fetch sessions (KIP-227): the state that lets a consumer send and receive only changes.
+"""Step 3 of a Fetch: its KIP-227 session, the state that lets a consumer send and receive only changes.
 
-Where it sits: the Fetch handler (``agent.handlers.fetch``, with
-``agent.fetch_incremental`` for incremental requests) keeps one
-:class:`FetchSessionCache` per agent. A full fetch with ``session_epoch`` 0
-creates a :class:`FetchSession` holding every requested partition (its fetch
-offset and byte limit, and the high watermark, last stable offset and log
-start offset last sent for it); the response carries the session id. Later
-requests of that session (epoch 1, 2, ...) name only the partitions whose
-fetch position changed and the ones to forget, and the response holds only
-the partitions that have something to say: records, a changed watermark or
-log start offset, or an error.
+Where it sits: after :mod:`agent.fetch.resolve` (the request's wants) and before
+:mod:`agent.fetch.poll` (the long-poll). :mod:`agent.fetch.request` keeps one
+:class:`FetchSessionCache` per agent (``host.fetch_sessions``). A full fetch with
+``session_epoch`` 0 creates a :class:`FetchSession` holding every requested
+partition (:func:`hold`: its fetch offset and byte limit, and the high
+watermark, last stable offset and log start offset last sent for it); the
+response carries the session id. Later requests of that session (epoch 1, 2,
+...) name only the partitions whose fetch position changed and the ones to
+forget (:func:`update`), and the response holds only the partitions that have
+something to say: records, a changed watermark or log start offset, or an
+error.
 
 What makes an idle session cheap whatever its size: the session subscribes to
 the agent's :class:`~agent.notify.CommitNotifier`, so a commit (local, or
@@ -39,8 +40,13 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+from agent.fetch.model import Want
 from agent.notify import CommitNotifier, PartitionKey
+
+if TYPE_CHECKING:
+    from kafka_protocol.messages import FetchRequest
 
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
@@ -248,3 +254,44 @@ class FetchSessionCache:
 
     def sessions(self) -> Iterable[FetchSession]:
         return self._sessions.values()
+
+
+# -- applying a request to a session --------------------------------------------------
+
+
+def session_key(t: Any, partition: int, by_id: bool) -> SessionKey:
+    """A partition's key in a session: its topic as the client addresses it."""
+    return (t.topic_id if by_id else t.topic, partition)
+
+
+def session_partition(t: Any, w: Want) -> SessionPartition:
+    """What a session keeps of one requested partition."""
+    return SessionPartition(
+        topic=t.topic, topic_ref=t.topic_id, topic_id=w.topic_id, partition=w.partition,
+        fetch_offset=w.fetch_offset, max_bytes=w.max_bytes, error=w.error,
+    )  # fmt: skip
+
+
+def hold(session: FetchSession, req: FetchRequest, wants: list[Want], by_id: bool) -> list[SessionKey]:
+    """A new session takes every partition of its full request (their keys, in
+    request order). Subscribed before the fresh lookups: a commit landing meanwhile
+    stays marked, so the next incremental fetch looks again."""
+    keys: list[SessionKey] = []
+    for w in wants:
+        t = req.topics[w.topic_index]
+        key = session_key(t, w.partition, by_id)
+        session.upsert(key, session_partition(t, w))
+        keys.append(key)
+    session.take_candidates()
+    return keys
+
+
+def update(session: FetchSession, req: FetchRequest, wants: list[Want], by_id: bool) -> None:
+    """Apply an incremental request: new or moved partitions, then forgotten ones."""
+    for w in wants:
+        t = req.topics[w.topic_index]
+        session.upsert(session_key(t, w.partition, by_id), session_partition(t, w))
+    for f in req.forgotten_topics_data:
+        ref = f.topic_id if by_id else f.topic
+        for p in f.partitions:
+            session.remove((ref, p))
