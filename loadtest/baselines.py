@@ -11,6 +11,12 @@ report the raw figure of the same store next to ours).
   time), into a scratch database on the same Postgres server.
 * ``loopback``: TCP throughput over 127.0.0.1 between two threads (1 MiB sends).
 
+When the store URL carries a simulated latency profile (``latency=s3-standard``,
+:mod:`objectstore.latency`), the raw PUTs and GETs sleep the same drawn delays
+the agent's store does, so Floe's throughput and latency are compared with raw
+access to the same simulated S3; the profile is recorded in the result
+(``latency_profile``).
+
 All bounded by count and time.
 """
 
@@ -23,11 +29,31 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from loadtest.objectstore import Backend, RawFile, RawS3, Result, run_ops
+from objectstore.latency import LatencyProfile, parse_latency, split_latency_url
+
+
+class Latent(Backend):
+    """A raw side behind a simulated latency profile (same model as ``LatencyStore``)."""
+
+    def __init__(self, side: Backend, profile: LatencyProfile, seed: int | None = None) -> None:
+        self.side, self.profile, self.rng = side, profile, random.Random(seed)
+        self.name = f"{side.name} + {profile.name} latency"
+
+    async def put(self, key: str, data: bytes) -> None:
+        await asyncio.sleep(self.profile.put.draw(self.rng) + self.profile.transfer_s(len(data)))
+        await self.side.put(key, data)
+
+    async def get(self, key: str, start: int, end: int) -> bytes:
+        first = self.profile.get.draw(self.rng)
+        data = await self.side.get(key, start, end)
+        await asyncio.sleep(first + self.profile.transfer_s(len(data)))
+        return data
 
 
 def _summary(r: Result) -> dict[str, float]:
@@ -87,10 +113,25 @@ async def objectstore_baseline(
     objects_url: str, size: int, range_bytes: int, concurrency: int = 4, count: int = 24,
     gets: int = 48, budget_s: float = 30.0,
 ) -> dict[str, Any]:
+    objects_url, latency_opts = split_latency_url(objects_url)
+    profile, seed = parse_latency(latency_opts)
+
+    def latent(side: Backend) -> Backend:
+        return side if profile.is_zero else Latent(side, profile, seed)
+
+    out = await _raw_baseline(objects_url, latent, size, range_bytes, concurrency, count, gets, budget_s)
+    out["latency_profile"] = profile.describe()
+    return out
+
+
+async def _raw_baseline(
+    objects_url: str, latent: Callable[[Backend], Backend], size: int, range_bytes: int,
+    concurrency: int, count: int, gets: int, budget_s: float,
+) -> dict[str, Any]:
     scheme = urlsplit(objects_url).scheme
     if scheme == "file":
         root = Path(urlsplit(objects_url).path).parent / "baseline-raw"
-        side: Backend = RawFile(root)
+        side: Backend = latent(RawFile(root))
         out = await _store_baseline(side, size, range_bytes, concurrency, count, gets, budget_s)
         import shutil
 
@@ -108,7 +149,7 @@ async def objectstore_baseline(
         assert isinstance(inner, S3Store)
         session = aioboto3.Session()
         async with session.client("s3", endpoint_url=inner.endpoint, config=inner.config) as client:
-            side = RawS3(client, inner.bucket, inner.prefix)
+            side = latent(RawS3(client, inner.bucket, inner.prefix))
             out = await _store_baseline(side, size, range_bytes, concurrency, count, gets, budget_s)
             resp = await client.list_objects_v2(Bucket=inner.bucket, Prefix=inner.prefix + "baseline/")
             for o in resp.get("Contents", []):

@@ -11,6 +11,12 @@
 4. Show progress (rich), stop at warm-up + test duration, scrape /metrics
    again, write ``result.json`` (OMB field names, plus baselines, metric diffs,
    ratios and goals) and ``result.png``.
+
+``--store-latency s3-standard`` (or the workload's ``storeLatency``) runs the
+dev/postgres-s3 agent's object store under a simulated S3 latency profile
+(:mod:`objectstore.latency`); the raw store baseline runs under the same
+profile, and ``config.store_latency`` in every result names the profile and its
+numbers (null: the store's own latency, e.g. a local disk or moto).
 """
 
 from __future__ import annotations
@@ -185,6 +191,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         wl.test_duration_minutes = args.duration_minutes
     if args.rate is not None:
         wl.producer_rate = args.rate
+    if getattr(args, "store_latency", None) is not None:
+        wl.store_latency = args.store_latency
+        wl.validate()
     out_dir = Path(args.out or f"loadtest-results/{wl.name}-{args.backend.split('=')[0]}-{time.strftime('%Y%m%d-%H%M%S')}")
     out_dir.mkdir(parents=True, exist_ok=True)
     flush_ms = args.flush_interval_ms or 250
@@ -212,8 +221,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     backend: Backend = start_backend(
         args.backend, flush_interval_ms=args.flush_interval_ms, flush_bytes=args.flush_bytes,
         flush_min_interval_ms=min_ms, workers=args.workers, virtual_brokers=args.virtual_brokers,
-        admin_url=args.admin_url, keep=args.keep,
+        admin_url=args.admin_url, keep=args.keep, store_latency=wl.store_latency,
     )
+    # Every latency figure of this run was measured under this profile (None: none simulated).
+    cfg["store_latency"] = backend.store_latency
+    if wl.store_latency and backend.store_latency is None:
+        cfg["store_latency_not_applied"] = f"{wl.store_latency} (no object store on {backend.kind})"
     if args.nice:
         os.nice(args.nice)  # the load processes inherit it; the system under test started above
     ctx = mp.get_context("spawn")
@@ -429,8 +442,9 @@ def table(paths: list[str]) -> str:
         seals = {k.split('"')[1]: int(v) for k, v in d.items() if k.startswith("floe_segment_seals_total{")}
         ppg = r.get("ratios", {}).get("puts_per_GiB_produced")
         workers = f" (workers {c['workers']})" if (c.get("workers") or 1) > 1 else ""
+        latency = f" [{_latency_name(c)}]" if c.get("store_latency") else ""
         rows.append(
-            f"| {f.name if f.is_dir() else f.parent.name} | {c['backend']}{workers}"
+            f"| {f.name if f.is_dir() else f.parent.name} | {c['backend']}{workers}{latency}"
             f" | {c.get('producer_client', '-')}"
             f"{' (defaults)' if c.get('producer_defaults') else ''} | {c['idempotent']} "
             f"| {c.get('flush_min_interval_ms') or '-'} | {r['workload']['producerRate']:.0f} "
@@ -440,6 +454,12 @@ def table(paths: list[str]) -> str:
             f"| {', '.join(f'{k}: {v}' for k, v in sorted(seals.items())) or '-'} |"
         )
     return "\n".join(rows)
+
+
+def _latency_name(cfg: dict[str, Any]) -> str:
+    """The simulated store latency profile a result ran under ("none": not simulated)."""
+    sl = cfg.get("store_latency")
+    return str(sl.get("profile", "?")) if isinstance(sl, dict) else "none"
 
 
 def _acked_bytes_hint(coll: Collector) -> int:
@@ -462,7 +482,8 @@ def _ck_version() -> str:
 def summary(r: dict[str, Any]) -> str:
     lines = [
         f"== {r['workload']['name']} on {r['config']['backend']} "
-        f"(flush {r['config']['flush_interval_ms']} ms, idempotent={r['config']['idempotent']}) ==",
+        f"(flush {r['config']['flush_interval_ms']} ms, idempotent={r['config']['idempotent']}, "
+        f"store latency {_latency_name(r['config'])}) ==",
         f"publish {r['aggregatedPublishRate']:.0f} msg/s = {r['aggregatedPublishMBps']:.1f} MB/s "
         f"(errors {r['aggregatedPublishErrors']}); consume {r['aggregatedConsumeRate']:.0f} msg/s "
         f"= {r['aggregatedConsumeMBps']:.1f} MB/s; final backlog {r['finalBacklog']}",
@@ -566,6 +587,10 @@ def add_parser(sub: Any) -> None:
                    help="run the load generator with this niceness (the agent keeps its priority)")
     p.add_argument("--profile-seconds", type=int, default=0,
                    help="py-spy the agent for N s after warm-up (raw output in --out)")
+    p.add_argument("--store-latency", metavar="PROFILE",
+                   help="simulate S3 latency on the dev/postgres-s3 object store: s3-standard | "
+                        "s3-express | none, or latency URL options "
+                        "(latency=none&latency_put_p50_ms=20); default the workload's storeLatency")
     p.add_argument("--no-baselines", action="store_true", help="skip the raw baselines")
     p.add_argument("--keep", action="store_true", help="keep the backend's temp dir")
     p.add_argument("--quiet", action="store_true", help="no progress display, no summary")

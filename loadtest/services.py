@@ -10,6 +10,13 @@ Shared by ``loadtest.produce`` and the OMB-style driver (``python -m loadtest ru
 * ``bootstrap=HOST:PORT``: an already running cluster; nothing is started (and
   there is no /metrics unless ``--admin-url`` is given).
 
+``store_latency`` (``s3-standard``, ``s3-express``, ``none`` or latency URL
+options, :mod:`objectstore.latency`) puts the dev and postgres-s3 agents'
+object store behind the simulated-latency wrapper: it is added to the
+``--objects`` URL, so ``Backend.objects_url`` carries it too and whatever else
+opens that store (the raw baselines) runs under the same profile.
+``Backend.store_latency`` describes the profile for the result files.
+
 Every agent is ``python -m floe_cli.main agent`` started directly (no wrapper),
 so ``Agent.pid`` is the Python process to point py-spy at.
 
@@ -186,6 +193,7 @@ class Backend:
     workdir: Path | None = None
     postgres: Any = None  # metastore.pgserver.PostgresServer
     kafka_pid: int | None = None
+    store_latency: dict[str, Any] | None = None  # the profile the object store runs under
     _cleanups: list[Callable[[], None]] = field(default_factory=list)
 
     @property
@@ -219,8 +227,13 @@ def start_backend(
     flush_min_interval_ms: int | None = None,
     admin_url: str | None = None,
     keep: bool = False,
+    store_latency: str | None = None,
 ) -> Backend:
-    """``spec`` is ``dev``, ``postgres-s3``, ``kafka`` or ``bootstrap=HOST:PORT``."""
+    """``spec`` is ``dev``, ``postgres-s3``, ``kafka`` or ``bootstrap=HOST:PORT``.
+
+    ``store_latency`` applies to the backends started here with an object store
+    (dev, postgres-s3); the others ignore it (``Backend.store_latency`` stays None).
+    """
     if spec.startswith("bootstrap="):
         b = Backend("bootstrap", spec.split("=", 1)[1])
         if admin_url:
@@ -274,6 +287,12 @@ def start_backend(
                 Bucket="bench"
             )
             b.objects_url = f"s3://bench/floe?endpoint={endpoint}&region=us-east-1"
+        if store_latency:
+            from objectstore.latency import parse_latency, split_latency_url, with_latency
+
+            b.objects_url = with_latency(b.objects_url, store_latency)
+            profile, _ = parse_latency(split_latency_url(b.objects_url)[1])
+            b.store_latency = profile.describe()
         agent = start_agent(
             b.metastore_url, b.objects_url, tmp,
             flush_interval_ms=flush_interval_ms, flush_bytes=flush_bytes,

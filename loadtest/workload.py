@@ -23,7 +23,9 @@ unless ``producerDefaults: true``, which keeps librdkafka's own defaults) or
 ``java`` (``KafkaProducer`` 4.1 with Java's defaults, :mod:`loadtest.java_driver`);
 ``consumerClient``: ``confluent-kafka`` (default; sessionless Fetches) or ``java``
 (``KafkaConsumer`` 4.1, which uses fetch sessions, :mod:`loadtest.java_consumer`;
-no backlog mode).
+no backlog mode); ``storeLatency``: simulated object-store latency for the Floe
+backends (a profile, ``s3-standard`` | ``s3-express`` | ``none``, or latency URL
+options such as ``latency=none&latency_put_p50_ms=20``; :mod:`objectstore.latency`).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ _ALIASES = {
     "producerClient": "producer_client",
     "producerDefaults": "producer_defaults",
     "consumerClient": "consumer_client",
+    "storeLatency": "store_latency",
 }
 
 
@@ -78,6 +81,7 @@ class Workload:
     producer_client: str = "confluent-kafka"
     producer_defaults: bool = False
     consumer_client: str = "confluent-kafka"
+    store_latency: str | None = None
 
     @property
     def test_seconds(self) -> float:
@@ -111,6 +115,10 @@ class Workload:
             raise ValueError("consumerBacklogSizeGB needs consumerClient confluent-kafka (the Java consumer has no backlog mode)")
         if self.key_distributor not in ("NO_KEY", "RANDOM_NANO", "KEY_ROUND_ROBIN"):
             raise ValueError(f"unknown keyDistributor {self.key_distributor!r}")
+        if self.store_latency:
+            from objectstore.latency import with_latency
+
+            with_latency("memory://", self.store_latency)  # raises on a bad profile or option
 
     def as_omb(self) -> dict[str, Any]:
         names = {v: k for k, v in _ALIASES.items()}

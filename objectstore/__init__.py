@@ -9,8 +9,11 @@ fetch cache, compactor, Spark source, CLI tools)::
 
 Backends are chosen by URL scheme from a registry (``register_scheme`` adds
 one): ``memory://[name]``, ``file:///abs/dir``, ``s3://bucket/prefix?...``.
-By default the store is wrapped in :class:`~objectstore.retry.RetryingStore`
-(``retry=False`` gives the raw backend, ``retry=RetryPolicy(...)`` tunes it).
+Any of them takes ``latency=s3-standard|s3-express|none`` (and ``latency_*``
+overrides) to simulate S3's request latency in benchmarks
+(:mod:`objectstore.latency`). By default the store is wrapped in
+:class:`~objectstore.retry.RetryingStore` (``retry=False`` gives the raw
+backend, ``retry=RetryPolicy(...)`` tunes it).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from objectstore.errors import (
     Throttled,
     TransientError,
 )
+from objectstore.latency import LatencyStore, parse_latency, split_latency_url
 from objectstore.retry import RetryingStore, RetryPolicy
 from objectstore.segment import (
     BatchMeta,
@@ -41,6 +45,7 @@ from objectstore.segment import (
 
 __all__ = [
     "BatchMeta",
+    "LatencyStore",
     "ObjectExists",
     "ObjectInfo",
     "ObjectNotFound",
@@ -76,7 +81,8 @@ def open_object_store(url: str, *, retry: bool | RetryPolicy = True, **opts: Any
     """Open the store named by ``url``; ``opts`` override URL query options.
 
     ``retry``: True wraps the store with the default :class:`RetryPolicy`, a
-    policy instance customises it, False returns the bare backend.
+    policy instance customises it, False returns the bare backend (still with
+    the simulated latency if the URL asks for one).
     """
     scheme = urlsplit(url).scheme.lower()
     try:
@@ -84,7 +90,14 @@ def open_object_store(url: str, *, retry: bool | RetryPolicy = True, **opts: Any
     except KeyError:
         known = ", ".join(sorted(f"{s}://" for s in _REGISTRY))
         raise ValueError(f"unsupported object store URL {url!r} (known: {known})") from None
-    store = opener(url, dict(opts))
+    # Latency options are ours, not the backend's (S3Store would reject them):
+    # parse them first so a bad profile fails before any client is built.
+    opts = dict(opts)
+    url, latency_opts = split_latency_url(url, opts)
+    profile, seed = parse_latency(latency_opts)
+    store = opener(url, opts)
+    if not profile.is_zero:
+        store = LatencyStore(store, profile, seed=seed)
     if retry is False:
         return store
     return RetryingStore(store, RetryPolicy() if retry is True else retry)

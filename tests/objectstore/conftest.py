@@ -1,4 +1,5 @@
-"""Fixtures for the object store suites: one ``store`` per backend (memory, file, S3)."""
+"""Fixtures for the object store suites: one ``store`` per backend (memory, file, S3,
+and the file store behind the simulated-latency wrapper with a tiny custom profile)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ from pathlib import Path
 import pytest
 
 from objectstore import ObjectStore, open_object_store
+from objectstore.latency import OPS as LATENCY_OPS
 from objectstore.memory import reset_memory_stores
 
 BACKENDS = [
     pytest.param("memory", id="memory"),
     pytest.param("file", id="file"),
+    pytest.param("latency", id="file+latency"),
     pytest.param("s3", id="s3", marks=pytest.mark.s3),
 ]
 
@@ -22,6 +25,10 @@ def backend_url(request: pytest.FixtureRequest, backend: str, tmp_path: Path) ->
         return "memory://"
     if backend == "file":
         return f"file://{tmp_path / 'objects'}"
+    if backend == "latency":
+        # Real (tiny) sleeps on every call: the wrapper must pass data and errors through.
+        tiny = "&".join(f"latency_{op}_p50_ms=0.05&latency_{op}_p99_ms=0.5" for op in LATENCY_OPS)
+        return f"file://{tmp_path / 'objects'}?latency=none&{tiny}&latency_mbps=1000&latency_seed=1"
     return str(request.getfixturevalue("s3_url"))
 
 
