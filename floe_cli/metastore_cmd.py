@@ -21,19 +21,34 @@ import sys
 from contextlib import suppress
 from typing import Any
 
+_METASTORE_HELP = "database URL: postgresql://... or sqlite:///path (env FLOE_METASTORE)"
+
+
+def _add_common(p: argparse.ArgumentParser, *, after_subcommand: bool) -> None:
+    """``--metastore`` and ``--log-level``, on ``floe metastore`` and on each subcommand.
+
+    Both orders work (``floe metastore --metastore URL migrate`` and
+    ``floe metastore migrate --metastore URL``, as the docs show it). A subcommand's
+    parser writes its defaults over the namespace its parent filled in, so there the
+    options default to SUPPRESS: absent after the subcommand, the value given before
+    it (or the parent's default) stays.
+    """
+    p.add_argument(
+        "--metastore",
+        default=argparse.SUPPRESS if after_subcommand else None,
+        help=_METASTORE_HELP,
+    )
+    p.add_argument("--log-level", default=argparse.SUPPRESS if after_subcommand else "INFO")
+
 
 def add_metastore_parser(sub: Any) -> None:
     p = sub.add_parser("metastore", help="serve the metastore over HTTP, or migrate its schema")
-    p.add_argument(
-        "--metastore",
-        default=None,
-        help="database URL: postgresql://... or sqlite:///path (env FLOE_METASTORE)",
-    )
-    p.add_argument("--log-level", default="INFO")
+    _add_common(p, after_subcommand=False)
     msub = p.add_subparsers(dest="metastore_command", required=True)
     serve = msub.add_parser(
         "serve", help="serve the metastore over HTTP (agents use --metastore http://host:port)"
     )
+    _add_common(serve, after_subcommand=True)
     serve.add_argument("--host", default="0.0.0.0")
     serve.add_argument("--port", type=int, default=9180)
     serve.add_argument(
@@ -51,7 +66,8 @@ def add_metastore_parser(sub: Any) -> None:
         help="largest request body accepted (413 above; default 16 MiB)",
     )
     serve.add_argument("--no-migrate", action="store_true", help="do not migrate the schema first")
-    msub.add_parser("migrate", help="bring the schema to the newest revision")
+    migrate = msub.add_parser("migrate", help="bring the schema to the newest revision")
+    _add_common(migrate, after_subcommand=True)
 
 
 def _url(args: argparse.Namespace) -> str:

@@ -20,7 +20,8 @@ codec:
   every partition).
 
 Results print as a table and go to ``--out`` as JSON. Numbers go in
-loadtest/RESULTS.md with the load average ``box-bench`` prints.
+loadtest/HISTORY.md with the load average ``box-bench`` prints (and the current
+figures in loadtest/RESULTS.md).
 """
 
 from __future__ import annotations

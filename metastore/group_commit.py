@@ -18,7 +18,7 @@ Postgres the two groups then COPY their batch rows at once, each on its own
 backend (the optimistic path, metastore/expected_hwm.py), and seal in the
 order they were planned. Off by default since the COPY writes one run row per
 partition (metastore.runs): two halves of a wide group write twice the rows
-and lock every partition twice (loadtest/RESULTS.md, "Run rows").
+and lock every partition twice (loadtest/HISTORY.md, "Run rows").
 
 Each caller gets exactly its own outcome: the objects of one call stay
 together and in their order; if a group fails as a whole (a lost connection, a

@@ -9,7 +9,7 @@ the WAL holds ``wal_autocheckpoint`` pages (1,000 by default). A group commit
 at width touches a page of every index per partition - about 2,500 pages for
 one object over 1,000 partitions - so nearly every commit also copied its
 pages back into the database file, inside the write transaction the produce
-pipeline waits for: 60-75 ms of a ~230 ms commit (loadtest/RESULTS.md,
+pipeline waits for: 60-75 ms of a ~230 ms commit (loadtest/HISTORY.md,
 2026-11-28). Here a PASSIVE checkpoint runs every ``interval`` seconds on its
 own connection in a worker thread. It takes no lock a writer or reader waits
 for, and the sqlite3 module releases the GIL while it runs, so it uses the

@@ -65,3 +65,31 @@ def test_pem_secrets_are_written_to_the_configured_files(tmp_path) -> None:  # t
     assert stat.S_IMODE((tmp_path / "tls" / "key.pem").stat().st_mode) == 0o600
     assert stat.S_IMODE((tmp_path / "tls").stat().st_mode) == 0o700
     assert write_pem_secrets({"TLS_CERT_PEM": "x"}) == []  # no path configured: nothing written
+
+
+def test_metastore_flag_parses_before_and_after_the_subcommand(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`floe metastore migrate --metastore URL` (as the docs write it) and the flag-first
+    order parse to the same URL; a flag given only before the subcommand is not wiped."""
+    from floe_cli.main import build_parser
+
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    parser = build_parser()
+    for sub in (["migrate"], ["serve", "--port", "0"]):
+        before = parser.parse_args(["metastore", "--metastore", url, *sub])
+        after = parser.parse_args(["metastore", *sub, "--metastore", url])
+        assert before.metastore == after.metastore == url
+        assert before.log_level == after.log_level == "INFO"
+    assert parser.parse_args(["metastore", "migrate"]).metastore is None
+    debug = parser.parse_args(["metastore", "migrate", "--log-level", "DEBUG"])
+    assert debug.log_level == "DEBUG"
+
+
+def test_metastore_migrate_with_the_flag_after_the_subcommand(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    import sqlite3
+
+    db = tmp_path / "m.db"
+    assert main(["metastore", "migrate", "--metastore", f"sqlite:///{db}"]) == 0
+    assert "metastore schema is up to date" in capsys.readouterr().out
+    with sqlite3.connect(db) as conn:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert {"topics", "partitions", "batches"} <= tables
