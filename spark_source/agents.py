@@ -1,6 +1,6 @@
 """Agents mode: the driver plans through the agents (``kafka.bootstrap.servers`` only).
 
-Where it sits: one :class:`~spark_source.driver.Backend`, beside the direct
+Where it sits: one :class:`~spark_source.backend.Backend`, beside the direct
 metastore mode (:mod:`spark_source.direct`). The driver asks a bootstrap
 server, over the Kafka protocol, where the planning API is (DescribeConfigs of
 a broker: ``floe.planning.url``), then calls it over HTTP (``agent/planning.py``):
@@ -26,14 +26,14 @@ from kafka_protocol.framing import RequestHeader, encode_request
 from kafka_protocol.messages import DescribeConfigsRequest, DescribeConfigsResponse
 from metastore.internal_auth import auth_headers, env_token
 from metastore.types import BatchLocation
-from spark_source.driver import (
+from spark_source.backend import (
     DataLossError,
     LeaseSpec,
     PartitionState,
     PlanningError,
     ReadPlan,
     State,
-    _data_loss,
+    data_loss,
 )
 from spark_source.offsets import TopicPartition
 from spark_source.options import OptionError, SourceOptions
@@ -249,7 +249,7 @@ class AgentBackend:
         for tp, r in zip(tps, got["ranges"], strict=True):
             if r.get("lost"):
                 lo, hi = r["lost"]
-                _data_loss(
+                data_loss(
                     f"{tp[0]}-{tp[1]}: offsets {lo}..{hi - 1} deleted while planning",
                     fail_on_data_loss,
                 )

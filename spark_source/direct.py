@@ -1,6 +1,6 @@
 """Direct mode: the driver plans from the metastore itself (options ``metastore`` + ``objects``).
 
-Where it sits: one :class:`~spark_source.driver.Backend`, beside the agents'
+Where it sits: one :class:`~spark_source.backend.Backend`, beside the agents'
 planning API (:mod:`spark_source.agents`). The driver needs database (or
 ``floe metastore serve``) access and, to resolve timestamps to the exact
 record, read access to the object store; executors still read objects only.
@@ -18,14 +18,14 @@ from metastore.types import BatchLocation, MetastoreError
 from objectstore import ObjectStore, open_object_store
 from objectstore.parquet import is_parquet_key, read_offset_range
 from objectstore.timestamps import first_offset_in_batch, first_offset_in_rows
-from spark_source.driver import (
+from spark_source.backend import (
     DataLossError,
     LeaseSpec,
     PartitionState,
     PlanningError,
     ReadPlan,
     State,
-    _data_loss,
+    data_loss,
 )
 from spark_source.offsets import TopicPartition
 from spark_source.options import SourceOptions
@@ -118,7 +118,7 @@ class MetastoreBackend:
         plan = ReadPlan(objects_url=self.objects_url, lease_expires_ms=leased.expires_at_ms)
         for tp, r in zip(tps, leased.ranges, strict=True):
             if r.lost is not None:
-                _data_loss(
+                data_loss(
                     f"{tp[0]}-{tp[1]}: offsets {r.lost[0]}..{r.lost[1] - 1} deleted while planning",
                     fail_on_data_loss,
                 )

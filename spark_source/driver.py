@@ -2,7 +2,7 @@
 
 Where it sits: the Spark driver (its Python planner worker) calls these
 functions from the source's ``partitions()`` / ``latestOffset()``. They talk
-to a :class:`Backend`: the agents' planning API (:mod:`spark_source.agents`,
+to a :class:`~spark_source.backend.Backend`: the agents' planning API (:mod:`spark_source.agents`,
 ``kafka.bootstrap.servers``) or the metastore itself (:mod:`spark_source.direct`,
 ``metastore`` + ``objects``). Each call opens the backend, does its work and
 closes it again, so the readers Spark pickles carry options, never connections.
@@ -22,79 +22,25 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
-from metastore.types import BatchLocation, MetastoreError
+from metastore.types import MetastoreError
+from spark_source.backend import (
+    Backend,
+    LeaseSpec,
+    PartitionState,
+    PlanningError,
+    ReadPlan,
+    State,
+    data_loss,
+)
 from spark_source.offsets import Offsets, TopicPartition
 from spark_source.options import EARLIEST, LATEST, OffsetSpec, OptionError, SourceOptions
-from spark_source.plan import ObjectRef, ReadTask, records_per_task, split_range
+from spark_source.plan import ReadTask, records_per_task, split_range
 
 log = logging.getLogger("spark_source")
 
 T = TypeVar("T")
-
-
-class DataLossError(RuntimeError):
-    """Offsets the query needs are gone (retention, DeleteRecords, deleted topic)."""
-
-
-class PlanningError(RuntimeError):
-    """The planning backend failed (unreachable agents or metastore, a bad answer)."""
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionState:
-    """``high_watermark`` is the last stable offset under read_committed, and
-    ``aborted`` the aborted transactions there as (producer id, first offset,
-    marker offset): what executors must skip."""
-
-    topic_id: uuid.UUID
-    log_start: int
-    high_watermark: int
-    aborted: tuple[tuple[int, int, int], ...] = ()
-
-
-State = dict[TopicPartition, PartitionState]
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseSpec:
-    """Register the planned objects under read lease ``lease_id`` for ``ttl_ms``."""
-
-    lease_id: str
-    ttl_ms: int
-    owner: str = ""
-
-
-@dataclass(slots=True)
-class ReadPlan:
-    """The batches of each planned range, the objects they live in, the lease held."""
-
-    batches: dict[TopicPartition, list[BatchLocation]] = field(default_factory=dict)
-    objects: dict[str, ObjectRef] = field(default_factory=dict)
-    starts: dict[TopicPartition, int] = field(default_factory=dict)
-    objects_url: str | None = None  # where executors read (None: the source's 'objects')
-    lease_expires_ms: int | None = None
-
-
-class Backend(Protocol):
-    async def partition_state(self, opts: SourceOptions) -> State: ...
-    async def offsets_for_times(
-        self, queries: Mapping[TopicPartition, tuple[uuid.UUID, int]]
-    ) -> dict[TopicPartition, int]: ...
-    async def read_plan(
-        self,
-        ranges: Mapping[TopicPartition, tuple[uuid.UUID, int, int]],
-        *,
-        fail_on_data_loss: bool,
-        lease: LeaseSpec | None,
-    ) -> ReadPlan: ...
-    async def renew_lease(
-        self, lease: LeaseSpec, keys: list[str]
-    ) -> tuple[list[str], dict[str, str]]: ...
-    async def release_lease(self, lease_id: str) -> None: ...
-    async def close(self) -> None: ...
 
 
 def run_sync(fn: Callable[[], Awaitable[T]]) -> T:
@@ -108,6 +54,8 @@ def run_sync(fn: Callable[[], Awaitable[T]]) -> T:
 
 
 async def open_backend(opts: SourceOptions) -> Backend:
+    # Imported here, not at the top: executors import this module (through the
+    # source) but never plan, so they need not load aiohttp or the metastore client.
     if opts.direct:
         from spark_source.direct import MetastoreBackend
 
@@ -219,31 +167,23 @@ def check_range(
 ) -> tuple[int, int]:
     """Clamp ``[start, end)`` to the log; report data loss Kafka's way."""
     if st is None:
-        _data_loss(f"{tp[0]}-{tp[1]} no longer exists (topic deleted?)", fail_on_data_loss)
+        data_loss(f"{tp[0]}-{tp[1]} no longer exists (topic deleted?)", fail_on_data_loss)
         return start, start
     if end > st.high_watermark:
-        _data_loss(
+        data_loss(
             f"{tp[0]}-{tp[1]}: offset {end} is beyond the log end {st.high_watermark} "
             "(topic recreated?)",
             fail_on_data_loss,
         )
         end = st.high_watermark
     if start < st.log_start:
-        _data_loss(
+        data_loss(
             f"{tp[0]}-{tp[1]}: offsets {start}..{st.log_start - 1} were deleted before they "
             "were read; skipping to the log start",
             fail_on_data_loss,
         )
         start = min(st.log_start, end) if end >= start else st.log_start
     return start, max(start, end)
-
-
-def _data_loss(msg: str, fail: bool) -> None:
-    if fail:
-        raise DataLossError(
-            msg + ". Set failOnDataLoss=false to skip lost offsets with a warning instead."
-        )
-    log.warning("data loss: %s", msg)
 
 
 async def plan_tasks(

@@ -25,7 +25,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from spark_source.driver import LeaseSpec, plan_sync
+from spark_source.backend import LeaseSpec
+from spark_source.driver import plan_sync
 from spark_source.options import SourceOptions
 from spark_source.plan import ObjectRef
 

@@ -365,7 +365,7 @@ class FloeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 else:
                     self.available_now[tp] = latest[tp]
         for tp in sorted(set(start) - set(state)):
-            driver._data_loss(f"{tp[0]}-{tp[1]} no longer exists", self.opts.fail_on_data_loss)
+            driver.data_loss(f"{tp[0]}-{tp[1]} no longer exists", self.opts.fail_on_data_loss)
         # Where each partition really starts: new ones at 0 (earliest), lost ones skip.
         begin: Offsets = {}
         for tp, st in state.items():
@@ -373,7 +373,7 @@ class FloeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if b < st.log_start and not self.opts.fail_on_data_loss:
                 b = st.log_start  # partitions() warns about the skipped offsets
             if latest[tp] < b:
-                driver._data_loss(
+                driver.data_loss(
                     f"{tp[0]}-{tp[1]}: the log ends at {latest[tp]}, before offset {b} already "
                     "read (topic recreated?)",
                     self.opts.fail_on_data_loss,
@@ -417,7 +417,7 @@ class FloeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     s = 0  # a partition new in this batch starts at the beginning
                     st = state.get(tp)
                     if st is not None and st.log_start > 0:
-                        driver._data_loss(
+                        driver.data_loss(
                             f"added partition {tp[0]}-{tp[1]} starts at {st.log_start}, not 0",
                             opts.fail_on_data_loss,
                         )

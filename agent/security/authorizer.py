@@ -16,22 +16,27 @@ Handlers call :func:`allowed` (one resource) or :func:`allowed_any` (Kafka's
 ``authorizeByResourceType``, used by InitProducerId without a transactional id).
 A request relayed from another agent (agent.cluster.forward, no connection)
 was authorized there, before it was relayed, so it is allowed here.
+
+The handlers pass their broker in, but this module only needs two things from
+it, named by :class:`AuthSource`; it does not import the Broker (which imports
+this module to build its authorizer).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+import uuid
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agent.security.acl import OPERATIONS, AclIndex, AclOperation, ResourceType
 from agent.security.principal import KafkaPrincipal
 from agent.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
-    from agent.broker import Broker
     from agent.connection import RequestContext
     from metastore import Metastore
+    from metastore.types import TopicInfo
 
 log = logging.getLogger(__name__)
 audit = logging.getLogger("floe.authorizer")
@@ -148,7 +153,16 @@ class Authorizer:
 # -- what handlers call -------------------------------------------------------------------
 
 
-def allowed(broker: Broker, ctx: RequestContext, op: int, rtype: int, name: str) -> bool:
+class AuthSource(Protocol):
+    """What the checks below need from the agent (the Broker satisfies it)."""
+
+    @property
+    def authorizer(self) -> Authorizer | None: ...
+
+    async def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None: ...
+
+
+def allowed(broker: AuthSource, ctx: RequestContext, op: int, rtype: int, name: str) -> bool:
     """May the sender of ``ctx`` perform ``op`` on resource ``name`` of ``rtype``?"""
     a = broker.authorizer
     if a is None or ctx.conn is None:  # no authorizer, or relayed (checked by the relaying agent)
@@ -156,7 +170,7 @@ def allowed(broker: Broker, ctx: RequestContext, op: int, rtype: int, name: str)
     return a.authorize(str(ctx.conn.principal), ctx.client_host, op, rtype, name)
 
 
-def allowed_any(broker: Broker, ctx: RequestContext, op: int, rtype: int) -> bool:
+def allowed_any(broker: AuthSource, ctx: RequestContext, op: int, rtype: int) -> bool:
     """May the sender ``op`` on at least one resource of ``rtype`` (authorizeByResourceType)?"""
     a = broker.authorizer
     if a is None or ctx.conn is None:
@@ -164,11 +178,11 @@ def allowed_any(broker: Broker, ctx: RequestContext, op: int, rtype: int) -> boo
     return a.authorize_any(str(ctx.conn.principal), ctx.client_host, op, rtype)
 
 
-def cluster_allowed(broker: Broker, ctx: RequestContext, op: int) -> bool:
+def cluster_allowed(broker: AuthSource, ctx: RequestContext, op: int) -> bool:
     return allowed(broker, ctx, op, RT.CLUSTER, "kafka-cluster")
 
 
-def authorized_operations(broker: Broker, ctx: RequestContext, rtype: int, name: str) -> int:
+def authorized_operations(broker: AuthSource, ctx: RequestContext, rtype: int, name: str) -> int:
     """The bit set for ``include_*_authorized_operations`` (every operation without an authorizer)."""
     a = broker.authorizer
     if a is None or ctx.conn is None:
@@ -179,7 +193,7 @@ def authorized_operations(broker: Broker, ctx: RequestContext, rtype: int, name:
     return a.operations(str(ctx.conn.principal), ctx.client_host, rtype, name)
 
 
-async def may_relay(broker: Broker, ctx: RequestContext, api_key: int, req: Any) -> bool:
+async def may_relay(broker: AuthSource, ctx: RequestContext, api_key: int, req: Any) -> bool:
     """Would the coordinator allow every resource of this group/transaction request?
     Asked before a request is relayed to its ring owner (agent.cluster.forward), which
     does not learn the principal: a request with any refused resource is answered here

@@ -15,7 +15,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Read
 
 from metastore.types import BatchLocation
 from objectstore.parquet import kafka_schema
-from spark_source import driver
+from spark_source import backend
 from spark_source.offsets import from_json, lag_metrics, rate_limit, to_json
 from spark_source.options import OptionError, parse_options
 from spark_source.plan import ParquetSpan, SegmentSpan, spans_for, split_range
@@ -360,9 +360,9 @@ class FakeClock:
         return self.now
 
 
-def st(**hw: tuple[int, int]) -> driver.State:
+def st(**hw: tuple[int, int]) -> backend.State:
     tid = uuid.UUID(int=1)
-    return {("t", int(k[1:])): driver.PartitionState(tid, lo, hi) for k, (lo, hi) in hw.items()}
+    return {("t", int(k[1:])): backend.PartitionState(tid, lo, hi) for k, (lo, hi) in hw.items()}
 
 
 def test_stream_admission_control(tmp_path: Path) -> None:
@@ -398,7 +398,7 @@ def test_stream_admission_control(tmp_path: Path) -> None:
         ("t", 2): 1,  # 20 * 3/53, from 0
     }
     r3 = FloeStreamReader(opts(s, streaming=True), clock)
-    with pytest.raises(driver.DataLossError):
+    with pytest.raises(backend.DataLossError):
         r3.next_end({("t", 0): 10, ("t", 1): 200}, state2, ReadAllAvailable())
     # availableNow: never past the target recorded at the start
     r.available_now = {("t", 0): 60, ("t", 1): 100}
@@ -422,7 +422,7 @@ def test_stream_reader_against_metastore(tmp_path: Path) -> None:
     assert latest == {"t": {"0": 20, "1": 20}}
     # retention moves the log start: failOnDataLoss
     with_meta(s.metastore, lambda ms: ms.delete_records(s.topic_ids["t"], 0, 10))
-    with pytest.raises(driver.DataLossError):
+    with pytest.raises(backend.DataLossError):
         r.partitions(init, {"t": {"0": 20, "1": 20}})
     r2 = FloeStreamReader(opts(s, streaming=True, failOnDataLoss="false"))
     got, _ = read_all(r2, r2.partitions(init, {"t": {"0": 20, "1": 20}}))

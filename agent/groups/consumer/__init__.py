@@ -3,8 +3,8 @@ coordinator: :mod:`.coordinator` (heartbeat state machine), :mod:`.model`
 (group, members, reconciliation), :mod:`.assignors` (uniform, range) and
 :mod:`.subscriptions` (topic names and RE2 regexes)."""
 
+from agent.groups.consumer.config import ConsumerGroupConfig
 from agent.groups.consumer.coordinator import (
-    ConsumerGroupConfig,
     ConsumerGroupCoordinator,
     Heartbeat,
     HeartbeatResult,

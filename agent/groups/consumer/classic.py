@@ -40,7 +40,7 @@ from metastore.types import GroupRecord
 
 if TYPE_CHECKING:
     from agent.groups.consumer.assignors import TopicMeta
-    from agent.groups.consumer.coordinator import ConsumerGroupConfig
+    from agent.groups.consumer.config import ConsumerGroupConfig
     from agent.groups.coordinator import GroupCoordinator, JoinRequest
     from agent.groups.state import Group
     from agent.groups.timers import Timers

@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING
 from agent.clock import Clock
 from agent.groups.consumer.assignors import ASSIGNORS, DEFAULT_ASSIGNOR, Assignment, TopicMeta
 from agent.groups.consumer.classic import ClassicMembers
-from agent.groups.consumer.migration import MigrationPolicy
+from agent.groups.consumer.config import ConsumerGroupConfig
+from agent.groups.consumer.metrics import refresh
 from agent.groups.consumer.model import (
     LEAVE_EPOCH,
     STATIC_LEAVE_EPOCH,
@@ -59,16 +60,6 @@ if TYPE_CHECKING:
     from agent.groups.coordinator import GroupCoordinator
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerGroupConfig:
-    session_timeout_ms: int = 45_000  # group.consumer.session.timeout.ms
-    heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
-    max_size: int = 2**31 - 1  # group.consumer.max.size
-    agent_id: str | None = None
-    metrics_interval_s: float = 10.0  # per-group lag on /metrics (0: off)
-    migration_policy: MigrationPolicy = MigrationPolicy.BIDIRECTIONAL  # group.consumer.migration.policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,9 +155,11 @@ class ConsumerGroupCoordinator(ClassicMembers):
         if self.config.metrics_interval_s > 0:
             self._metrics_task: asyncio.Task[None] | None = asyncio.get_running_loop().create_task(self._metrics_loop())
 
-    async def _metrics_loop(self) -> None:
-        from agent.groups.consumer.metrics import refresh
+    def reported_groups(self) -> list[ConsumerGroup]:
+        """The live groups this agent owns (what /metrics reports)."""
+        return [g for gid, g in self._groups.items() if not g.dead and self.owns(gid)]
 
+    async def _metrics_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.metrics_interval_s)
             try:
