@@ -32,7 +32,11 @@ def _agent_flags(p: argparse.ArgumentParser, workers_default: str = "auto") -> N
     p.add_argument("--port", type=int, help="Kafka port (env FLOE_PORT, default 9092)")
     p.add_argument("--advertised-host", help="host clients connect to (env FLOE_ADVERTISED_HOST)")
     p.add_argument("--advertised-port", type=int, help="port clients connect to (env FLOE_ADVERTISED_PORT)")
-    p.add_argument("--metastore", help="metastore URL: sqlite:///path or postgresql://... (env FLOE_METASTORE)")
+    p.add_argument(
+        "--metastore",
+        help="metastore URL: sqlite:///path, postgresql://..., or http(s)://host:port for"
+        " `floe metastore serve` (env FLOE_METASTORE)",
+    )
     p.add_argument("--objects", help="object store URL: file:///dir, s3://bucket/prefix, memory:// (env FLOE_OBJECTS)")
     p.add_argument("--zone", help="availability zone (env FLOE_ZONE)")
     p.add_argument(

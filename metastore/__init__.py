@@ -16,6 +16,7 @@ from metastore.engine import (
     create_engine,
     create_read_engine,
     is_postgres,
+    is_served,
     normalize_url,
 )
 from metastore.migrate import migrate, migrate_engine
@@ -69,7 +70,7 @@ async def open_metastore(
     """Open the metastore at ``url`` (migrating it first unless ``auto_migrate`` is
     False); close it with ``await ms.close()`` or ``async with``. ``internal_token``
     (default env ``FLOE_INTERNAL_TOKEN``) authenticates to a served metastore."""
-    if url.startswith(("http://", "https://")):  # served by `floe metastore serve`
+    if is_served(url):  # served by `floe metastore serve`
         from metastore.remote import RemoteMetastore
 
         return await RemoteMetastore(url, token=internal_token).start()  # type: ignore[return-value]
@@ -121,6 +122,8 @@ __all__ = [
     "SqlMetastore",
     "TopicInfo",
     "TopicResult",
+    "is_postgres",
+    "is_served",
     "migrate",
     "open_metastore",
     "system_clock_ms",

@@ -1,7 +1,8 @@
 """Metastore URLs and SQLAlchemy engines.
 
 ``open_metastore`` accepts ``sqlite:///path`` / ``postgresql://...`` and maps them
-to the async drivers (aiosqlite, asyncpg). SQLite connections get WAL mode, a busy
+to the async drivers (aiosqlite, asyncpg); ``http(s)://`` names a metastore served
+by ``floe metastore serve`` (:func:`is_served`), which has no engine here. SQLite connections get WAL mode, a busy
 timeout and ``synchronous=FULL``: the metastore holds acknowledged offsets, and
 in WAL mode NORMAL may lose the last commits on a power failure (issue 15);
 ``floe dev`` alone sets ``FLOE_SQLITE_SYNCHRONOUS=NORMAL``; pysqlite's implicit transaction handling is
@@ -48,7 +49,19 @@ def normalize_url(url: str | URL) -> URL:
     raise ValueError(f"unsupported metastore URL scheme: {parsed.drivername!r}")
 
 
+SERVED_SCHEMES = ("http://", "https://")
+
+
+def is_served(url: str | URL) -> bool:
+    """A metastore behind ``floe metastore serve`` (:mod:`metastore.remote`)."""
+    return isinstance(url, str) and url.lower().startswith(SERVED_SCHEMES)
+
+
 def is_postgres(url: str | URL) -> bool:
+    """A database URL for Postgres (False for a served metastore, whatever serves it:
+    its clients hold no database connection)."""
+    if is_served(url):
+        return False
     return normalize_url(url).get_backend_name() == "postgresql"
 
 

@@ -35,7 +35,8 @@ from agent.cluster.ring import Peer, Rings
 from agent.cluster.virtual import VirtualNodes
 from agent.cluster.wakeups import Key, PgWakeups, PollWakeups, Wakeups
 from agent.notify import CommitNotifier
-from metastore import Metastore
+from metastore import Metastore, is_postgres
+from metastore.engine import asyncpg_dsn
 
 log = logging.getLogger(__name__)
 
@@ -107,9 +108,9 @@ class Cluster:
             add_forward_route(app, dispatch)  # type: ignore[arg-type]
 
     async def start(self) -> None:
-        from metastore.engine import asyncpg_dsn, is_postgres
-
         await self.membership.start()
+        # LISTEN/NOTIFY needs a database connection: an agent on a served metastore
+        # (http(s)://, `floe metastore serve`) has none and polls instead.
         if "://" in self.metastore_url and is_postgres(self.metastore_url):
             self.wakeups = PgWakeups(asyncpg_dsn(self.metastore_url), self.notifier)
         else:
