@@ -25,6 +25,7 @@ class AgentMetrics:
     committed_objects: Counter
     commit_failures: Counter
     upload_failures: Counter
+    produce_timeouts: Counter
     seals: Counter
     produced_bytes: Counter
     fetched_bytes: Counter
@@ -53,6 +54,11 @@ def _make() -> AgentMetrics:
         ),
         commit_failures=Counter("floe_metastore_commit_failures", "Failed commits", registry=r),
         upload_failures=Counter("floe_upload_failures", "Segments whose upload failed", registry=r),
+        produce_timeouts=Counter(
+            "floe_produce_timeouts",
+            "Produce requests answered REQUEST_TIMED_OUT: not committed within their timeout_ms",
+            registry=r,
+        ),
         seals=Counter(
             "floe_segment_seals",
             "Segments sealed, by reason (size, interval, blocked, idle, drain)",

@@ -19,6 +19,12 @@ the bumped epoch). Produce v12+ (clients on transaction version 2, KIP-890 part
 starts with it); a coordinator busy ending the previous one answers
 NOT_ENOUGH_REPLICAS (retriable), as Kafka does.
 
+A compacted topic (``cleanup.policy`` containing ``compact``) refuses a batch with a
+record without a key: INVALID_RECORD, as Kafka. A request whose batches are not
+committed within its ``timeout_ms`` is answered REQUEST_TIMED_OUT for them (the
+commit may still land; an idempotent producer's retry gets its original offsets).
+Validation: :mod:`agent.produce.validate`.
+
 A topic with ``message.timestamp.type=LogAppendTime`` gets its batches stamped
 with the append time (timestamp-type attribute, max timestamp, CRC rewritten)
 before they are stored, and the response carries it in ``log_append_time_ms``,
@@ -31,20 +37,18 @@ UNSUPPORTED_FOR_MESSAGE_FORMAT per partition. v13 addresses topics by id.
 
 from __future__ import annotations
 
-import struct
 from typing import TYPE_CHECKING, Any
-
-from crc32c import crc32c
 
 from agent.connection import Deferred
 from agent.handlers.registry import handler
 from agent.metrics import METRICS
 from agent.produce import ProduceItem
+from agent.produce.ack import expire_after
+from agent.produce.validate import check_batch, compacted, fast_meta, keyless
 from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
-from kafka_protocol.exceptions import CorruptRecordError, DecodeError, UnsupportedMagic
 from kafka_protocol.messages import ProduceRequest, ProduceResponse
-from kafka_protocol.records import ATTR_TIMESTAMP_TYPE, RecordBatchView, stamp_log_append_time
+from kafka_protocol.records import ATTR_TIMESTAMP_TYPE, stamp_log_append_time
 from metastore.types import MetastoreError
 from objectstore.segment import BatchMeta
 
@@ -55,75 +59,6 @@ if TYPE_CHECKING:
 
 PartitionResponse = ProduceResponse.TopicProduceResponse.PartitionProduceResponse
 TopicResponse = ProduceResponse.TopicProduceResponse
-
-_HEADER = struct.Struct(">qiibIhiqqqhii")  # RecordBatch v2 header, 61 bytes
-# attributes bits that send a batch down the slow path: an unknown codec (5-7) or control
-_ODD_ATTRS = 0x20
-
-
-def _fast_meta(records: Any, max_bytes: int) -> BatchMeta | None:
-    """The batch's header fields when it is exactly one valid v2 batch that may be
-    produced (the common case, checked with one unpack and one CRC); ``None``
-    when anything is off, and :func:`_check_batch` says what."""
-    if records is None:
-        return None
-    n = len(records)
-    if n < 61 or n > max_bytes:
-        return None
-    _, blen, _, magic, crc, attrs, lod, bts, mts, pid, epoch, seq, count = _HEADER.unpack_from(records)
-    if (
-        magic != 2
-        or blen + 12 != n
-        or attrs & _ODD_ATTRS
-        or attrs & 0x07 > 4
-        or count <= 0
-        or lod < 0
-        or (pid >= 0 and seq < 0)
-        or (attrs & 0x10 and pid < 0)
-        or (attrs & 0x07 == 0 and count > (n - 61) // 7)
-    ):
-        return None
-    if crc32c(records[21:]) != crc:
-        return None
-    return BatchMeta(count, mts, bts, lod, pid, epoch, seq, attrs)
-
-
-
-def _check_batch(records: Any, max_bytes: int) -> tuple[int, RecordBatchView | None, str | None]:
-    """(error code, view, message) for one partition's record set."""
-    if records is None or len(records) == 0:
-        return ErrorCode.CORRUPT_MESSAGE, None, "empty record set"
-    try:
-        view = RecordBatchView(records)
-    except UnsupportedMagic as e:
-        return ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, None, str(e)
-    except (CorruptRecordError, DecodeError) as e:
-        # A set of several batches fails the "exactly one batch" length check here.
-        if len(records) >= 61:
-            try:
-                first = RecordBatchView.at(records, 0)
-                if first.size < len(records):
-                    return ErrorCode.INVALID_RECORD, None, "produce must carry exactly one record batch per partition"
-            except (CorruptRecordError, DecodeError):
-                pass
-        return ErrorCode.CORRUPT_MESSAGE, None, str(e)
-    if view.size > max_bytes:
-        return ErrorCode.MESSAGE_TOO_LARGE, None, f"batch of {view.size} bytes exceeds max.message.bytes={max_bytes}"
-    try:
-        view.validate()
-    except (CorruptRecordError, DecodeError) as e:
-        return ErrorCode.CORRUPT_MESSAGE, None, str(e)
-    if view.records_count <= 0:
-        return ErrorCode.CORRUPT_MESSAGE, None, "record batch without records"
-    if view.is_control:
-        return ErrorCode.INVALID_RECORD, None, "clients may not produce control batches"
-    if view.producer_id >= 0 and view.base_sequence < 0:
-        # sequence -1 with a producer id is how the sequencer knows a marker
-        return ErrorCode.INVALID_RECORD, None, "a producer's batch must carry a sequence number"
-    if view.is_transactional and view.producer_id < 0:
-        return ErrorCode.INVALID_RECORD, None, "a transactional batch needs a producer id"
-    return ErrorCode.NONE, view, None
-
 
 # Produce v12+ comes from clients on transaction version 2 (KIP-890 part 2): they
 # send no AddPartitionsToTxn, the partition joins the transaction on its first batch.
@@ -220,9 +155,9 @@ async def handle(broker: Broker, ctx: RequestContext, req: ProduceRequest) -> An
                 pr.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
             buf = p.records
-            meta = _fast_meta(buf, max_bytes)
+            meta = fast_meta(buf, max_bytes)
             if meta is None:
-                code, view, msg = _check_batch(buf, max_bytes)
+                code, view, msg = check_batch(buf, max_bytes)
                 if view is None:
                     pr.error_code = code
                     pr.error_message = msg
@@ -233,6 +168,10 @@ async def handle(broker: Broker, ctx: RequestContext, req: ProduceRequest) -> An
                     view.producer_id, view.producer_epoch, view.base_sequence, view.attributes,
                 )
             assert buf is not None
+            if compacted(info.config) and (bad := keyless(buf)) is not None:
+                pr.error_code, why = bad
+                pr.error_message = f"{why} in topic partition {info.name}-{p.index}."
+                continue
             if info.config.get("message.timestamp.type") == "LogAppendTime":
                 # The broker stamps the batch with its append time (Kafka does it the same way).
                 stamped = bytearray(buf)
@@ -269,5 +208,10 @@ async def handle(broker: Broker, ctx: RequestContext, req: ProduceRequest) -> An
             return None
         return ProduceResponse(responses=responses)
 
+    if req.acks != 0 and req.timeout_ms > 0:
+        # As Kafka: not committed within the request's timeout -> REQUEST_TIMED_OUT, so
+        # the client retries with the same producer epoch and sequences (the sequencer
+        # answers a retry of a batch that did land with its original offsets).
+        fut = expire_after(fut, req.timeout_ms / 1000.0, len(items))
     # No coroutine per request: the writer calls finish() once the commit resolved.
     return Deferred(fut, finish)

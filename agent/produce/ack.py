@@ -7,7 +7,8 @@ results (base offsets, or an error), its connection's flow is released
 (:mod:`agent.produce.budget`), and the commit is announced (``on_commit``: the
 agent's long-polls and the cluster's wake-ups; ``on_committed``: the tail
 index). Nothing is acknowledged before the object is durable and the commit has
-returned.
+returned. A request not answered within its ``timeout_ms`` is answered
+REQUEST_TIMED_OUT (:func:`expire_after`), as Kafka answers it.
 """
 
 from __future__ import annotations
@@ -15,10 +16,43 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from agent.produce.segment import PipelineState, Segment
+from agent.metrics import METRICS
+from agent.produce.segment import REQUEST_TIMED_OUT, PipelineState, Segment, error_results
 from metastore.types import CommitResult
 
 log = logging.getLogger(__name__)
+
+
+def expire_after(
+    fut: asyncio.Future[list[CommitResult]], seconds: float, n: int
+) -> asyncio.Future[list[CommitResult]]:
+    """``fut``'s results, or REQUEST_TIMED_OUT for its ``n`` batches if it is not
+    done within ``seconds`` (Kafka's produce purgatory: acks not satisfied within the
+    request's ``timeout_ms``). The commit goes on either way; the budget and the flow
+    are released by the ack loop when it resolves."""
+    loop = asyncio.get_running_loop()
+    out: asyncio.Future[list[CommitResult]] = loop.create_future()
+
+    def expire() -> None:
+        if not out.done():
+            METRICS.produce_timeouts.inc()
+            out.set_result(error_results(REQUEST_TIMED_OUT, n))
+
+    timer = loop.call_later(seconds, expire)
+
+    def done(f: asyncio.Future[list[CommitResult]]) -> None:
+        timer.cancel()
+        if out.done():
+            return
+        if f.cancelled():
+            out.cancel()
+        elif (e := f.exception()) is not None:
+            out.set_exception(e)
+        else:
+            out.set_result(f.result())
+
+    fut.add_done_callback(done)
+    return out
 
 
 class Acker(PipelineState):

@@ -1,7 +1,7 @@
 """The produce handler's one-unpack batch check (issue 13) agrees with the full one.
 
-``_fast_meta`` accepts a batch only if ``_check_batch`` would, with the same
-header fields; anything else it leaves to ``_check_batch`` (which says why)."""
+``fast_meta`` accepts a batch only if ``check_batch`` would, with the same
+header fields; anything else it leaves to ``check_batch`` (which says why)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import struct
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.handlers.produce import _check_batch, _fast_meta
+from agent.produce.validate import check_batch, fast_meta
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.records import RecordBatchBuilder
 
@@ -23,8 +23,8 @@ def _batch(n: int = 2, **kw) -> bytes:
 
 
 def _agree(data: bytes | None, max_bytes: int = 1 << 20) -> None:
-    meta = _fast_meta(memoryview(data) if data is not None else None, max_bytes)
-    code, view, _msg = _check_batch(data, max_bytes)
+    meta = fast_meta(memoryview(data) if data is not None else None, max_bytes)
+    code, view, _msg = check_batch(data, max_bytes)
     if meta is None:
         return  # the slow path decides; nothing to compare
     assert code == ErrorCode.NONE and view is not None, f"fast path accepted what the full check refuses ({code})"
@@ -36,23 +36,23 @@ def _agree(data: bytes | None, max_bytes: int = 1 << 20) -> None:
 
 def test_valid_batch_takes_the_fast_path():
     data = _batch()
-    meta = _fast_meta(memoryview(data), 1 << 20)
+    meta = fast_meta(memoryview(data), 1 << 20)
     assert meta is not None and meta.record_count == 2
     _agree(data)
 
 
 def test_refusals_fall_back():
     data = _batch()
-    assert _fast_meta(memoryview(data), len(data) - 1) is None  # too large
+    assert fast_meta(memoryview(data), len(data) - 1) is None  # too large
     bad_crc = bytearray(data)
     bad_crc[-1] ^= 1
-    assert _fast_meta(memoryview(bytes(bad_crc)), 1 << 20) is None
-    assert _check_batch(bytes(bad_crc), 1 << 20)[0] == ErrorCode.CORRUPT_MESSAGE
+    assert fast_meta(memoryview(bytes(bad_crc)), 1 << 20) is None
+    assert check_batch(bytes(bad_crc), 1 << 20)[0] == ErrorCode.CORRUPT_MESSAGE
     two = data + data
-    assert _fast_meta(memoryview(two), 1 << 20) is None
-    assert _check_batch(two, 1 << 20)[0] == ErrorCode.INVALID_RECORD
-    assert _fast_meta(None, 1 << 20) is None
-    assert _fast_meta(memoryview(b""), 1 << 20) is None
+    assert fast_meta(memoryview(two), 1 << 20) is None
+    assert check_batch(two, 1 << 20)[0] == ErrorCode.INVALID_RECORD
+    assert fast_meta(None, 1 << 20) is None
+    assert fast_meta(memoryview(b""), 1 << 20) is None
 
 
 @settings(max_examples=400, deadline=None)
