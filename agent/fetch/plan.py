@@ -13,7 +13,9 @@ look takes the steps below in this order, each its own module or function:
    offset on (one ``stable_offsets`` query per look; records are never decoded
    for this);
 4. the byte budget, in request order as Kafka: each partition gets at most
-   ``min(partition_max_bytes, bytes left of max_bytes)``, the whole batch
+   ``min(partition_max_bytes, bytes left of max_bytes)`` (and of what the agent's
+   memory budget has left: the planned bytes are reserved in it, :class:`Reservation`,
+   until the response is handed to the connection), the whole batch
    holding the fetch offset first (clients skip the leading records), and the
    first partition with data at least one whole batch, however large (KIP-74,
    :func:`select_batches`);
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from agent.fetch import width
 from agent.fetch.lookup import lookup
@@ -43,6 +45,42 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+class Budget(Protocol):
+    """The agent's memory budget of responses (:class:`agent.security.limits.ResponseBudget`)."""
+
+    def available(self) -> int: ...
+
+    def add(self, n: int) -> None: ...
+
+    def sub(self, n: int) -> None: ...
+
+
+class Reservation:
+    """The bytes one Fetch has planned to read, counted in the agent's budget from
+    the moment they are planned until the response is handed to the connection
+    (which then counts what its client leaves unread). So Fetches built at the same
+    time see each other's planned bytes: 32 of them asking 2^31-1 bytes share the
+    budget instead of each taking all of it."""
+
+    __slots__ = ("_budget", "held")
+
+    def __init__(self, budget: Budget) -> None:
+        self._budget = budget
+        self.held = 0
+
+    def available(self) -> int:
+        return self._budget.available()
+
+    def take(self, n: int) -> None:
+        self._budget.add(n)
+        self.held += n
+
+    def release(self) -> None:
+        if self.held:
+            held, self.held = self.held, 0
+            self._budget.sub(held)
+
+
 async def fetch_once(
     reader: FetchReader,
     wants: list[Want],
@@ -50,8 +88,11 @@ async def fetch_once(
     *,
     fresh: bool = False,
     read_committed: bool = False,
+    reservation: Reservation | None = None,
 ) -> list[PartitionFetch]:
-    """Plan and read one answer for ``wants`` (in request order)."""
+    """Plan and read one answer for ``wants`` (in request order). With a
+    ``reservation``, the bytes planned are at most what the agent's budget has left
+    (one batch still goes, KIP-74) and are added to it before they are read."""
     idle: dict[int, PartitionFetch] = {}
     if len(wants) >= width.BULK_MIN:
         idle = await width.caught_up(reader, wants, max_bytes, read_committed)
@@ -64,6 +105,8 @@ async def fetch_once(
     # min(partition_max_bytes, what is left), and the first one with data at least
     # one whole batch.
     left = max(0, max_bytes)
+    if reservation is not None:  # read now, after the lookups: no await until take()
+        left = min(left, reservation.available())
     min_one = True
     for w, pf in zip(wants, found, strict=True):
         if pf.error or not pf.batches:
@@ -72,6 +115,8 @@ async def fetch_once(
         if pf.batches:
             min_one = False
             left = max(0, left - pf.nbytes)
+    if reservation is not None:
+        reservation.take(sum(pf.nbytes for pf in found))
     await read_all(reader, wants, found)
     return found
 

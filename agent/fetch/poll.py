@@ -23,7 +23,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from agent.fetch.model import PartitionFetch, Want
-from agent.fetch.plan import fetch_once
+from agent.fetch.plan import Reservation, fetch_once
 
 if TYPE_CHECKING:
     from agent.fetch.host import FetchHost
@@ -36,7 +36,9 @@ def enough(results: list[PartitionFetch], min_bytes: int) -> bool:
     return any(r.error for r in results) or sum(len(r.records) for r in results) >= min_bytes
 
 
-async def until_enough(host: FetchHost, req: FetchRequest, wants: list[Want], *, fresh: bool) -> list[PartitionFetch]:
+async def until_enough(
+    host: FetchHost, req: FetchRequest, wants: list[Want], *, fresh: bool, reservation: Reservation | None = None
+) -> list[PartitionFetch]:
     """One answer for ``wants``, long-polling (re-planned on commits to the wanted
     partitions) until enough or ``max_wait_ms``.
 
@@ -47,9 +49,13 @@ async def until_enough(host: FetchHost, req: FetchRequest, wants: list[Want], *,
     deadline = clock.monotonic() + req.max_wait_ms / 1000.0
     keys = [(w.topic_id, w.partition) for w in wants if w.topic_id is not None]
     if not keys or req.max_wait_ms <= 0:
-        return await fetch_once(reader, wants, req.max_bytes, fresh=fresh, read_committed=committed)
+        return await fetch_once(
+            reader, wants, req.max_bytes, fresh=fresh, read_committed=committed, reservation=reservation
+        )
     with host.notifier.watch(keys) as ev:
-        results = await fetch_once(reader, wants, req.max_bytes, fresh=fresh, read_committed=committed)
+        results = await fetch_once(
+            reader, wants, req.max_bytes, fresh=fresh, read_committed=committed, reservation=reservation
+        )
         again = not fresh and any(r.records for r in results)
         while not enough(results, req.min_bytes):
             if not again:
@@ -62,11 +68,17 @@ async def until_enough(host: FetchHost, req: FetchRequest, wants: list[Want], *,
                     break
             again = False
             ev.clear()  # before looking: a commit landing during the look wakes the next wait
-            results = await fetch_once(reader, wants, req.max_bytes, fresh=True, read_committed=committed)
+            if reservation is not None:
+                reservation.release()  # what the previous look read is dropped
+            results = await fetch_once(
+                reader, wants, req.max_bytes, fresh=True, read_committed=committed, reservation=reservation
+            )
     return results
 
 
-async def until_news(host: FetchHost, req: FetchRequest, session: FetchSession) -> dict[SessionKey, PartitionFetch]:
+async def until_news(
+    host: FetchHost, req: FetchRequest, session: FetchSession, reservation: Reservation | None = None
+) -> dict[SessionKey, PartitionFetch]:
     """Look only at the partitions that changed, have unfetched data or an error;
     keep the answers with something to say, until enough or ``max_wait_ms``."""
     reader, clock = host.fetch_reader, host.clock
@@ -82,7 +94,10 @@ async def until_news(host: FetchHost, req: FetchRequest, session: FetchSession) 
                 ti = topic_refs.setdefault(key[0], len(topic_refs))
                 w = Want(ti, part.partition, part.fetch_offset, part.max_bytes, part.topic_id, part.error)
                 wants.append(w)
-            results = await fetch_once(reader, wants, req.max_bytes, fresh=True, read_committed=req.isolation_level == 1)
+            results = await fetch_once(
+                reader, wants, req.max_bytes, fresh=True, read_committed=req.isolation_level == 1,
+                reservation=reservation,
+            )  # fmt: skip
             for (key, part), pf in zip(candidates, results, strict=True):
                 hwm, lso, log_start = pf.offsets_sent()
                 session.observed(key, pf.error, hwm)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent.connection import Deferred
 from agent.fetch import answer, poll, session
+from agent.fetch.plan import Reservation
 from agent.fetch.resolve import resolve
 from agent.metrics import METRICS
 from kafka_protocol.errors import ErrorCode
@@ -69,7 +70,7 @@ async def serve(host: FetchHost, ctx: RequestContext, req: FetchRequest) -> Defe
     held.epoch = session.next_epoch(held.epoch)
     _INCREMENTAL.inc()
     session.update(held, req, await resolve(host, ctx, req, by_id), by_id)
-    return Deferred(_Lazy(lambda: _incremental(host, cap(host, ctx, req), held)))
+    return Deferred(_Lazy(lambda: _incremental(host, ctx, cap(host, ctx, req), held)))
 
 
 def cap(host: FetchHost, ctx: RequestContext, req: FetchRequest) -> FetchRequest:
@@ -91,12 +92,33 @@ async def _full(
     requested partition and what this response told about it)."""
     wants = await resolve(host, ctx, req, by_id)
     keys = session.hold(new, req, wants, by_id) if new is not None else None
-    results = await poll.until_enough(host, req, wants, fresh=new is not None)
-    return answer.full(req, wants, results, new, keys)
+    reservation = _reservation(ctx)
+    try:
+        results = await poll.until_enough(host, req, wants, fresh=new is not None, reservation=reservation)
+        return answer.full(req, wants, results, new, keys)
+    finally:
+        if reservation is not None:
+            reservation.release()
 
 
-async def _incremental(host: FetchHost, req: FetchRequest, held: session.FetchSession) -> FetchResponse:
-    return answer.incremental(held, await poll.until_news(host, req, held))
+async def _incremental(
+    host: FetchHost, ctx: RequestContext, req: FetchRequest, held: session.FetchSession
+) -> FetchResponse:
+    reservation = _reservation(ctx)
+    try:
+        return answer.incremental(held, await poll.until_news(host, req, held, reservation))
+    finally:
+        if reservation is not None:
+            reservation.release()
+
+
+def _reservation(ctx: RequestContext) -> Reservation | None:
+    """The bytes this Fetch plans, counted in the agent's response budget until its
+    response is handed to the connection. The response is built in the connection's
+    writer, which writes it (and counts what stays unread) right after this returns,
+    with no await in between: the count moves from the reservation to the connection."""
+    budget = getattr(ctx.conn, "response_budget", None)
+    return Reservation(budget) if budget is not None else None
 
 
 class _Lazy:

@@ -272,3 +272,35 @@ async def test_read_many_interleaved_partitions_and_batches_across_blocks():
     before = len(store.gets)
     again = await reader.read_many(parts)
     assert again == got and len(store.gets) == before  # all hits the second time
+
+
+async def test_concurrent_fetches_share_the_response_budget():
+    """Fetches built at the same time reserve what they plan in the agent's budget before
+    reading, so together they take the budget plus one batch each (KIP-74), not each the
+    whole budget; a reservation released gives its bytes back."""
+    from agent.fetch.model import Want
+    from agent.fetch.plan import Reservation, fetch_once
+    from agent.security.limits import ResponseBudget
+
+    store = CountingStore()
+    raw = [_batch(40, f"b{i}") for i in range(20)]  # 20 batches of ~1 KiB
+    locs = _object(store, "seg", raw, first_offset=0)
+    size = sum(b.byte_len for b in locs)
+    one = max(b.byte_len for b in locs)
+    meta = FakeMeta(FindResult(ErrorCode.NONE, 0, locs[-1].last_offset + 1, locs))
+    reader = _reader(store, meta, ttl_ms=0)
+    budget = ResponseBudget(size // 4)
+    reservations = [Reservation(budget) for _ in range(8)]
+    answers = await asyncio.gather(
+        *(fetch_once(reader, [Want(0, 0, 0, 2**31 - 1, TOPIC)], 2**31 - 1, reservation=r) for r in reservations)
+    )
+    sent = [len(a[0].records) for a in answers]
+    assert sent[0] > one, "the first Fetch gets what the budget holds"
+    assert sum(sent) <= budget.capacity + len(sent) * one, sent
+    assert all(s >= 1 for s in sent), "each still gets a whole batch (KIP-74)"
+    assert budget.used == sum(r.held for r in reservations) == sum(sent)
+    for r in reservations:
+        r.release()
+    assert budget.used == 0
+    (alone,) = await fetch_once(reader, [Want(0, 0, 0, 2**31 - 1, TOPIC)], 2**31 - 1, reservation=Reservation(budget))
+    assert len(alone.records) > budget.capacity - one  # the whole budget again, in whole batches
