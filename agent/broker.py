@@ -31,8 +31,10 @@ from agent.metrics import METRICS
 from agent.notify import CommitNotifier
 from agent.produce import ProducePipeline
 from agent.security.authorizer import Authorizer, parse_super_users
+from agent.security.tls import PeerTls
 from agent.txn import TxnCoordinator
 from metastore import Metastore, TopicInfo, open_metastore
+from metastore.internal_auth import metastore_token, peer_token
 from metastore.types import ErrorCode as MetaError
 from objectstore import open_object_store
 from objectstore.base import ObjectStore
@@ -139,8 +141,9 @@ class Broker:
                 heartbeat_s=config.cluster_heartbeat_ms / 1000,
                 dead_after_s=config.cluster_dead_after_ms / 1000,
                 peer_cache=config.peer_cache,
-                internal_token=config.internal_token,
+                peer_token=peer_token(config.peer_token, config.internal_token),
                 virtual_brokers=config.virtual_brokers,
+                peer_tls=PeerTls.from_config(config),
             ),
         )
         self.cluster.attach_groups(self.groups)
@@ -194,7 +197,12 @@ class Broker:
 
     @classmethod
     async def open(cls, config: AgentConfig, *, clock: Clock | None = None) -> Broker:
-        meta = await open_metastore(config.metastore, internal_token=config.internal_token)
+        meta = await open_metastore(
+            config.metastore,
+            internal_token=metastore_token(config.metastore_token, config.internal_token),
+            admin_token=config.metastore_admin_token,
+            ca_file=config.metastore_ca or None,
+        )
         try:
             config = await resolve_cluster_id(config, meta)
         except BaseException:

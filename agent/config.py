@@ -127,8 +127,9 @@ class AgentConfig(BaseSettings):
         ge=0,
         le=65535,
         description=(
-            "HTTP port for /metrics, /healthz, /readyz (open) and the internal routes (peer"
-            " /blocks, group relay /kafka, planning API: internal_token required)"
+            "HTTP port for /metrics, /healthz, /readyz (open), the internal routes (peer"
+            " /blocks, group relay /kafka: the peer credential required) and the planning API"
+            " (Kafka credentials of the SASL listeners, checked against the ACLs)"
         ),
     )
     admin_host: str = Field("", description="Address the admin HTTP port binds to (empty = host)")
@@ -136,9 +137,35 @@ class AgentConfig(BaseSettings):
         "",
         repr=False,
         description=(
-            "Shared secret of the internal HTTP surfaces (peer /blocks, /kafka relay, planning"
-            " API, floe metastore serve), sent as Authorization: Bearer; empty = those routes"
-            " answer loopback callers only"
+            "Legacy single secret: the peer and the metastore credential where peer_token /"
+            " metastore_token are not set (setting those two separately is recommended);"
+            " empty = the internal routes answer loopback callers only"
+        ),
+    )
+    # -- scoped internal credentials (issue 42; metastore.internal_auth) ---------------
+    peer_token: str = Field(
+        "",
+        repr=False,
+        description=(
+            "Peer credential (agent to agent: /blocks, /kafka relay), the same on every agent;"
+            " sent and required as Authorization: Bearer; empty = internal_token"
+        ),
+    )
+    metastore_token: str = Field(
+        "",
+        repr=False,
+        description=(
+            "Credential sent to floe metastore serve (--metastore http(s)://...); the service's"
+            " FLOE_METASTORE_TOKEN; empty = internal_token"
+        ),
+    )
+    metastore_admin_token: str = Field(
+        "",
+        repr=False,
+        description=(
+            "Admin credential of floe metastore serve, used only for CreateAcls, DeleteAcls and"
+            " AlterUserScramCredentials requests this agent serves; empty = those requests fail"
+            " on a served metastore (manage ACLs and users with floe acls / floe users instead)"
         ),
     )
 
@@ -150,8 +177,11 @@ class AgentConfig(BaseSettings):
         256 * MiB,
         gt=0,
         description=(
-            "Response bytes the clients leave unread, all connections together: a Fetch is"
-            " built to at most what is left (one batch at least), and a connection leaving"
+            "Response bytes the clients leave unread (TLS included) and request frames being"
+            " received, all connections together: a Fetch is built to at most what is left"
+            " (one batch at least); a frame over 64 KiB is reserved whole when its size is"
+            " read, or its connection stops reading until the budget is no longer used up"
+            " (frames up to 64 KiB wait only when it is twice over); a connection leaving"
             " its responses unread for request_timeout_ms while this is exceeded is closed"
         ),
     )
@@ -166,6 +196,36 @@ class AgentConfig(BaseSettings):
         30_000,
         gt=0,
         description="Close a connection that started a request and did not finish sending it within this",
+    )
+    ssl_handshake_timeout_ms: int = Field(
+        10_000,
+        gt=0,
+        description=(
+            "Close a connection of an SSL/SASL_SSL listener whose TLS handshake has not"
+            " completed this long after its accept (counted against the connection caps meanwhile)"
+        ),
+    )
+    max_pending_tls_handshakes: int = Field(
+        1_000,
+        gt=0,
+        description=(
+            "TLS handshakes under way at once (client sent its first byte, handshake not"
+            " done; ~45 KiB each): past this the oldest is closed"
+        ),
+    )
+    authentication_timeout_ms: int = Field(
+        10_000,
+        gt=0,
+        description="Close a connection of a SASL listener not authenticated this long after its accept",
+    )
+    admin_idle_timeout_ms: int = Field(
+        30_000,
+        gt=0,
+        description=(
+            "Close an admin/peer HTTP connection that has not sent a complete request header"
+            " this long after its accept or its last response (slow headers, idle keep-alive);"
+            " above the 15 s for which the agents' HTTP clients keep idle connections"
+        ),
     )
     max_pre_auth_frame_bytes: int = Field(
         64 * 1024,
@@ -293,6 +353,37 @@ class AgentConfig(BaseSettings):
     )
     failed_auth_delay_ms: int = Field(
         100, ge=0, description="Delay before answering a failed authentication (connection.failed.authentication.delay.ms)"
+    )
+
+    # -- TLS between agents and to the metastore service (issue 42; docs/operations.md) --
+    metastore_ca: str = Field(
+        "",
+        description=(
+            "PEM CA bundle an https:// metastore (floe metastore serve --tls-cert) is verified"
+            " against, its name checked against the URL's host; empty = the system trust store"
+        ),
+    )
+    admin_tls: bool = Field(
+        False,
+        description=(
+            "Serve the admin/peer HTTP port (/metrics, /healthz, /readyz, /blocks, /kafka, the"
+            " planning API) over HTTPS only, and reach peers' admin ports over HTTPS; every agent"
+            " of a cluster must agree (load balancer health checks then need HTTPS too)"
+        ),
+    )
+    admin_ssl_certfile: str = Field(
+        "", description="PEM certificate (chain) of the HTTPS admin port; empty = ssl_certfile (reloaded when it changes)"
+    )
+    admin_ssl_keyfile: str = Field("", description="PEM private key of admin_ssl_certfile; empty = ssl_keyfile")
+    peer_ssl_cafile: str = Field(
+        "", description="PEM CA bundle peers' admin certificates are verified against (admin_tls); empty = the system trust store"
+    )
+    peer_ssl_server_name: str = Field(
+        "",
+        description=(
+            "Name peers' admin certificates are checked against (admin_tls), e.g. one name every"
+            " agent's certificate carries; empty = the peer's address (peer_address) itself"
+        ),
     )
 
     @field_validator("objects")

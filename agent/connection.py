@@ -18,12 +18,17 @@ Kafka muting a channel, nothing more is read or built for it until it does).
 Limits (issue 15, :mod:`agent.security.limits`): a connection over
 ``max_connections`` / ``max_connections_per_ip`` is closed when accepted; a
 frame buffer grows as bytes arrive (a declared length costs at most 64 KiB
-until the bytes come); before authentication on a listener that requires it
+until the bytes come), and a frame is counted in the shared budget while it is
+read: over 64 KiB it is reserved whole first, or the connection stops reading
+until it can be (issue 42); before authentication on a listener that requires it
 (``pre_auth``, set by the auth lane) frames are capped at
 ``max_pre_auth_frame_bytes``; the writer waits below the shared
 :class:`~agent.security.limits.ResponseBudget` before building a response and
-counts what a non-reading client leaves in the transport; :meth:`expired` tells
-the deadline sweeper about idle connections and partial requests.
+counts what a non-reading client leaves in the transport, handing a large
+response over a slice at a time (over TLS, :mod:`agent.security.tls_accept`
+encrypts into the TCP transport at once, so its buffer is the whole truth);
+:meth:`expired` tells the deadline sweeper about idle connections and partial
+requests.
 """
 
 from __future__ import annotations
@@ -54,6 +59,9 @@ _MIN_CHUNK = 64 * 1024
 # cost 3 GiB at 1 MiB (issue 15); now 3,000 x 64 KiB.
 _EAGER_ALLOC = _MIN_CHUNK
 _NOTHING = object()
+# Bytes handed to a transport at once when a response is large or the client
+# is slow (:meth:`KafkaConnection._send`).
+_WRITE_SLICE = 1024 * 1024
 # After a final response (CloseAfter: a failed SASL exchange) the connection stays
 # open this long before it closes: kafka-python 3.0 drops the bytes of a read that
 # also sees the end of the stream, so a response and a FIN that arrive together
@@ -191,6 +199,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._stalled_since = 0.0
         self._clock = clock
         self.last_active = clock()
+        # The authentication deadline counts from the accept (agent.security.limits);
+        # a TLS listener's connection is created after its handshake and told when.
+        self.accepted_at = self.last_active
         self._partial_since: float | None = None  # when the frame being read started
         self._stopped = False
         self._max_inflight = max_inflight
@@ -201,6 +212,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._frame: bytearray | None = None
         self._frame_size = 0
         self._frame_filled = 0
+        self._frame_counted = 0  # the frame being read, counted in the budget (its declared size)
+        self._waiting_room = False  # reading paused until the budget has room for the frame
         self._frames: deque[bytearray] = deque()
         self._frame_ready = asyncio.Event()
         self._out: asyncio.Queue[tuple[RequestHeader, Any] | None] = asyncio.Queue()
@@ -264,12 +277,36 @@ class KafkaConnection(asyncio.BufferedProtocol):
             # least 32 KiB arrive between copies (a client trickling bytes cannot make
             # us copy the frame for each one). A new buffer rather than extend(): the
             # view handed out last time may still be alive, and an exported bytearray
-            # cannot be resized.
+            # cannot be resized. (The declared size is reserved in the budget.)
             new_len = min(self._frame_size, max(2 * filled, filled + _MIN_CHUNK))
             grown = bytearray(new_len)
             grown[:filled] = memoryview(self._frame)[:filled]
             self._frame = grown
         return memoryview(self._frame)[self._frame_filled : min(len(self._frame), self._frame_size)]
+
+    def _wait_for_room(self) -> None:
+        """The budget refused the rest of the frame: read nothing more until
+        :meth:`ResponseBudget.sub` grants it (:meth:`_room_freed`)."""
+        assert self._budget is not None
+        self._set_reading(False)
+        self._waiting_room = True
+        self._budget.wait(self, self._room_freed)
+
+    def _room_freed(self) -> None:
+        """The budget granted the rest of the frame (:meth:`ResponseBudget.sub`)."""
+        self._waiting_room = False
+        if self._closed or self._budget is None:
+            return
+        if self._frame is not None:
+            self._budget.add(self._frame_size)
+            self._frame_counted = self._frame_size
+        if self._pending < self._max_inflight and self._can_write.is_set():
+            self._set_reading(True)
+
+    def _release_frame(self) -> None:
+        if self._frame_counted and self._budget is not None:
+            n, self._frame_counted = self._frame_counted, 0
+            self._budget.sub(n)
 
     @property
     def response_budget(self) -> ResponseBudget | None:
@@ -299,7 +336,23 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 return
             self._frame_size = size
             self._frame_filled = 0
-            self._frame = bytearray(size if size <= _EAGER_ALLOC else _MIN_CHUNK)
+            if self._budget is None or size == 0 or (size <= _EAGER_ALLOC and self._budget.small_frames_pass):
+                # Up to 64 KiB: the whole buffer at once, granted (counted) unless the
+                # budget is twice over (then max_connections x 64 KiB would be unbounded).
+                self._frame = bytearray(size if size <= _EAGER_ALLOC else _MIN_CHUNK)
+                if self._budget is not None:
+                    self._budget.add(size)
+                    self._frame_counted = size
+            elif size > _EAGER_ALLOC and self._budget.try_reserve(size):
+                # Larger: the whole declared size is reserved now, or this connection
+                # stops reading, holding no buffer, until the budget has room (issue
+                # 42: 3,000 clients each sending half of a 1 MiB frame held 1.5 GB).
+                # The buffer itself still grows only as bytes arrive (get_buffer).
+                self._frame = bytearray(_MIN_CHUNK)
+                self._frame_counted = size
+            else:
+                self._frame = bytearray(0)  # get_buffer grows it once granted
+                self._wait_for_room()
             if size == 0:
                 self._complete_frame()
             return
@@ -313,6 +366,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if len(frame) != self._frame_size:
             frame = frame[: self._frame_size]
         self._frame = None
+        self._release_frame()  # complete: produce memory is max_buffered_bytes' business
         self._partial_since = None
         self._frames.append(frame)
         self._pending += 1
@@ -324,7 +378,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _set_reading(self, on: bool) -> None:
         if self._transport is None or self._closed:
             return
-        if on and self._reading_paused and not self._stopped:
+        if on and self._reading_paused and not self._stopped and not self._waiting_room:
             self._reading_paused = False
             self._transport.resume_reading()
             if self._partial_since is not None:  # the request deadline counts while we read
@@ -363,6 +417,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._admitted = False
             self._limits.release(self.client_ip)
         self._release_held()
+        self._frame = None
+        self._release_frame()
+        if self._waiting_room and self._budget is not None:
+            self._waiting_room = False
+            self._budget.cancel_wait(self)
         self._all_answered.set()
         # Responses that will never be written: close their coroutines so they
         # do not warn "never awaited" (their work, e.g. a commit, is unaffected).
@@ -493,21 +552,77 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     close_after = self._answered(header, result, out)
                 if self._closed or self._transport is None:
                     return
-                if out:
-                    self._transport.writelines(out)
-                    self.last_active = self._clock()
+                if out and not await self._send(out):
+                    return
                 if close_after:
                     # The transport sends what it buffered first; the FIN follows later.
                     asyncio.get_running_loop().call_later(CLOSE_LINGER_S, self.close)
                     return
                 if not self._can_write.is_set():
-                    if self._budget is not None and not self._held:
-                        self._held = self._transport.get_write_buffer_size()
-                        self._budget.add(self._held)
-                        self._stalled_since = self.last_active
+                    self._hold(0)
                     await self._can_write.wait()
         except asyncio.CancelledError:
             pass
+
+    async def _send(self, out: list[bytes | memoryview]) -> bool:
+        """Hand ``out`` to the transport; False when the connection closed meanwhile.
+
+        At most ``_WRITE_SLICE`` bytes go in after the transport says its buffer
+        is full (pause_writing): the rest waits here, referenced, not copied, and
+        counted in the budget with what the transport holds until the client
+        reads. Over TLS the transport encrypts at once into the TCP transport
+        below, so a 55 MB response to a client that never reads costs one slice
+        there, not the whole response encrypted (issue 42: ~160 MB each)."""
+        assert self._transport is not None
+        total = 0
+        for b in out:
+            total += len(b)
+        if total <= _WRITE_SLICE and self._can_write.is_set():  # the usual case: one write
+            self._transport.writelines(out)
+            self.last_active = self._clock()
+            return True
+        i = 0
+        while i < len(out):
+            if self._closed:
+                return False
+            if not self._can_write.is_set():
+                self._hold(total)
+                await self._can_write.wait()
+                if self._closed or self._transport is None:
+                    return False
+            batch: list[bytes | memoryview] = []
+            n = 0
+            while i < len(out) and n < _WRITE_SLICE:
+                b = out[i]
+                room = _WRITE_SLICE - n
+                if len(b) > room:
+                    mv = memoryview(b)
+                    batch.append(mv[:room])
+                    out[i] = mv[room:]
+                    n += room
+                else:
+                    batch.append(b)
+                    n += len(b)
+                    i += 1
+            self._transport.writelines(batch)
+            total -= n
+            self.last_active = self._clock()
+        return True
+
+    def _hold(self, unsent: int) -> None:
+        """Count what a client that stopped reading leaves in memory: ``unsent``
+        bytes still here and the transport's buffer (TLS: the TCP one below)."""
+        if self._budget is None or self._transport is None:
+            return
+        n = unsent + self._transport.get_write_buffer_size()
+        if n != self._held:
+            if not self._held:
+                self._stalled_since = self.last_active
+            if n > self._held:
+                self._budget.add(n - self._held)
+            else:
+                self._budget.sub(self._held - n)
+            self._held = n
 
     def _answered(self, header: RequestHeader, result: Any, out: list[bytes | memoryview]) -> bool:
         """Account for one answered request and append its encoded response to

@@ -2,7 +2,8 @@
 
 ``AgentServer`` binds the Kafka port with a ``BufferedProtocol`` per
 connection (see :mod:`agent.connection`) and dispatches frames to the handler
-registry. ``run_agent`` is what ``floe agent`` / ``floe dev`` call.
+registry. TLS listeners are bound as plain TCP: :mod:`agent.security.tls_accept`
+counts each connection at accept and runs the handshake under a deadline. ``run_agent`` is what ``floe agent`` / ``floe dev`` call.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from contextlib import suppress
 from typing import Any
 
@@ -28,11 +30,14 @@ from agent.emf import EmfReporter
 from agent.handlers import make_dispatcher
 from agent.health import Readiness
 from agent.metrics import METRICS
+from agent.planning import PREFIX as PLANNING_PREFIX
 from agent.planning import add_planning_routes
 from agent.security.limits import ConnectionLimits, DeadlineSweeper, ResponseBudget
 from agent.security.listeners import Listener
 from agent.security.setup import Security
-from metastore.internal_auth import internal_auth_middleware, is_loopback
+from agent.security.tls import admin_server_tls
+from agent.security.tls_accept import PendingHandshakes, TlsAccept
+from metastore.internal_auth import is_loopback, peer_surface_middleware, peer_token
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +56,17 @@ class AgentServer:
         self.security = Security(broker.config, broker.meta, broker.clock.now_ms)
         self.ports: dict[str, int] = {}  # listener name -> bound port
         self._admin: web.AppRunner | None = None
+        self.admin_scheme = "http"
         self._conns: set[KafkaConnection] = set()
         cfg0 = broker.config
         self.limits = ConnectionLimits(cfg0.max_connections, cfg0.max_connections_per_ip)
         self.response_budget = ResponseBudget(cfg0.queued_max_request_bytes)
+        self.handshakes = PendingHandshakes(cfg0.max_pending_tls_handshakes)
         self.sweeper = DeadlineSweeper(
-            lambda: self._conns, idle_ms=cfg0.connections_max_idle_ms, request_ms=cfg0.request_timeout_ms
+            lambda: self._conns,
+            idle_ms=cfg0.connections_max_idle_ms,
+            request_ms=cfg0.request_timeout_ms,
+            auth_ms=cfg0.authentication_timeout_ms,
         )
         self.port = 0
         self.admin_port = 0
@@ -91,37 +101,51 @@ class AgentServer:
         def factory_for(listener: Listener) -> Any:
             on_connect = sec.tls.on_connect if listener.tls and sec.tls is not None else None
 
-            def factory() -> KafkaConnection:
+            def make_conn(accepted_at: float | None = None) -> KafkaConnection:
                 conn = KafkaConnection(
                     dispatch,
                     max_frame_bytes=cfg.max_request_bytes,
                     max_inflight=cfg.max_inflight_requests,
                     on_close=self._closed,
                     on_connect=on_connect,
-                    limits=self.limits,
+                    # A TLS connection was counted at accept by its TlsAccept.
+                    limits=None if accepted_at is not None else self.limits,
                     budget=self.response_budget,
                     max_pre_auth_frame_bytes=cfg.max_pre_auth_frame_bytes,
                 )
                 conn.listener = listener
                 conn.auth = sec.new_session(listener)
                 conn.pre_auth = conn.auth is not None  # small frames until authenticated
+                if accepted_at is not None:  # the authentication deadline counts from the TCP accept
+                    conn.accepted_at = accepted_at
+                elif conn.pre_auth:  # evictable at max_connections until authenticated
+                    self.limits.add_pending(conn, lambda: self._evict_unauthenticated(conn))
                 self._conns.add(conn)
                 METRICS.connections.set(len(self._conns))
                 return conn
 
-            return factory
+            ctx = sec.ssl_context(listener)
+            if ctx is None:
+                return make_conn
+            hs_s = cfg.ssl_handshake_timeout_ms / 1000
+
+            def tls_factory() -> TlsAccept:
+                # Count at accept, start TLS ourselves (agent.security.tls_accept).
+                return TlsAccept(
+                    ctx, make_conn, limits=self.limits, handshake_timeout_s=hs_s, clock=time.monotonic,
+                    pending=self.handshakes,
+                )  # fmt: skip
+
+            return tls_factory
 
         primary, *others = sec.listeners
         self._server = await loop.create_server(
-            factory_for(primary), primary.host, primary.port, reuse_address=True, backlog=1024,
-            ssl=sec.ssl_context(primary),
-        )  # fmt: skip
+            factory_for(primary), primary.host, primary.port, reuse_address=True, backlog=1024
+        )
         self.port = self._server.sockets[0].getsockname()[1]
         self.ports[primary.name] = self.port
         for lst in others:
-            srv = await loop.create_server(
-                factory_for(lst), lst.host, lst.port, reuse_address=True, backlog=1024, ssl=sec.ssl_context(lst)
-            )
+            srv = await loop.create_server(factory_for(lst), lst.host, lst.port, reuse_address=True, backlog=1024)
             self._extra.append(srv)
             self.ports[lst.name] = srv.sockets[0].getsockname()[1]
         if cfg.shared_port:
@@ -130,7 +154,7 @@ class AgentServer:
             # advertise, so a client reaches the worker that owns its partition/group.
             self._shared = await loop.create_server(
                 factory_for(primary), primary.host, cfg.shared_port, reuse_address=True, reuse_port=True,
-                backlog=1024, ssl=sec.ssl_context(primary),
+                backlog=1024,
             )  # fmt: skip
         self.broker.set_endpoints(
             {lst.name: (lst.advertised_host, lst.advertised_port or self.ports[lst.name]) for lst in sec.listeners},
@@ -174,18 +198,27 @@ class AgentServer:
         with suppress(Exception):
             await self.broker.close()
 
+    @staticmethod
+    def _evict_unauthenticated(conn: KafkaConnection) -> bool:
+        if conn.closed or not conn.pre_auth:
+            return False
+        conn.close()
+        return True
+
     def _closed(self, conn: KafkaConnection) -> None:
+        self.limits.forget(conn)
         self._conns.discard(conn)
         METRICS.connections.set(len(self._conns))
 
     async def _start_admin(self, cfg: AgentConfig, dispatch: object = None) -> None:
-        # /metrics, /healthz, /readyz stay open; every other route (peer /blocks,
-        # the /kafka group relay, the planning API) needs the internal token.
-        app = web.Application(middlewares=[internal_auth_middleware(cfg.internal_token)])
-        if not cfg.internal_token and not is_loopback(cfg.admin_host or cfg.host):
+        # /metrics, /healthz, /readyz stay open; peer /blocks and the /kafka group relay
+        # need the peer credential; the planning API authenticates Kafka principals itself.
+        peer = peer_token(cfg.peer_token, cfg.internal_token)
+        app = web.Application(middlewares=[peer_surface_middleware(peer, (PLANNING_PREFIX,))])
+        if not peer and not is_loopback(cfg.admin_host or cfg.host):
             log.warning(
-                "no internal_token (FLOE_INTERNAL_TOKEN): the admin port's internal routes"
-                " (/blocks, /kafka, planning) answer loopback callers only"
+                "no peer credential (FLOE_PEER_TOKEN or FLOE_INTERNAL_TOKEN): the admin port's"
+                " internal routes (/blocks, /kafka) answer loopback callers only"
             )
 
         async def metrics(_: web.Request) -> web.Response:
@@ -216,9 +249,17 @@ class AgentServer:
         app.router.add_get("/readyz", readyz)
         self.broker.cluster.add_routes(app, self.broker.cache, dispatch)
         add_planning_routes(app, self.broker)
-        self._admin = web.AppRunner(app, access_log=None)
+        # aiohttp closes a connection still waiting for a complete request header
+        # keepalive_timeout after its accept or its last response; its default is an
+        # hour, so a slow-header client held a socket that long (issue 42).
+        self._admin = web.AppRunner(app, access_log=None, keepalive_timeout=cfg.admin_idle_timeout_ms / 1000)
         await self._admin.setup()
-        site = web.TCPSite(self._admin, cfg.admin_host or cfg.host, cfg.admin_port)
+        # admin_tls (issue 42): HTTPS only, the Kafka listeners' certificate unless it has its own.
+        tls = admin_server_tls(cfg)
+        self.admin_scheme = "https" if tls is not None else "http"
+        site = web.TCPSite(
+            self._admin, cfg.admin_host or cfg.host, cfg.admin_port, ssl_context=tls.context if tls is not None else None
+        )
         await site.start()
         server = getattr(site, "_server", None)
         if server is not None and server.sockets:
@@ -291,7 +332,7 @@ async def run_agent(config: AgentConfig, *, ready: asyncio.Event | None = None) 
     server = AgentServer(broker)
     await server.start()
     tune_runtime()
-    print(f"floe agent listening on {config.host}:{server.port} (admin http://{config.host}:{server.admin_port})", flush=True)
+    print(f"floe agent listening on {config.host}:{server.port} (admin {server.admin_scheme}://{config.host}:{server.admin_port})", flush=True)
     if ready is not None:
         ready.set()
     try:

@@ -3,10 +3,14 @@
 ``serve`` opens the metastore at ``--metastore`` (Postgres for real; migrated
 first unless ``--no-migrate``) and serves it over HTTP (:mod:`metastore.service`)
 on ``--host``/``--port``; agents then use ``--metastore http://host:port`` and
-need no database credentials. Every call must carry the shared secret
-``FLOE_INTERNAL_TOKEN`` (``Authorization: Bearer``); without one, ``serve``
+need no database credentials. Every call must carry the metastore credential
+``FLOE_METASTORE_TOKEN`` (or the legacy ``FLOE_INTERNAL_TOKEN``) as
+``Authorization: Bearer``; ACL and SCRAM changes and SCRAM listings need
+``FLOE_METASTORE_ADMIN_TOKEN`` (``floe users`` / ``floe acls``); without any, ``serve``
 refuses to start unless ``--host`` is a loopback address (then only local
-callers are served). ``migrate`` brings the schema to the newest
+callers are served). With ``--tls-cert``/``--tls-key`` (env
+``FLOE_METASTORE_TLS_CERT``/``FLOE_METASTORE_TLS_KEY``) it serves HTTPS only and
+clients use ``https://host:port``, verifying it against ``FLOE_METASTORE_CA``. ``migrate`` brings the schema to the newest
 revision and exits.
 """
 
@@ -17,6 +21,7 @@ import asyncio
 import logging
 import os
 import signal
+import ssl
 import sys
 from contextlib import suppress
 from typing import Any
@@ -66,6 +71,17 @@ def add_metastore_parser(sub: Any) -> None:
         help="largest request body accepted (413 above; default 16 MiB)",
     )
     serve.add_argument("--no-migrate", action="store_true", help="do not migrate the schema first")
+    serve.add_argument(
+        "--tls-cert",
+        default=os.environ.get("FLOE_METASTORE_TLS_CERT", ""),
+        help="PEM certificate (chain): serve HTTPS only, clients use https://host:port and verify it"
+        " against FLOE_METASTORE_CA (env FLOE_METASTORE_TLS_CERT; reloaded when the file changes)",
+    )
+    serve.add_argument(
+        "--tls-key",
+        default=os.environ.get("FLOE_METASTORE_TLS_KEY", ""),
+        help="PEM private key of --tls-cert (env FLOE_METASTORE_TLS_KEY)",
+    )
     migrate = msub.add_parser("migrate", help="bring the schema to the newest revision")
     _add_common(migrate, after_subcommand=True)
 
@@ -83,11 +99,30 @@ def _url(args: argparse.Namespace) -> str:
 
 async def _serve(args: argparse.Namespace, url: str) -> None:
     from metastore import open_metastore
-    from metastore.internal_auth import env_token, require_token_or_loopback
-    from metastore.service import serve
+    from metastore.internal_auth import (
+        ADMIN_ENV,
+        METASTORE_ENV,
+        env_token,
+        metastore_token,
+        require_token_or_loopback,
+    )
+    from metastore.service import ServerTls, serve
 
-    token = env_token()
-    require_token_or_loopback(token, args.host, "floe metastore serve")
+    # The agents' credential (FLOE_METASTORE_TOKEN, else the legacy FLOE_INTERNAL_TOKEN)
+    # and the admin one (FLOE_METASTORE_ADMIN_TOKEN: ACL/SCRAM changes), issue 42.
+    token = metastore_token(env_token(METASTORE_ENV), env_token())
+    admin_token = env_token(ADMIN_ENV)
+    require_token_or_loopback(
+        token or admin_token, args.host, "floe metastore serve", f"{METASTORE_ENV} (or the legacy FLOE_INTERNAL_TOKEN)"
+    )
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise SystemExit("floe metastore serve: --tls-cert and --tls-key go together")
+    # Loaded before the database is opened: a wrong path or a key that does not match
+    # the certificate fails the start with the reason, not the first client's handshake.
+    try:
+        tls = ServerTls(args.tls_cert, args.tls_key) if args.tls_cert else None
+    except (OSError, ssl.SSLError) as e:
+        raise SystemExit(f"floe metastore serve: cannot load --tls-cert/--tls-key: {e}") from e
     meta = await open_metastore(url, auto_migrate=not args.no_migrate, pool_size=args.pool_size)
     runner, port, service = await serve(
         meta,
@@ -95,9 +130,12 @@ async def _serve(args: argparse.Namespace, url: str) -> None:
         args.port,
         batch_window_ms=args.batch_window_ms,
         token=token,
+        admin_token=admin_token,
         max_request_bytes=args.max_request_bytes,
+        tls=tls,
     )
-    print(f"floe metastore serving {url.split('@')[-1]} on http://{args.host}:{port}", flush=True)
+    scheme = "https" if tls is not None else "http"
+    print(f"floe metastore serving {url.split('@')[-1]} on {scheme}://{args.host}:{port}", flush=True)
     # The agent's runtime tuning (issue 13): a group commit of 1,000-partition objects
     # allocates ~10 objects per batch (16,000 batches a group), and with CPython's
     # default GC threshold the collections they trigger re-scanned the heap several

@@ -66,14 +66,19 @@ async def open_metastore(
     auto_migrate: bool = True,
     pool_size: int = 10,
     internal_token: str | None = None,
+    admin_token: str | None = None,
+    ca_file: str | None = None,
 ) -> Metastore:
     """Open the metastore at ``url`` (migrating it first unless ``auto_migrate`` is
     False); close it with ``await ms.close()`` or ``async with``. ``internal_token``
-    (default env ``FLOE_INTERNAL_TOKEN``) authenticates to a served metastore."""
+    (default env ``FLOE_METASTORE_TOKEN``, else ``FLOE_INTERNAL_TOKEN``) authenticates to a
+    served metastore; ``admin_token`` (default env ``FLOE_METASTORE_ADMIN_TOKEN``) is sent
+    for its admin methods (ACL and SCRAM changes); ``ca_file`` (default env
+    ``FLOE_METASTORE_CA``, else the system trust store) verifies an ``https://`` one."""
     if is_served(url):  # served by `floe metastore serve`
         from metastore.remote import RemoteMetastore
 
-        return await RemoteMetastore(url, token=internal_token).start()  # type: ignore[return-value]
+        return await RemoteMetastore(url, token=internal_token, admin_token=admin_token, ca_file=ca_file).start()  # type: ignore[return-value]
     if is_postgres(url):
         from metastore.postgres import PostgresMetastore
 

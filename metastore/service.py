@@ -20,14 +20,26 @@ lost connection) each call in it is retried on its own.
 
 **Authentication and limits** (issue 15): every route but ``/healthz`` goes
 through :mod:`metastore.internal_auth` (``Authorization: Bearer`` with the
-shared ``internal_token``; loopback callers only without one), so an anonymous
-caller gets 401 before its body is read. A body larger than
+metastore credential ``FLOE_METASTORE_TOKEN``, or the legacy
+``FLOE_INTERNAL_TOKEN``; loopback callers only without one), so an anonymous
+caller gets 401 before its body is read. Scopes (issue 42): the methods that
+change ACLs or SCRAM users or list SCRAM stored keys (``ADMIN_METHODS``) answer
+403 unless the caller holds the admin credential ``FLOE_METASTORE_ADMIN_TOKEN``;
+the agents' credential keeps every other method (``get_scram_credential``
+included: agents verify SCRAM logins with it). A body larger than
 ``max_request_bytes`` (default 16 MiB) is refused with 413 while it streams in
 (aiohttp stops reading at the cap); the bodies being read at once share a
 budget of ``max_inflight_bytes`` (a caller waits for its share), and a JSON
 body with more than ``max_json_items`` values (commas, objects and arrays
 counted before parsing) is refused with 413 before ``json.loads`` builds it:
 a 99 MB body can no longer grow the service by gigabytes.
+
+**TLS** (issue 42): given a certificate and key (``floe metastore serve
+--tls-cert/--tls-key``), :func:`serve` answers HTTPS only (TLS 1.2+), so the
+credential, SCRAM lookups and commits never cross the network in clear;
+clients verify it against ``FLOE_METASTORE_CA`` (:mod:`metastore.remote`).
+The files are read again when they change (checked at most once a second, on a
+handshake), so a renewed certificate needs no restart.
 """
 
 from __future__ import annotations
@@ -35,11 +47,20 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import ssl
+import time
 
 from aiohttp import web
 
 from metastore.group_commit import GroupCommitter
-from metastore.internal_auth import internal_auth_middleware
+from metastore.internal_auth import (
+    ADMIN,
+    ADMIN_METHODS,
+    METASTORE,
+    SCOPES_KEY,
+    scoped_auth_middleware,
+)
 from metastore.protocol import Metastore
 from metastore.rpc import decode, encode, encode_error, protocol_methods
 
@@ -85,6 +106,7 @@ class MetastoreService:
         *,
         batch_window_ms: float = 0.0,
         token: str = "",
+        admin_token: str = "",
         max_request_bytes: int = MAX_REQUEST_BYTES,
         max_inflight_bytes: int = MAX_INFLIGHT_BYTES,
         max_json_items: int = MAX_JSON_ITEMS,
@@ -93,6 +115,7 @@ class MetastoreService:
         self.methods = protocol_methods()
         self.batcher = GroupCommitter(meta, window_ms=batch_window_ms)
         self.token = token
+        self.admin_token = admin_token
         self.max_request_bytes = max_request_bytes
         self.max_json_items = max_json_items
         self.budget = ByteBudget(max(max_inflight_bytes, max_request_bytes))
@@ -100,7 +123,11 @@ class MetastoreService:
     def app(self) -> web.Application:
         app = web.Application(
             client_max_size=self.max_request_bytes,
-            middlewares=[internal_auth_middleware(self.token, ("/healthz",))],
+            middlewares=[
+                scoped_auth_middleware(
+                    {METASTORE: self.token, ADMIN: self.admin_token}, lambda _: None, ("/healthz",)
+                )
+            ],
         )
         app.router.add_post("/rpc/{method}", self._rpc)
         app.router.add_get("/healthz", self._healthz)
@@ -115,6 +142,17 @@ class MetastoreService:
             return web.json_response(
                 {"error": {"type": "MetastoreError", "message": f"no such method {name!r}"}},
                 status=404,
+            )
+        if name in ADMIN_METHODS and ADMIN not in request.get(SCOPES_KEY, ()):
+            log.info("metastore service: refused %s to %s: needs the admin credential", name, request.remote)
+            return web.json_response(
+                {
+                    "error": {
+                        "type": "MetastoreError",
+                        "message": f"{name} needs the metastore admin credential (FLOE_METASTORE_ADMIN_TOKEN)",
+                    }
+                },
+                status=403,
             )
         declared = request.content_length
         if declared is not None and declared > self.max_request_bytes:
@@ -158,6 +196,43 @@ def _too_large(message: str) -> web.Response:
     return web.json_response({"error": {"type": "MetastoreError", "message": message}}, status=413)
 
 
+class ServerTls:
+    """The service's server context from a PEM certificate (chain) and key,
+    swapped for a fresh one on the first handshake after either file changed
+    (the agent's listeners do the same: agent.security.tls). A half-written
+    file keeps the old certificate in use."""
+
+    def __init__(self, certfile: str, keyfile: str, *, check_every_s: float = 1.0) -> None:
+        self.certfile, self.keyfile, self.check_every_s = certfile, keyfile, check_every_s
+        self._stamp = self._file_stamp()
+        self._checked = time.monotonic()
+        self.current = self._build()
+        self.context = self._build()  # what every handshake starts with; SNI swaps in ``current``
+        self.context.sni_callback = self._on_handshake
+
+    def _file_stamp(self) -> tuple[tuple[int, int, int], ...]:
+        return tuple((st.st_mtime_ns, st.st_size, st.st_ino) for st in map(os.stat, (self.certfile, self.keyfile)))
+
+    def _build(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.load_cert_chain(self.certfile, self.keyfile)
+        return ctx
+
+    def _on_handshake(self, sslobj: ssl.SSLObject, _name: str | None, _ctx: ssl.SSLContext) -> None:
+        now = time.monotonic()
+        if now - self._checked >= self.check_every_s:
+            self._checked = now
+            try:
+                stamp = self._file_stamp()
+                if stamp != self._stamp:
+                    self.current, self._stamp = self._build(), stamp
+                    log.info("metastore service: TLS certificate reloaded from %s", self.certfile)
+            except (OSError, ssl.SSLError) as e:
+                log.warning("metastore service: TLS certificate reload failed, keeping the current one: %s", e)
+        sslobj.context = self.current
+
+
 async def serve(
     meta: Metastore,
     host: str,
@@ -165,15 +240,22 @@ async def serve(
     *,
     batch_window_ms: float = 0.0,
     token: str = "",
+    admin_token: str = "",
     max_request_bytes: int = MAX_REQUEST_BYTES,
+    tls: ServerTls | None = None,
 ) -> tuple[web.AppRunner, int, MetastoreService]:
-    """Start serving ``meta``; returns the runner (``await runner.cleanup()``), the bound port and the service."""
+    """Start serving ``meta`` (HTTPS with ``tls``); returns the runner
+    (``await runner.cleanup()``), the bound port and the service."""
     service = MetastoreService(
-        meta, batch_window_ms=batch_window_ms, token=token, max_request_bytes=max_request_bytes
+        meta,
+        batch_window_ms=batch_window_ms,
+        token=token,
+        admin_token=admin_token,
+        max_request_bytes=max_request_bytes,
     )
     runner = web.AppRunner(service.app(), access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = web.TCPSite(runner, host, port, ssl_context=tls.context if tls is not None else None)
     await site.start()
     server = getattr(site, "_server", None)
     bound = server.sockets[0].getsockname()[1] if server is not None and server.sockets else port

@@ -18,7 +18,7 @@ backend, ``retry=RetryPolicy(...)`` tunes it).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -63,6 +63,7 @@ __all__ = [
     "open_object_store",
     "parse_footer",
     "presign_get",
+    "presign_ranges",
     "public_url",
     "read_index",
     "register_scheme",
@@ -103,9 +104,14 @@ def open_object_store(url: str, *, retry: bool | RetryPolicy = True, **opts: Any
     return RetryingStore(store, RetryPolicy() if retry is True else retry)
 
 
-async def presign_get(store: ObjectStore, key: str, expires_s: int) -> str | None:
+async def presign_get(
+    store: ObjectStore, key: str, expires_s: int, byte_range: tuple[int, int] | None = None
+) -> str | None:
     """A credential-free GET URL for ``key`` if the backend can issue one (S3), else None.
 
+    With ``byte_range`` ``(start, end)`` the URL signs ``Range: bytes=start-(end-1)``
+    and is good for exactly those bytes (:mod:`objectstore.byte_grants`); without
+    it, for the whole object (only ever for an object the reader may read whole).
     Looks through wrappers (retries, fault injection) for a backend with
     ``presign_get``."""
     seen = 0
@@ -113,8 +119,33 @@ async def presign_get(store: ObjectStore, key: str, expires_s: int) -> str | Non
     while inner is not None and seen < 8:
         fn = getattr(inner, "presign_get", None)
         if fn is not None:
-            url: str = await fn(key, expires_s)
+            url: str = await fn(key, expires_s, byte_range)
             return url
+        inner = getattr(inner, "inner", None)
+        seen += 1
+    return None
+
+
+async def presign_ranges(
+    store: ObjectStore, key: str, expires_s: int, ranges: Sequence[tuple[int, int]]
+) -> list[str] | None:
+    """:func:`presign_get` of each byte range of ``key`` (backends may batch the
+    signing), or None if the store cannot presign."""
+    seen = 0
+    inner: Any = store
+    while inner is not None and seen < 8:
+        many = getattr(inner, "presign_ranges", None)
+        if many is not None:
+            urls: list[str] = await many(key, expires_s, ranges)
+            return urls
+        if getattr(inner, "presign_get", None) is not None:
+            out = []
+            for r in ranges:
+                url = await presign_get(inner, key, expires_s, r)
+                if url is None:
+                    return None
+                out.append(url)
+            return out
         inner = getattr(inner, "inner", None)
         seen += 1
     return None

@@ -6,7 +6,11 @@ server, over the Kafka protocol, where the planning API is (DescribeConfigs of
 a broker: ``floe.planning.url``), then calls it over HTTP (``agent/planning.py``):
 partitions and offsets, timestamps resolved to the exact record, read plans
 whose objects the agent leases (and, for S3, presigns, so executors need no
-bucket credentials). No database or bucket credentials on the driver.
+bucket credentials). No database or bucket credentials on the driver, and no
+internal credential either (issue 42): with a SASL ``kafka.security.protocol``
+the driver authenticates as the job's Kafka user, over the Kafka protocol for
+discovery and with HTTP Basic for planning (:mod:`spark_source.kafka_auth`),
+and the agents check that user's ACLs (READ on every topic read).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import itertools
 import json
 import logging
 import socket
+import ssl
 import struct
 import uuid
 from collections.abc import Mapping
@@ -24,7 +29,6 @@ import aiohttp
 
 from kafka_protocol.framing import RequestHeader, encode_request
 from kafka_protocol.messages import DescribeConfigsRequest, DescribeConfigsResponse
-from metastore.internal_auth import auth_headers, env_token
 from metastore.types import BatchLocation
 from spark_source.backend import (
     DataLossError,
@@ -35,6 +39,7 @@ from spark_source.backend import (
     State,
     data_loss,
 )
+from spark_source.kafka_auth import KafkaAuthError, TopicAuthorizationError, authenticate
 from spark_source.offsets import TopicPartition
 from spark_source.options import OptionError, SourceOptions
 from spark_source.plan import ObjectRef
@@ -72,8 +77,10 @@ def _read_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
-def _describe_broker(host: str, port: int, timeout_s: float, client_id: str) -> dict[str, str]:
-    """Broker configs (DescribeConfigs v1, resource BROKER "") over the Kafka protocol."""
+def _describe_broker(host: str, port: int, opts: SourceOptions) -> dict[str, str]:
+    """Broker configs (DescribeConfigs v1, resource BROKER "") over the Kafka protocol,
+    after SASL authentication on a SASL listener."""
+    timeout_s, client_id = opts.request_timeout_ms / 1000, opts.client_label
     req = DescribeConfigsRequest(
         resources=[
             DescribeConfigsRequest.DescribeConfigsResource(
@@ -81,8 +88,13 @@ def _describe_broker(host: str, port: int, timeout_s: float, client_id: str) -> 
             )
         ]
     )
-    corr = next(_corr)
-    with socket.create_connection((host, port), timeout=timeout_s) as sock:
+    with socket.create_connection((host, port), timeout=timeout_s) as raw:
+        sock = raw
+        if opts.security_protocol == "SASL_SSL":
+            sock = ssl.create_default_context().wrap_socket(raw, server_hostname=host)
+        if opts.credentials is not None:
+            authenticate(sock, opts.credentials, client_id, _read_exact, lambda: next(_corr))
+        corr = next(_corr)
         sock.sendall(encode_request(RequestHeader(32, 1, corr, client_id), req))
         (size,) = struct.unpack(">i", _read_exact(sock, 4))
         body = _read_exact(sock, size)
@@ -92,6 +104,12 @@ def _describe_broker(host: str, port: int, timeout_s: float, client_id: str) -> 
     resp = DescribeConfigsResponse.decode(memoryview(body)[4:], 1)
     out: dict[str, str] = {}
     for r in resp.results:
+        if r.error_code == 31:  # CLUSTER_AUTHORIZATION_FAILED
+            who = opts.credentials.username if opts.credentials else "ANONYMOUS"
+            raise KafkaAuthError(
+                f"Kafka user {who!r} may not describe the broker configs that name the planning"
+                " API (grant it DESCRIBE_CONFIGS on the cluster)"
+            )
         for c in r.configs:
             if c.value is not None:
                 out[c.name] = c.value
@@ -107,7 +125,7 @@ def discover(opts: SourceOptions) -> str:
     errors = []
     for host, port in _servers(opts.bootstrap_servers):
         try:
-            configs = _describe_broker(host, port, opts.request_timeout_ms / 1000, opts.client_label)
+            configs = _describe_broker(host, port, opts)
         except (OSError, ValueError) as e:
             errors.append(f"{host}:{port}: {e}")
             continue
@@ -121,6 +139,11 @@ def discover(opts: SourceOptions) -> str:
         _DISCOVERED[opts.bootstrap_servers] = url
         return url
     raise PlanningError("no bootstrap server reachable: " + "; ".join(errors))
+
+
+def _runs(raw: Any) -> tuple[tuple[int, int, str], ...]:
+    """The byte runs ``[[start, end, url], ...]`` of one object in a plan."""
+    return tuple((int(lo), int(hi), str(url)) for lo, hi, url in raw or ())
 
 
 def _tp_key(tp: TopicPartition) -> str:
@@ -137,10 +160,11 @@ class AgentBackend:
     async def open(cls, opts: SourceOptions) -> AgentBackend:
         url = discover(opts)
         timeout = aiohttp.ClientTimeout(total=opts.request_timeout_ms / 1000)
+        creds = opts.credentials.basic_header() if opts.credentials is not None else {}
         session = aiohttp.ClientSession(
-            # The planning API is an internal route of the agents' admin port
-            # (metastore.internal_auth): the driver sends FLOE_INTERNAL_TOKEN.
-            timeout=timeout, headers={"X-Floe-Client": opts.client_label, **auth_headers(env_token())}
+            # The planning API authenticates the job's Kafka user (agent/planning_auth.py)
+            # and checks its ACLs; the driver holds no internal credential.
+            timeout=timeout, headers={"X-Floe-Client": opts.client_label, **creds}
         )
         backend = cls(opts, url, session)
         try:
@@ -176,6 +200,10 @@ class AgentBackend:
         if isinstance(payload, dict) and "error" in payload:
             err = payload["error"]
             msg = f"planning API {path or '/'}: {err.get('message')}"
+            if err.get("type") == "TopicAuthorizationFailed":
+                raise TopicAuthorizationError(f"Not authorized: {err.get('message')}")
+            if err.get("type") == "SaslAuthenticationFailed":
+                raise KafkaAuthError(f"Kafka authentication failed at {self.url}: {err.get('message')}")
             if err.get("type") == "DataLoss":
                 raise DataLossError(msg)
             if err.get("type") == "BadRequest":
@@ -256,9 +284,10 @@ class AgentBackend:
                 plan.starts[tp] = int(r["first"])
             plan.batches[tp] = [BatchLocation(*b) for b in r["batches"]]
         plan.objects = {
-            k: ObjectRef(int(v.get("size", -1)), v.get("url")) for k, v in got["objects"].items()
+            k: ObjectRef(int(v.get("size", -1)), v.get("url"), _runs(v.get("ranges")))
+            for k, v in got["objects"].items()
         }
-        if self._presign() and any(v.url is None for v in plan.objects.values()):
+        if self._presign() and any(not v.presigned for v in plan.objects.values()):
             if self.opts.object_access == "presigned":
                 raise PlanningError("the agents' object store cannot presign URLs")
         return plan
@@ -267,13 +296,37 @@ class AgentBackend:
         self, lease: LeaseSpec, keys: list[str]
     ) -> tuple[list[str], dict[str, str]]:
         """Extend the lease; returns the keys already collected and, when objects are
-        presigned, fresh URLs for the others (a task may start after its plan's expired)."""
+        presigned, fresh URLs of the whole (Parquet) objects among them. Segment
+        objects are only ever presigned by byte range: :meth:`renew_refs`."""
+        missing, refs = await self.renew_refs(lease, keys, {})
+        return missing, {k: r.url for k, r in refs.items() if r.url}
+
+    async def renew_refs(
+        self, lease: LeaseSpec, keys: list[str], refs: Mapping[str, ObjectRef]
+    ) -> tuple[list[str], dict[str, ObjectRef]]:
+        """Extend the lease on ``keys``; returns the keys already collected and ``refs``
+        with fresh URLs (a task may start after its plan's URLs expired). The agent
+        presigns again only the byte runs of ``refs`` (those of the plan) and only
+        if the job's user may still READ them; anything else is refused."""
+        presign = self._presign() and any(r.presigned for r in refs.values())
         got = await self._call(
             "PUT",
             f"/leases/{lease.lease_id}",
-            {"keys": keys, "ttl_ms": lease.ttl_ms, "owner": lease.owner, "presign": self._presign()},
+            {
+                "keys": keys,
+                "ttl_ms": lease.ttl_ms,
+                "owner": lease.owner,
+                "presign": presign,
+                "ranges": {k: [[lo, hi] for lo, hi, _ in r.ranges] for k, r in refs.items() if r.ranges},
+            },
         )
-        return [str(k) for k in got.get("missing", [])], dict(got.get("urls") or {})
+        urls = dict(got.get("urls") or {})
+        runs = got.get("ranges") or {}
+        fresh = {
+            k: ObjectRef(r.size, urls.get(k, r.url), _runs(runs.get(k)) or r.ranges)
+            for k, r in refs.items()
+        }
+        return [str(k) for k in got.get("missing", [])], fresh
 
     async def release_lease(self, lease_id: str) -> None:
         await self._call("DELETE", f"/leases/{lease_id}")

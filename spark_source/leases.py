@@ -25,7 +25,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from spark_source.backend import LeaseSpec
+from spark_source.agents import AgentBackend
+from spark_source.backend import Backend, LeaseSpec
 from spark_source.driver import plan_sync
 from spark_source.options import SourceOptions
 from spark_source.plan import ObjectRef
@@ -81,21 +82,27 @@ class TaskLeaseKeeper:
         if now - self.last_ms < t.lease.ttl_ms // 3:
             return
         try:
-            missing, urls = plan_sync(self.opts, lambda b: b.renew_lease(t.lease, self.keys))
+            missing, fresh = plan_sync(self.opts, self._renew)
         except Exception as e:  # the read itself may still succeed; say why if not
             log.warning("floe source: renewing read lease %s failed: %s", t.lease.lease_id, e)
             self.last_ms = now
             return
         self.last_ms = now
-        for k, url in urls.items():
-            if k in self.refs:
-                self.refs[k] = ObjectRef(self.refs[k].size, url)
+        self.refs.update((k, ref) for k, ref in fresh.items() if k in self.refs)
         if missing:
             raise LeaseLostError(
                 f"objects {missing[:3]} planned for this task were collected before it read "
                 f"them: the read lease {t.lease.lease_id} expired (the job waited longer than "
                 "leaseTimeout); re-run the query or raise leaseTimeout"
             )
+
+    async def _renew(self, backend: Backend) -> tuple[list[str], dict[str, ObjectRef]]:
+        """Through the agents: fresh URLs for exactly the plan's byte runs and objects."""
+        assert self.ticket is not None
+        if isinstance(backend, AgentBackend):
+            return await backend.renew_refs(self.ticket.lease, self.keys, self.refs)
+        missing, urls = await backend.renew_lease(self.ticket.lease, self.keys)
+        return missing, {k: ObjectRef(self.refs[k].size, u) for k, u in urls.items() if k in self.refs}
 
 
 class StreamLeases:

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from spark_source.kafka_auth import MECHANISMS, KafkaCredentials, parse_jaas
+
 log = logging.getLogger("spark_source")
 
 EARLIEST = -2
@@ -82,8 +84,13 @@ _KAFKA_USED = {
     "default.api.timeout.ms",
     "security.protocol",
     "isolation.level",
+    # The job's Kafka user (spark_source.kafka_auth): the planning API checks its ACLs.
+    "sasl.mechanism",
+    "sasl.jaas.config",
+    "sasl.username",
+    "sasl.password",
 }
-_SECURITY_PROTOCOLS = ("PLAINTEXT",)
+_SECURITY_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL")
 
 class OptionError(ValueError):
     """An invalid option value or combination (raised on the driver at planning)."""
@@ -134,6 +141,8 @@ class SourceOptions:
     fetch_offset_retry_interval_ms: int = 10  # fetchOffset.retryIntervalMs
     isolation_level: str = "read_uncommitted"  # kafka.isolation.level
     security_protocol: str = "PLAINTEXT"
+    # The job's Kafka user with a SASL security.protocol (never printed: repr=False).
+    credentials: KafkaCredentials | None = field(default=None, repr=False)
     # Read leases: how long a plan keeps its objects from the GC without renewal.
     lease_timeout_ms: int | None = None  # None: 60 min for batch plans, 5 min when streaming
     object_access: str = "auto"  # auto | presigned | direct (agents mode)
@@ -237,8 +246,10 @@ def _kafka_settings(opts: Mapping[str, str]) -> dict[str, str]:
             continue
         if name.startswith(("sasl.", "ssl.")):
             raise OptionError(
-                f"option 'kafka.{name}': SASL and TLS settings need a kafka.security.protocol "
-                "other than PLAINTEXT, which this Floe version's planning API does not accept yet"
+                f"option 'kafka.{name}' is not supported by format(\"floe\"): it takes"
+                " kafka.security.protocol SASL_PLAINTEXT or SASL_SSL (system CA certificates),"
+                " kafka.sasl.mechanism PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, and the user from"
+                " kafka.sasl.jaas.config or kafka.sasl.username / kafka.sasl.password"
             )
         raise OptionError(
             f"option 'kafka.{name}' is a Kafka consumer setting that format(\"floe\") does not "
@@ -448,11 +459,39 @@ def parse_options(
         ),
         isolation_level=kafka.get("isolation.level", "read_uncommitted").strip().lower(),
         security_protocol=kafka.get("security.protocol", "PLAINTEXT").strip().upper(),
+        credentials=_credentials(kafka),
         lease_timeout_ms=(
             parse_duration_ms(opts["leasetimeout"]) if "leasetimeout" in opts else None
         ),
         object_access=access,
     )
+
+
+def _credentials(kafka: Mapping[str, str]) -> KafkaCredentials | None:
+    """The job's Kafka user, required with a SASL security.protocol (and only then)."""
+    proto = kafka.get("security.protocol", "PLAINTEXT").strip().upper()
+    given = [k for k in ("sasl.mechanism", "sasl.jaas.config", "sasl.username", "sasl.password") if k in kafka]
+    if not proto.startswith("SASL_"):
+        if given:
+            raise OptionError(
+                f"option 'kafka.{given[0]}' needs kafka.security.protocol SASL_PLAINTEXT or SASL_SSL"
+            )
+        return None
+    mechanism = kafka.get("sasl.mechanism", "PLAIN").strip().upper()
+    if mechanism not in MECHANISMS:
+        raise OptionError(
+            f"option 'kafka.sasl.mechanism' = {mechanism!r} is not supported by format(\"floe\")"
+            f" (supported: {', '.join(MECHANISMS)})"
+        )
+    user, password = parse_jaas(kafka.get("sasl.jaas.config", ""))
+    user = kafka.get("sasl.username", user or "")
+    password = kafka.get("sasl.password", password or "")
+    if not user:
+        raise OptionError(
+            f"kafka.security.protocol {proto} needs the job's Kafka user: set kafka.sasl.jaas.config"
+            " (username=\"...\" password=\"...\") or kafka.sasl.username and kafka.sasl.password"
+        )
+    return KafkaCredentials(mechanism, user, password)
 
 
 def _ts(name: str, v: str) -> int:

@@ -55,10 +55,18 @@ Span = SegmentSpan | ParquetSpan
 @dataclass(frozen=True, slots=True)
 class ObjectRef:
     """How an executor reaches one object: its size (so no HEAD request is needed)
-    and, when the agent presigned it, a URL that needs no credentials."""
+    and, when the agent presigned it, a URL that needs no credentials: ``url`` for
+    a whole object (Parquet), or ``ranges`` ``(start, end, url)`` for a segment
+    object, each URL good only for exactly its bytes ``[start, end)`` (a segment
+    object holds other topics' batches too: ``objectstore.byte_grants``)."""
 
     size: int
     url: str | None = None
+    ranges: tuple[tuple[int, int, str], ...] = ()
+
+    @property
+    def presigned(self) -> bool:
+        return bool(self.url or self.ranges)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,11 @@ Storage is reached without the metastore and without Floe's async stores:
 ``s3://bucket/prefix?endpoint=...&region=...`` goes through boto3 with one
 ranged GET per read and no HEAD (credentials from the URL or the standard AWS
 environment); objects the agent presigned for the plan are read with plain
-HTTP range requests and need no credentials.
+HTTP range requests and need no credentials. A presigned segment object comes
+as byte runs, each URL signing its exact ``Range`` (the agent authorized those
+bytes and no others): a span is assembled from the runs it overlaps, each run
+fetched whole (and kept while the next span reads it too), and a batch outside
+every run is an error, never a read of the whole object.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from kafka_protocol.records import ATTR_CONTROL, RecordBatchView, patch_base_offset
+from objectstore.byte_grants import covered
 from objectstore.local import key_path
 from objectstore.parquet import kafka_schema
 from objectstore.rangefile import RangeFile
@@ -76,6 +81,7 @@ class Storage:
             self._query = dict(parse_qsl(parts.query))
         elif self.scheme != "presigned":
             raise ValueError(f"the Spark source reads file:// and s3:// object stores, not {url!r}")
+        self._run: tuple[str, int, int, bytes] | None = None  # the last granted run fetched
 
     def _s3(self) -> Any:
         """A boto3 S3 client (one per executor process and store), credentials from the
@@ -113,6 +119,8 @@ class Storage:
     def read_range(self, key: str, pos: int, length: int, ref: ObjectRef | None = None) -> bytes:
         if length <= 0:
             return b""
+        if ref is not None and ref.ranges:
+            return self._read_granted(key, pos, length, ref.ranges)
         if ref is not None and ref.url:
             return _http_range(ref.url, pos, length, self.timeout_s)
         if self.scheme == "file":
@@ -136,11 +144,31 @@ class Storage:
         )
         return bytes(r["Body"].read())
 
+    def _read_granted(
+        self, key: str, pos: int, length: int, runs: Sequence[tuple[int, int, str]]
+    ) -> bytes:
+        """``[pos, pos + length)`` from the granted runs that overlap it; bytes no run
+        covers (another tenant's, between two of our batches) stay zero."""
+        end = pos + length
+        buf = bytearray(length)
+        for lo, hi, url in runs:
+            if hi <= pos or lo >= end:
+                continue
+            last = self._run
+            if last is not None and last[:3] == (key, lo, hi):
+                data = last[3]
+            else:
+                data = _http_range(url, lo, hi - lo, self.timeout_s)
+                self._run = (key, lo, hi, data)
+            a, b = max(lo, pos), min(hi, end)
+            buf[a - pos : b - pos] = data[a - lo : b - lo]
+        return bytes(buf)
+
     def open_parquet(self, key: str, ref: ObjectRef | None = None) -> Any:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        if self.scheme == "file" and (ref is None or not ref.url):
+        if self.scheme == "file" and (ref is None or not ref.presigned):
             return pq.ParquetFile(self.path(key))
         size = ref.size if ref is not None else -1
         if size < 0:
@@ -223,7 +251,17 @@ def _segment_batches(
     with_headers: bool,
     refs: Mapping[str, ObjectRef],
 ) -> Iterator[pa.RecordBatch]:
-    data = storage.read_range(span.key, span.pos, span.length, refs.get(span.key))
+    ref = refs.get(span.key)
+    if ref is not None and ref.ranges:
+        runs = [(lo, hi) for lo, hi, _ in ref.ranges]
+        for rel, length, base in span.batches:
+            at = span.pos + rel
+            if not covered(at, at + length, runs):
+                raise OSError(
+                    f"{span.key}: the plan grants no read of the batch at offset {base} "
+                    f"(bytes {at}..{at + length})"
+                )
+    data = storage.read_range(span.key, span.pos, span.length, ref)
     if len(data) != span.length:
         raise OSError(f"{span.key}: read {len(data)} of {span.length} bytes at {span.pos}")
     lo, hi = task.start, task.end

@@ -35,6 +35,7 @@ from agent.cluster.ring import Peer, Rings
 from agent.cluster.virtual import VirtualNodes
 from agent.cluster.wakeups import Key, PgWakeups, PollWakeups, Wakeups
 from agent.notify import CommitNotifier
+from agent.security.tls import PeerTls
 from metastore import Metastore, is_postgres
 from metastore.engine import asyncpg_dsn
 
@@ -47,8 +48,12 @@ class ClusterSettings:
     dead_after_s: float = 5.0
     poll_interval_s: float = 0.1
     peer_cache: bool = True
-    internal_token: str = ""  # sent to peers' internal routes (metastore.internal_auth)
+    # The peer credential (issue 42: FLOE_PEER_TOKEN, else FLOE_INTERNAL_TOKEN), sent to
+    # peers' /blocks and /kafka (metastore.internal_auth); never the metastore's.
+    peer_token: str = ""
     virtual_brokers: int = 1  # Kafka node ids per agent (agent.cluster.virtual)
+    # admin_tls (issue 42): peers' admin ports are https, verified with this (agent.security.tls).
+    peer_tls: PeerTls | None = None
 
 
 class Cluster:
@@ -76,8 +81,8 @@ class Cluster:
             on_change=self._changed,
             virtual_brokers=s.virtual_brokers,
         )
-        self.peers = PeerBlockLoader(store_get, self.membership, me.zone, token=s.internal_token)
-        self.forwarder = GroupForwarder(lambda: self.me, self.coordinator, token=s.internal_token)
+        self.peers = PeerBlockLoader(store_get, self.membership, me.zone, token=s.peer_token, tls=s.peer_tls)
+        self.forwarder = GroupForwarder(lambda: self.me, self.coordinator, token=s.peer_token, tls=s.peer_tls)
         self.store_get = store_get
         self.wakeups: Wakeups = Wakeups()
         self.groups: ClusteredGroupCoordinator | None = None
@@ -93,6 +98,10 @@ class Cluster:
     @property
     def me(self) -> Peer:
         return self.membership.me
+
+    def admin_url(self, peer: Peer) -> str | None:
+        """``peer``'s admin HTTP base URL, https when this cluster runs admin_tls."""
+        return peer.admin_url_for("https" if self.settings.peer_tls is not None else "http")
 
     @property
     def rings(self) -> Rings:

@@ -20,6 +20,15 @@ response frame; the agent writes it to the client as is. When the owner
 advertises its own address the client can reach it, and the usual
 NOT_COORDINATOR answer stands (also during ring changes, when two agents may
 briefly disagree on the owner; a relayed request is never relayed again).
+
+Authorization (issue 42): the relaying agent authorizes the request before it
+relays it (``may_relay``), and the relay carries the client's principal and
+host (``X-Floe-Principal``, ``X-Floe-Client-Host``); the owner authorizes the
+request again with them (``ctx.attrs["principal"]``, read by
+:mod:`agent.security.authorizer`), so the peer credential alone, without a
+principal that holds the ACLs, cannot run a group request past them. A relay
+without the principal header runs as ``User:ANONYMOUS``. A frame that does not
+decode is answered 400 (never 500).
 """
 
 from __future__ import annotations
@@ -34,8 +43,11 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import Counter
 
+from agent.cluster.peer_cache import peer_request_tls, peer_session
 from agent.connection import Deferred, RawFrame, Reply, RequestContext
 from agent.metrics import METRICS
+from agent.security.tls import PeerTls
+from kafka_protocol.exceptions import DecodeError, ProtocolError
 from kafka_protocol.framing import encode_response, parse_request_header
 from metastore.internal_auth import auth_headers
 
@@ -67,9 +79,11 @@ FORWARD_FAILURES = Counter(
 
 class GroupForwarder:
     def __init__(
-        self, me: Callable[[], Peer], owner: Callable[[str], Peer], *, timeout_s: float = 330.0, token: str = ""
+        self, me: Callable[[], Peer], owner: Callable[[str], Peer], *, timeout_s: float = 330.0, token: str = "",
+        tls: PeerTls | None = None,
     ) -> None:
         self._headers = auth_headers(token)
+        self._tls = tls  # admin_tls: relay over https, verifying the owner's certificate
         self._me = me
         self._owner = owner
         # JoinGroup may wait up to the rebalance timeout (clients default to 300 s).
@@ -89,14 +103,19 @@ class GroupForwarder:
             return None
         return owner if owner.admin_url else None
 
-    async def relay(self, owner: Peer, frame: bytes, client_host: str, fallback: Callable[[], Awaitable[Any]]) -> Any:
-        """Send ``frame`` to ``owner``; on failure run ``fallback`` (the local handler,
-        which answers NOT_COORDINATOR, so the client retries)."""
+    async def relay(
+        self, owner: Peer, frame: bytes, client_host: str, fallback: Callable[[], Awaitable[Any]], *, principal: str
+    ) -> Any:
+        """Send ``frame`` (sent by ``principal`` from ``client_host``) to ``owner``; on failure
+        run ``fallback`` (the local handler, which answers NOT_COORDINATOR, so the client retries)."""
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers)
+            self._session = peer_session(self._timeout, self._headers, self._tls)
         try:
             async with self._session.post(
-                f"{owner.admin_url}/kafka", data=frame, headers={"X-Floe-Client-Host": client_host}
+                f"{owner.admin_url_for('https' if self._tls else 'http')}/kafka",
+                data=frame,
+                headers={"X-Floe-Client-Host": client_host, PRINCIPAL_HEADER: principal},
+                **peer_request_tls(self._tls),
             ) as r:
                 if r.status != 200:
                     raise OSError(f"HTTP {r.status}: {(await r.text())[:200]}")
@@ -118,6 +137,8 @@ class GroupForwarder:
 
 
 Dispatch = Callable[..., Awaitable[Any]]
+PRINCIPAL_HEADER = "X-Floe-Principal"
+ANONYMOUS = "User:ANONYMOUS"
 
 
 def add_forward_route(app: web.Application, dispatch: Dispatch) -> None:
@@ -130,13 +151,20 @@ def add_forward_route(app: web.Application, dispatch: Dispatch) -> None:
             return web.Response(status=400, text=f"bad request header: {e}")
         if header.api_key not in GROUP_APIS:
             return web.Response(status=400, text=f"api key {header.api_key} is not relayed")
+        principal = request.headers.get(PRINCIPAL_HEADER, "").strip()
+        if not _principal_ok(principal):
+            return web.Response(status=400, text=f"bad {PRINCIPAL_HEADER} header")
         ctx = RequestContext(
             header=header,
             conn=None,  # type: ignore[arg-type]  # group handlers never touch the connection
             client_host=request.headers.get("X-Floe-Client-Host", request.remote or ""),
-            attrs={"relayed": True},
+            # The owner authorizes again with the client's principal (agent.security.authorizer).
+            attrs={"relayed": True, "principal": principal or ANONYMOUS},
         )
-        result = await dispatch(ctx, memoryview(frame), body_at)
+        try:
+            result = await dispatch(ctx, memoryview(frame), body_at)
+        except (DecodeError, ProtocolError) as e:  # the sender's fault: malformed or unsupported
+            return web.Response(status=400, text=f"bad relayed request: {type(e).__name__}: {e}")
         if isinstance(result, Deferred):
             result = await result.awaitable
         if isinstance(result, Reply):
@@ -146,3 +174,11 @@ def add_forward_route(app: web.Application, dispatch: Dispatch) -> None:
         return web.Response(body=b"".join(parts), content_type="application/octet-stream")
 
     app.router.add_post("/kafka", kafka)
+
+
+def _principal_ok(text: str) -> bool:
+    """Empty (anonymous) or ``Type:name`` (KafkaPrincipal's form)."""
+    if not text:
+        return True
+    kind, sep, name = text.partition(":")
+    return bool(sep and kind and name) and len(text) <= 1024

@@ -28,6 +28,7 @@ import logging
 import socket
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -37,6 +38,7 @@ from agent.cache import BlockCache
 from agent.cluster.membership import Membership
 from agent.cluster.ring import Peer
 from agent.metrics import METRICS
+from agent.security.tls import PeerTls
 from metastore.internal_auth import auth_headers
 
 log = logging.getLogger(__name__)
@@ -89,6 +91,19 @@ def discover_host() -> str:
     return "127.0.0.1"
 
 
+def peer_session(timeout: aiohttp.ClientTimeout, headers: dict[str, str], tls: PeerTls | None) -> aiohttp.ClientSession:
+    """The HTTP client of peer traffic (blocks, group relay): over TLS it verifies
+    the peers' admin certificates with ``tls.context``."""
+    connector = aiohttp.TCPConnector(ssl=tls.context) if tls is not None else None
+    return aiohttp.ClientSession(timeout=timeout, headers=headers, connector=connector)
+
+
+def peer_request_tls(tls: PeerTls | None) -> dict[str, Any]:
+    """Per-request TLS arguments: the name the peer's certificate must carry when
+    it is not the peer's address (``peer_ssl_server_name``)."""
+    return {"server_hostname": tls.server_name} if tls is not None and tls.server_name else {}
+
+
 class PeerBlockLoader:
     def __init__(
         self,
@@ -98,8 +113,10 @@ class PeerBlockLoader:
         *,
         timeout_s: float = 10.0,
         token: str = "",
+        tls: PeerTls | None = None,
     ) -> None:
         self._headers = auth_headers(token)
+        self._tls = tls  # admin_tls: peers answer https only, verified with tls.context
         self.store_get = store_get
         self.membership = membership
         self.zone = zone
@@ -116,11 +133,11 @@ class PeerBlockLoader:
         if (
             owner is None
             or owner.agent_id == self.membership.me.agent_id
-            or owner.admin_url is None
+            or (base := owner.admin_url_for("https" if self._tls else "http")) is None
         ):
             return await self.store_get(key, start, end)
         try:
-            data = await self._peer_get(owner.admin_url, key, start, end)
+            data = await self._peer_get(base, key, start, end)
         except asyncio.CancelledError:
             raise
         except Exception as e:
@@ -140,9 +157,9 @@ class PeerBlockLoader:
 
     async def _peer_get(self, base: str, key: str, start: int, end: int) -> bytes:
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self.timeout, headers=self._headers)
+            self._session = peer_session(self.timeout, self._headers, self._tls)
         params = {"key": key, "start": str(start), "end": str(end)}
-        async with self._session.get(f"{base}/blocks", params=params) as r:
+        async with self._session.get(f"{base}/blocks", params=params, **peer_request_tls(self._tls)) as r:
             if r.status != 200:
                 raise OSError(f"HTTP {r.status}")
             return await r.read()

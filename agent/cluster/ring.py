@@ -53,10 +53,15 @@ class Peer:
 
     @property
     def admin_url(self) -> str | None:
+        return self.admin_url_for("http")
+
+    def admin_url_for(self, scheme: str) -> str | None:
+        """The peer's admin HTTP base URL; ``scheme`` is https when the cluster runs
+        ``admin_tls`` (every agent does or none: the registry does not store it)."""
         host = self.peer_host or self.host
         if not self.admin_port:
             return None
-        return f"http://[{host}]:{self.admin_port}" if ":" in host else f"http://{host}:{self.admin_port}"
+        return f"{scheme}://[{host}]:{self.admin_port}" if ":" in host else f"{scheme}://{host}:{self.admin_port}"
 
 
 def node_id_for(agent_id: str) -> int:

@@ -46,13 +46,27 @@ log = logging.getLogger(__name__)
 
 
 class Budget(Protocol):
-    """The agent's memory budget of responses (:class:`agent.security.limits.ResponseBudget`)."""
+    """The agent's memory budget (:class:`agent.security.limits.ResponseBudget`): unread
+    responses and request frames being received, all connections together."""
 
-    def available(self) -> int: ...
+    capacity: int
+    used: int
 
     def add(self, n: int) -> None: ...
 
     def sub(self, n: int) -> None: ...
+
+
+# Fetch responses may plan into this share of the budget; the rest stays for request
+# frames, so clients that fetch much and never read cannot make a producer's large
+# request wait for the deadline that closes them (they hold at most this share, plus
+# one batch each).
+RESPONSE_SHARE = 0.75
+
+
+def response_room(budget: Budget) -> int:
+    """What a Fetch may still plan into the budget."""
+    return max(0, int(budget.capacity * RESPONSE_SHARE) - budget.used)
 
 
 class Reservation:
@@ -69,7 +83,7 @@ class Reservation:
         self.held = 0
 
     def available(self) -> int:
-        return self._budget.available()
+        return response_room(self._budget)
 
     def take(self, n: int) -> None:
         self._budget.add(n)

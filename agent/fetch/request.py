@@ -19,8 +19,9 @@ order; the look itself is a :class:`~agent.connection.Deferred` (the connection
 keeps reading while the Fetch long-polls, responses still leave in order).
 ``max_bytes`` is capped here by the broker's ``fetch_max_bytes`` (Kafka's
 ``fetch.max.bytes``, 55 MiB) and, when the response is built, by what is left
-of the agent's budget of unread responses (``queued_max_request_bytes``,
-:mod:`agent.security.limits`): a Fetch asking 2^31-1 gets at most that, and the
+of the responses' share (3/4) of the agent's memory budget
+(``queued_max_request_bytes``, :mod:`agent.security.limits`; the planned bytes
+are reserved in it, :class:`agent.fetch.plan.Reservation`): a Fetch asking 2^31-1 gets at most that, and the
 first partition with data still gets its first whole batch (KIP-74).
 """
 
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent.connection import Deferred
 from agent.fetch import answer, poll, session
-from agent.fetch.plan import Reservation
+from agent.fetch.plan import Reservation, response_room
 from agent.fetch.resolve import resolve
 from agent.metrics import METRICS
 from kafka_protocol.errors import ErrorCode
@@ -79,7 +80,7 @@ def cap(host: FetchHost, ctx: RequestContext, req: FetchRequest) -> FetchRequest
     limit = host.config.fetch_max_bytes
     budget = getattr(ctx.conn, "response_budget", None)
     if budget is not None:
-        limit = min(limit, budget.available())
+        limit = min(limit, response_room(budget))
     if req.max_bytes > limit:
         req.max_bytes = limit
     return req

@@ -70,15 +70,17 @@ def make_dispatcher(broker: Broker) -> Any:
             # coordinator itself, so relay the request to it (agent.cluster.forward).
             fw = broker.cluster.forwarder
             owner = fw.target(h.api_key, request)
-            # The owner does not learn the principal: authorize here first, and answer a
-            # refused request here (the handler gives the exact authorization errors).
+            # Authorize here first and answer a refused request here (the handler gives the
+            # exact authorization errors); the owner authorizes again with the principal.
             if owner is not None and await may_relay(broker, ctx, h.api_key, request):
 
                 async def local() -> Any:
                     result = await spec.func(broker, ctx, request)
                     return await result.awaitable if isinstance(result, Deferred) else result
 
-                return Deferred(fw.relay(owner, bytes(frame), ctx.client_host, local))
+                return Deferred(
+                    fw.relay(owner, bytes(frame), ctx.client_host, local, principal=str(ctx.conn.principal))
+                )
         try:
             result = await spec.func(broker, ctx, request)
         except Exception as e:

@@ -132,7 +132,7 @@ def broker_configs(broker: Broker) -> list[tuple[str, str, int]]:
 
 def planning_url(broker: Broker) -> list[tuple[str, str, int]]:
     """``floe.planning.url``: where Spark drivers find the planning API (agent/planning.py)."""
-    url = broker.cluster.me.admin_url
+    url = broker.cluster.admin_url(broker.cluster.me)  # https with admin_tls
     if url is None:
         return []
     from agent.planning import PREFIX

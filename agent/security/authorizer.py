@@ -15,7 +15,9 @@ refused (fail closed).
 Handlers call :func:`allowed` (one resource) or :func:`allowed_any` (Kafka's
 ``authorizeByResourceType``, used by InitProducerId without a transactional id).
 A request relayed from another agent (agent.cluster.forward, no connection)
-was authorized there, before it was relayed, so it is allowed here.
+was authorized there before it was relayed, and is authorized again here with
+the principal the relay carried (``ctx.attrs["principal"]``, issue 42), so a
+peer credential alone does not skip the ACLs.
 
 The handlers pass their broker in, but this module only needs two things from
 it, named by :class:`AuthSource`; it does not import the Broker (which imports
@@ -162,20 +164,31 @@ class AuthSource(Protocol):
     async def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None: ...
 
 
+def sender(ctx: RequestContext) -> str | None:
+    """The principal of the request: its connection's, or the one a peer relayed it for
+    (agent.cluster.forward); None for an in-process request with neither."""
+    if ctx.conn is not None:
+        return str(ctx.conn.principal)
+    relayed = ctx.attrs.get("principal")
+    return relayed if isinstance(relayed, str) else None
+
+
 def allowed(broker: AuthSource, ctx: RequestContext, op: int, rtype: int, name: str) -> bool:
     """May the sender of ``ctx`` perform ``op`` on resource ``name`` of ``rtype``?"""
     a = broker.authorizer
-    if a is None or ctx.conn is None:  # no authorizer, or relayed (checked by the relaying agent)
+    who = sender(ctx) if a is not None else None
+    if a is None or who is None:
         return True
-    return a.authorize(str(ctx.conn.principal), ctx.client_host, op, rtype, name)
+    return a.authorize(who, ctx.client_host, op, rtype, name)
 
 
 def allowed_any(broker: AuthSource, ctx: RequestContext, op: int, rtype: int) -> bool:
     """May the sender ``op`` on at least one resource of ``rtype`` (authorizeByResourceType)?"""
     a = broker.authorizer
-    if a is None or ctx.conn is None:
+    who = sender(ctx) if a is not None else None
+    if a is None or who is None:
         return True
-    return a.authorize_any(str(ctx.conn.principal), ctx.client_host, op, rtype)
+    return a.authorize_any(who, ctx.client_host, op, rtype)
 
 
 def cluster_allowed(broker: AuthSource, ctx: RequestContext, op: int) -> bool:
@@ -185,19 +198,20 @@ def cluster_allowed(broker: AuthSource, ctx: RequestContext, op: int) -> bool:
 def authorized_operations(broker: AuthSource, ctx: RequestContext, rtype: int, name: str) -> int:
     """The bit set for ``include_*_authorized_operations`` (every operation without an authorizer)."""
     a = broker.authorizer
-    if a is None or ctx.conn is None:
+    who = sender(ctx) if a is not None else None
+    if a is None or who is None:
         bits = 0
         for op in OPERATIONS.get(rtype, ()):
             bits |= 1 << int(op)
         return bits
-    return a.operations(str(ctx.conn.principal), ctx.client_host, rtype, name)
+    return a.operations(who, ctx.client_host, rtype, name)
 
 
 async def may_relay(broker: AuthSource, ctx: RequestContext, api_key: int, req: Any) -> bool:
     """Would the coordinator allow every resource of this group/transaction request?
     Asked before a request is relayed to its ring owner (agent.cluster.forward), which
-    does not learn the principal: a request with any refused resource is answered here
-    instead, by the local handler, with the exact authorization errors."""
+    authorizes it again with the relayed principal: a request with any refused resource
+    is answered here instead, by the local handler, with the exact authorization errors."""
     if broker.authorizer is None:
         return True
     v = ctx.header.api_version

@@ -1,9 +1,10 @@
 """TLS for SSL / SASL_SSL listeners with Python's ``ssl``; mTLS principals; reload.
 
 Sits between agent.config (``ssl_certfile``, ``ssl_keyfile``, ``ssl_cafile``,
-``ssl_client_auth``) and agent.server (``create_server(ssl=...)``: asyncio's
-SSL transport feeds the connection's BufferedProtocol with plaintext, so the
-framing code is the same on every listener).
+``ssl_client_auth``) and agent.security.tls_accept (which runs the handshake
+with :attr:`TlsContexts.context` on each accepted TCP connection and feeds the
+connection's BufferedProtocol with plaintext, so the framing code is the same
+on every listener).
 
 Certificate reload without restart: every handshake goes through the
 context's SNI callback, which checks (at most once a second) whether the
@@ -14,6 +15,10 @@ mTLS principal (Kafka's default ``ssl.principal.mapping.rules=DEFAULT``): the
 client certificate's full subject distinguished name in RFC 2253 / 4514 form,
 most specific first, e.g. ``User:CN=alice,OU=eng,O=Example``. Only on SSL
 listeners; on SASL_SSL the principal comes from SASL, as in Kafka.
+
+The admin/peer HTTP port (``admin_tls``, issue 42) reuses :class:`TlsContexts`
+for its server side (:func:`admin_server_tls`); :class:`PeerTls` is the client
+side the peer cache and the group relay verify other agents with.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import logging
 import os
 import ssl
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from cryptography import x509
@@ -57,7 +63,7 @@ class TlsContexts:
         self._checked = time.monotonic()
         self.current = self._build()
         self.reloads = 0
-        # The context handed to create_server: its SNI callback swaps in ``current``.
+        # The context every handshake starts with (tls_accept): its SNI callback swaps in ``current``.
         self.context = self._build()
         self.context.sni_callback = self._on_handshake
 
@@ -119,3 +125,49 @@ class TlsContexts:
                 )
             except ValueError as e:
                 log.warning("client certificate of %s: unreadable subject (%s)", conn.peer, e)
+
+
+# -- the admin/peer HTTP port over TLS (issue 42) ---------------------------------------
+
+
+def admin_server_tls(config: AgentConfig) -> TlsContexts | None:
+    """The admin port's server contexts when ``admin_tls`` is on: its own certificate
+    and key (``admin_ssl_certfile``/``admin_ssl_keyfile``) or the Kafka listeners'
+    (``ssl_certfile``/``ssl_keyfile``), reloaded on change like theirs. No client
+    certificate is asked for: peers authenticate with the peer credential, Spark
+    with its Kafka credentials, and a load balancer's health check has none."""
+    if not config.admin_tls:
+        return None
+    cert = config.admin_ssl_certfile or config.ssl_certfile
+    key = config.admin_ssl_keyfile or (config.ssl_keyfile if not config.admin_ssl_certfile else "")
+    if not cert or not key:
+        raise ValueError(
+            "admin_tls needs a certificate and key: FLOE_ADMIN_SSL_CERTFILE/FLOE_ADMIN_SSL_KEYFILE,"
+            " or the Kafka listeners' FLOE_SSL_CERTFILE/FLOE_SSL_KEYFILE"
+        )
+    return TlsContexts(
+        config.model_copy(
+            update={"ssl_certfile": cert, "ssl_keyfile": key, "ssl_cafile": "", "ssl_client_auth": "none"}
+        )
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PeerTls:
+    """How an agent reaches its peers' HTTPS admin ports: the context that verifies
+    their certificates (``peer_ssl_cafile``, else the system trust store) and the
+    name checked (``peer_ssl_server_name``; None: the peer's address itself)."""
+
+    context: ssl.SSLContext
+    server_name: str | None = None
+
+    @classmethod
+    def from_config(cls, config: AgentConfig) -> PeerTls | None:
+        if not config.admin_tls:
+            return None
+        try:
+            ctx = ssl.create_default_context(cafile=config.peer_ssl_cafile or None)
+        except (OSError, ssl.SSLError) as e:
+            raise ValueError(f"cannot load FLOE_PEER_SSL_CAFILE {config.peer_ssl_cafile!r}: {e}") from e
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        return cls(ctx, config.peer_ssl_server_name or None)

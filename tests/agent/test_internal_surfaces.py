@@ -1,8 +1,11 @@
-"""The agent's admin port: internal routes need the internal token (issue 15).
+"""The agent's admin port: internal routes need the peer credential (issues 15, 42).
 
-``/blocks`` (peer block cache: the bytes of any object), ``/kafka`` (the group
-relay) and the planning API answer 401 to anonymous callers and to a wrong
-token; ``/metrics``, ``/healthz`` and ``/readyz`` stay open. Two agent
+``/blocks`` (peer block cache: the bytes of any object) and ``/kafka`` (the
+group relay) answer 401 to anonymous callers and to a wrong token, 403 to the
+metastore credential; ``/metrics``, ``/healthz`` and ``/readyz`` stay open.
+The planning API takes no internal credential: it authenticates Kafka
+principals (tests/security/test_scoped_credentials.py); on an agent without
+SASL it is as open as the Kafka port. A malformed relayed frame is a 400. Two agent
 processes holding the same token share blocks (peer GETs served, no fallback);
 agents holding different tokens refuse each other and fall back to the object
 store (clients still get their records). Without a token the internal routes
@@ -46,14 +49,26 @@ def test_internal_routes_need_the_token(agent_factory: Callable[..., Any]) -> No
     assert _status(blocks) == 401
     assert _status(blocks, token="wrong") == 401
     assert _status(f"{base}/kafka", method="POST", data=b"\x00" * 16) == 401
-    assert _status(f"{base}/floe/plan/v1") == 401
-    assert _status(f"{base}/floe/plan/v1/read-plan", method="POST", data=b"{}") == 401
+    # No SASL listener: the planning API answers as the Kafka port would (anonymous).
+    assert _status(f"{base}/floe/plan/v1") == 200
+    assert _status(f"{base}/floe/plan/v1/read-plan", method="POST", data=b"{}") == 400
     for path in ("/metrics", "/healthz", "/readyz"):
         assert _status(base + path) in (200, 503), path  # open (readyz may be not ready yet)
     # With the token the handlers run: a missing object is a 502 from the cache, not a 401.
     assert _status(blocks, token=TOKEN) == 502
     assert _status(f"{base}/blocks", token=TOKEN) == 400
     assert _status(f"{base}/floe/plan/v1", token=TOKEN) == 200
+    # Malformed relayed frames are the sender's fault: 400, never 500.
+    for frame in (b"\x00" * 16, b"\x00\x0b\x00\x05\x00\x00\x00\x01\xff\xff\x01", b""):
+        assert _status(f"{base}/kafka", method="POST", data=frame, token=TOKEN) == 400, frame
+
+
+def test_peer_and_metastore_credentials_are_separate(agent_factory: Callable[..., Any]) -> None:
+    agent = agent_factory(peer_token="peer-secret-0123456789", metastore_token="meta-secret-0123456789")
+    base = f"http://127.0.0.1:{agent.server.admin_port}"
+    assert _status(f"{base}/blocks", token="peer-secret-0123456789") == 400  # ran: bad params
+    assert _status(f"{base}/blocks", token="meta-secret-0123456789") == 401
+    assert _status(f"{base}/kafka", method="POST", data=b"", token="meta-secret-0123456789") == 401
 
 
 def test_no_token_serves_loopback_only(agent_factory: Callable[..., Any]) -> None:

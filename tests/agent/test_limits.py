@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -63,8 +64,9 @@ async def _never(ctx: Any, frame: Any, at: int) -> Any:  # pragma: no cover - ne
 
 def _conn(clock: Clock, **kw: Any) -> tuple[KafkaConnection, Transport]:
     kw.setdefault("max_frame_bytes", 100 * 1024 * 1024)
+    ip = kw.pop("ip", "10.0.0.1")
     conn = KafkaConnection(kw.pop("dispatch", _never), clock=clock, **kw)
-    t = Transport(kw.get("ip", "10.0.0.1"))
+    t = Transport(ip)
     t.protocol = conn
     conn.connection_made(t)  # type: ignore[arg-type]
     return conn, t
@@ -205,7 +207,7 @@ async def test_non_reading_client_stops_being_read_and_holds_budget() -> None:
     t.close()
 
 
-@pytest.mark.parametrize("avail,asked,expect", [(10**9, 2**31 - 1, 55 * 1024 * 1024), (1000, 2**31 - 1, 1000), (0, 50, 0)])
+@pytest.mark.parametrize("avail,asked,expect", [(10**9, 2**31 - 1, 55 * 1024 * 1024), (1000, 2**31 - 1, 750), (0, 50, 0)])
 def test_fetch_max_bytes_cap(avail: int, asked: int, expect: int) -> None:
     from types import SimpleNamespace
 
@@ -216,3 +218,103 @@ def test_fetch_max_bytes_cap(avail: int, asked: int, expect: int) -> None:
     ctx = SimpleNamespace(conn=SimpleNamespace(response_budget=budget))
     req = SimpleNamespace(max_bytes=asked)
     assert cap(broker, ctx, req).max_bytes == expect  # type: ignore[arg-type]
+
+
+async def test_large_frames_reserve_their_size_or_wait_small_frames_pass() -> None:
+    """Issue 42: the rest of a frame beyond 64 KiB is reserved from the budget when
+    its size is read; when the budget is used up the connection stops reading
+    until a reservation is given back; frames of up to 64 KiB always pass."""
+    KiB = 1024
+    budget = ResponseBudget(1024 * KiB)
+    clock = Clock()
+    a, ta = _conn(clock, budget=budget, ip="10.0.0.1")
+    b, tb = _conn(clock, budget=budget, ip="10.0.0.2")
+    c, tc = _conn(clock, budget=budget, ip="10.0.0.3")
+    _feed(a, struct.pack(">i", 800 * KiB) + b"x" * 400 * KiB)
+    assert budget.used == 800 * KiB and ta.reading
+    _feed(b, struct.pack(">i", 800 * KiB))  # granted: the budget was not used up (one may overshoot)
+    assert budget.used == 1600 * KiB and tb.reading
+    _feed(c, struct.pack(">i", 800 * KiB))  # used up: c waits, holding no buffer
+    assert not tc.reading and budget.waiting == 1 and budget.used == 1600 * KiB
+    assert c._frame is not None and len(c._frame) == 0
+    assert c.expired(clock.t + 3600, 1e9, 30) is None, "waiting for memory is not the client's fault"
+    d, td = _conn(clock, budget=budget, ip="10.0.0.4")
+    _feed(d, struct.pack(">i", 100) + b"y" * 50)  # a small frame still passes
+    assert td.reading and budget.used == 1600 * KiB + 100
+    tb.close()  # gives 800 KiB back: 800 KiB + 100 used of 1 MiB, c gets its 800 KiB
+    assert tc.reading and budget.waiting == 0 and budget.used == 1600 * KiB + 100
+    _feed(c, b"z" * (800 * KiB))  # c's frame is read to the end (dispatch: _never -> closes)
+    budget.add(2 * 1024 * KiB)  # twice over (e.g. unread responses): small frames wait too
+    e, te = _conn(clock, budget=budget, ip="10.0.0.5")
+    _feed(e, struct.pack(">i", 100))
+    assert not te.reading and budget.waiting == 1
+    budget.sub(2 * 1024 * KiB)
+    assert te.reading and budget.waiting == 0
+    for t in (ta, tb, tc, td, te):
+        t.close()
+    assert budget.used == 0
+
+
+async def test_large_responses_are_handed_over_a_slice_at_a_time() -> None:
+    """A 5 MiB response to a client that does not read: one 1 MiB slice goes to the
+    transport (over TLS: encrypted into the TCP transport), the rest waits here,
+    and all of it is counted in the budget."""
+    from agent.connection import RawFrame
+
+    MiB = 1024 * 1024
+    big = b"r" * (5 * MiB)
+
+    async def dispatch(ctx: Any, frame: Any, at: int) -> Any:
+        return RawFrame(big)
+
+    budget = ResponseBudget(256 * MiB)
+    clock = Clock()
+    conn, t = _conn(clock, dispatch=dispatch, budget=budget)
+    request = struct.pack(">hhi", 18, 0, 1) + struct.pack(">h", -1)
+    _feed(conn, struct.pack(">i", len(request)) + request)
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert sum(map(len, t.written)) == MiB
+    assert budget.used == 5 * MiB  # 4 MiB not handed over + 1 MiB in the transport
+    t.buffered = 0  # the client read it
+    conn.resume_writing()
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert sum(map(len, t.written)) == 2 * MiB and budget.used == 4 * MiB
+    t.close()
+    assert budget.used == 0
+
+
+def test_at_max_connections_the_oldest_unauthenticated_is_evicted() -> None:
+    limits = ConnectionLimits(2, 5)
+    evicted: list[str] = []
+
+    def evict(key: str) -> Callable[[], bool]:
+        def go() -> bool:
+            evicted.append(key)
+            return True
+
+        return go
+
+    assert limits.admit("10.0.0.1") and limits.admit("10.0.0.2")
+    limits.add_pending("authenticated-since", lambda: False)  # dropped, not evicted
+    limits.add_pending("a", evict("a"))
+    limits.add_pending("b", evict("b"))
+    assert limits.admit("10.0.0.3")  # evicts "a" (its release comes with its connection_lost)
+    assert evicted == ["a"] and limits.total == 3
+    limits.release("10.0.0.1")
+    limits.forget("b")  # authenticated or closed: no longer evictable
+    assert not limits.admit("10.0.0.4"), "nothing left to evict: refused"
+    assert evicted == ["a"] and limits.total == 2
+
+
+async def test_unauthenticated_connection_expires_from_its_accept() -> None:
+    clock = Clock()
+    conn, t = _conn(clock)
+    conn.pre_auth = True  # a SASL listener's connection, not authenticated
+    conn.accepted_at = clock.t - 5  # its TLS handshake took 5 s
+    sweeper = DeadlineSweeper(lambda: [conn], idle_ms=600_000, request_ms=30_000, auth_ms=10_000, clock=clock)
+    clock.t += 4
+    assert sweeper.sweep() == 0
+    clock.t += 2
+    assert sweeper.sweep() == 1 and t.closed

@@ -212,6 +212,53 @@ def test_3000_connections_declaring_1mib_frames(agent_process_factory: Callable[
     assert not agent.problems()
 
 
+def test_3000_connections_sending_half_of_a_1mib_frame(agent_process_factory: Callable[..., AgentProcess]) -> None:
+    """Issue 42: each sends half of its declared 1 MiB frame. Before, every one of
+    them held its half (3,000 x 512 KiB: 367 MB -> 1.55 GB); now the rest of a
+    frame beyond 64 KiB is reserved from queued_max_request_bytes (256 MiB) and
+    the others wait, unread, while a well-behaved client's produce is answered
+    within a second."""
+    from confluent_kafka import Producer
+
+    agent = agent_process_factory()
+    create_topic(agent, "rt")
+    assert agent.pid is not None
+    base, _ = rss(agent.pid)
+    p = Producer({"bootstrap.servers": agent.bootstrap, "linger.ms": 0})
+    p.produce("rt", b"warm-up")
+    assert p.flush(30) == 0
+    half = b"x" * (MiB // 2)
+    socks: list[socket.socket] = []
+    slowest = 0.0
+    try:
+        for i in range(3000):
+            s = connect_from(("127.0.0.2", "127.0.0.3")[i % 2], agent.port)
+            s.setblocking(False)
+            s.send(struct.pack(">i", MiB))
+            with contextlib.suppress(BlockingIOError):
+                s.send(half)  # whatever the agent and the kernel take now
+            socks.append(s)
+            if i % 500 == 499:  # a well-behaved produce, answered within 1 s, throughout
+                t0 = time.monotonic()
+                p.produce("rt", f"during-{i}".encode())
+                assert p.flush(10) == 0
+                slowest = max(slowest, time.monotonic() - t0)
+        wait_until(lambda: scrape_metric(agent.admin_port, "floe_connections") >= 3000, 30, "3,000 connections")
+        t0 = time.monotonic()
+        p.produce("rt", b"after")
+        assert p.flush(10) == 0
+        slowest = max(slowest, time.monotonic() - t0)
+        now, peak = rss(agent.pid)
+    finally:
+        for s in socks:
+            s.close()
+    print(f"3,000 x half of 1 MiB: base RSS {base / MiB:.0f} MiB, now {now / MiB:.0f} MiB, "
+          f"peak {peak / MiB:.0f} MiB, slowest produce {slowest:.2f} s")  # fmt: skip
+    assert peak <= BOUND
+    assert slowest < 1.0
+    assert not agent.problems()
+
+
 def test_5000_idle_connections(agent_process_factory: Callable[..., AgentProcess]) -> None:
     agent = agent_process_factory()
     create_topic(agent, "rt")

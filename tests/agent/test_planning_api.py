@@ -74,3 +74,17 @@ def test_planning_api_routes_and_fuzz(floe_agent: Any) -> None:
             assert set(got["error"]) == {"type", "message"}
 
     fuzz()
+
+    # Lease renewals: malformed byte runs are a 400, a run of an unknown object gets no
+    # URL (the file store presigns nothing; tests/spark_source/test_range_grants.py
+    # covers S3), never a server error.
+    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(json_values, st.booleans())
+    def fuzz_renew(ranges: Any, presign: bool) -> None:
+        body = {"keys": ["nope"], "ttl_ms": 1000, "presign": presign, "ranges": ranges}
+        status, got = call(base, "PUT", "/leases/l2", body)
+        assert status in (200, 400, 403), (status, got)
+        if status == 200:
+            assert got["urls"] == {} and got["ranges"] == {}
+
+    fuzz_renew()
