@@ -101,6 +101,7 @@ async def _main(args: argparse.Namespace) -> int:
     from compactor.runner import Compactor, PassSummary, TaskExecutor
     from floe_cli.topics import ensure_sqlite_dir
     from metastore import MetastoreError, open_metastore
+    from metastore.redact import redact_text, redact_url
     from objectstore import open_object_store
 
     console = Console(stderr=True)
@@ -109,7 +110,7 @@ async def _main(args: argparse.Namespace) -> int:
     try:
         meta = await open_metastore(meta_url)
     except MetastoreError as e:
-        print(f"floe: cannot open the metastore at {meta_url}: {e}", file=sys.stderr)
+        print(f"floe: cannot open the metastore at {redact_url(meta_url)}: {redact_text(str(e), meta_url)}", file=sys.stderr)
         return 1
     store = open_object_store(objects_url)
     try:

@@ -60,12 +60,13 @@ async def share_partitions(meta: Any, group_id: str) -> list[dict[str, Any]]:
 
 async def _groups(args: argparse.Namespace) -> int:
     from metastore import MetastoreError, open_metastore
+    from metastore.redact import redact_text, redact_url
 
     url = args.metastore or _default_metastore()
     try:
         meta = await open_metastore(url)
     except MetastoreError as e:
-        print(f"floe: cannot open the metastore at {url}: {e}", file=sys.stderr)
+        print(f"floe: cannot open the metastore at {redact_url(url)}: {redact_text(str(e), url)}", file=sys.stderr)
         return 1
     try:
         from floe_cli import consumer_groups

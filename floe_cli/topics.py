@@ -45,13 +45,14 @@ def add_topics_parser(sub: Any) -> None:
 
 async def _topics(args: argparse.Namespace) -> int:
     from metastore import LATEST_TIMESTAMP, ErrorCode, MetastoreError, open_metastore
+    from metastore.redact import redact_text, redact_url
 
     url = args.metastore or _default_metastore()
     ensure_sqlite_dir(url)
     try:
         meta = await open_metastore(url)
     except MetastoreError as e:
-        print(f"floe: cannot open the metastore at {url}: {e}", file=sys.stderr)
+        print(f"floe: cannot open the metastore at {redact_url(url)}: {redact_text(str(e), url)}", file=sys.stderr)
         return 1
     try:
         cmd = args.topics_command

@@ -29,7 +29,8 @@ def add_users_parser(sub: Any) -> None:
     a.add_argument("--password", default=None, help="(default: FLOE_USER_PASSWORD, else prompt)")
     a.add_argument("--mechanism", "-m", action="append", choices=MECHANISMS, help="(default: both)")
     a.add_argument(
-        "--iterations", type=int, default=8192, help="PBKDF2 iterations, 4096-16384 (default 8192)"
+        "--iterations", type=int, default=8192,  # = agent.security.sasl.scram.DEFAULT_ITERATIONS
+        help="PBKDF2 iterations, 4096-16384 (default 8192)"
     )
     usub.add_parser("list", help="list users and their mechanisms (never secrets)")
     d = usub.add_parser("delete", help="delete a user's SCRAM credentials")
@@ -41,6 +42,7 @@ async def _users(args: argparse.Namespace) -> int:
     from agent.security.sasl.scram import MAX_ITERATIONS, MIN_ITERATIONS, make_credential
     from floe_cli.topics import _default_metastore, ensure_sqlite_dir
     from metastore import MetastoreError, open_metastore
+    from metastore.redact import redact_text, redact_url
 
     url = args.metastore or _default_metastore()
     ensure_sqlite_dir(url)
@@ -64,7 +66,7 @@ async def _users(args: argparse.Namespace) -> int:
     try:
         meta = await open_metastore(url)
     except MetastoreError as e:
-        print(f"floe: cannot open the metastore at {url}: {e}", file=sys.stderr)
+        print(f"floe: cannot open the metastore at {redact_url(url)}: {redact_text(str(e), url)}", file=sys.stderr)
         return 1
     try:
         if cmd == "add":

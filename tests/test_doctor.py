@@ -83,9 +83,8 @@ def test_doctor(postgres_url: str, s3_url: str, moto_server: str, readonly_s3: s
     res = doctor(*good)
     assert res.returncode == 0, res.stdout + res.stderr
     assert not [line for line in res.stdout.splitlines() if not line.startswith("ok")], res.stdout
-    assert {"metastore", "migrations", "bucket", "write", "kafka listener"} <= {
-        line.split()[1].rstrip(":") if line.split()[1] != "kafka" else "kafka listener"
-        for line in res.stdout.splitlines()
+    assert {"metastore", "migrations", "bucket", "write", "PLAINTEXT listener"} <= {
+        line[5:].split(":")[0] for line in res.stdout.splitlines()
     }
     print(f"\n$ floe doctor (good)\n{res.stdout}", end="")
 
@@ -101,7 +100,7 @@ def test_doctor(postgres_url: str, s3_url: str, moto_server: str, readonly_s3: s
     ro = f"s3://ro/p?endpoint={readonly_s3}&region={REGION}"
     _fails(doctor(*with_("--objects", ro)), "write", "Access Denied")
     with socket.create_server(("127.0.0.1", kafka_port)):
-        _fails(doctor(*good), "kafka listener", f"127.0.0.1:{kafka_port}")
+        _fails(doctor(*good), "PLAINTEXT listener", f"127.0.0.1:{kafka_port}")
 
 
 def test_cluster_id_required_and_checked(tmp_path: Path) -> None:
@@ -200,3 +199,215 @@ def test_docs_commands_exist() -> None:
         subs = [a for a in commands[cmd]._actions if a.__class__.__name__ == "_SubParsersAction"]
         if sub and subs:
             assert sub in subs[0].choices, f"docs name `floe {cmd} {sub}`, which does not exist"
+
+
+# -- the security configuration (issue 42) -------------------------------------------
+
+
+def _doctor_env(extra: dict[str, str], *args: str, timeout: str = "5") -> subprocess.CompletedProcess[str]:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLOE_")} | ENV_AWS | extra
+    argv = [sys.executable, "-m", "floe_cli.main", "doctor", "--host", "127.0.0.1", *args]
+    if timeout:
+        argv += ["--timeout", timeout]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=REPO, env=env)
+
+
+def _self_signed(directory: Path, name: str, *, days: float, start_days: float = -1) -> tuple[Path, Path]:
+    """A self-signed certificate valid from now+start_days to now+days, and its key."""
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.UTC)
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now + dt.timedelta(days=start_days)).not_valid_after(now + dt.timedelta(days=days))
+            .sign(key, hashes.SHA256()))  # fmt: skip
+    directory.mkdir(parents=True, exist_ok=True)
+    cert_path, key_path = directory / f"{name}.pem", directory / f"{name}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))  # fmt: skip
+    return cert_path, key_path
+
+
+def _lines(res: subprocess.CompletedProcess[str]) -> dict[str, str]:
+    """check name -> its whole line."""
+    return {line[5:].split(":")[0]: line for line in res.stdout.splitlines() if line[:4] in ("ok  ", "WARN", "FAIL")}
+
+
+@pytest.fixture
+def secure_setup(tmp_path: Path) -> tuple[list[str], dict[str, str]]:
+    """A migrated SQLite metastore with one SCRAM user, and the flags/env of an
+    agent with PLAINTEXT + SASL_SSL listeners, a 90-day certificate and PLAIN users."""
+    import asyncio
+
+    from agent.security.sasl.scram import make_credential
+    from metastore import open_metastore
+
+    db = f"sqlite:///{tmp_path / 'meta.db'}"
+
+    async def seed() -> None:
+        ms = await open_metastore(db)
+        try:
+            await ms.put_scram_credential(make_credential("carol", "SCRAM-SHA-256", "pw"))
+        finally:
+            await ms.close()
+
+    asyncio.run(seed())
+    cert, key = _self_signed(tmp_path / "tls", "good", days=90)
+    args = ["--metastore", db, "--objects", f"file://{tmp_path / 'objects'}", "--admin-port", "0", "--cluster-id", "x"]
+    env = {
+        "FLOE_LISTENERS": f"PLAINTEXT://127.0.0.1:{free_port()},SASL_SSL://127.0.0.1:{free_port()}",
+        "FLOE_SSL_CERTFILE": str(cert), "FLOE_SSL_KEYFILE": str(key),
+        "FLOE_SASL_MECHANISMS": "PLAIN,SCRAM-SHA-256", "FLOE_SASL_USERS": "alice:a-secret",
+    }  # fmt: skip
+    return args, env
+
+
+def test_doctor_security_good(secure_setup: tuple[list[str], dict[str, str]]) -> None:
+    args, env = secure_setup
+    res = _doctor_env(env, *args)
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = _lines(res)
+    assert all(line.startswith("ok") for line in lines.values()), res.stdout
+    port = env["FLOE_LISTENERS"].rsplit(":", 1)[1]
+    assert f"127.0.0.1:{port} is free" in lines["SASL_SSL listener"]  # the configured port, not 9092
+    assert "matches the certificate CN=good" in lines["tls key"]
+    assert "valid until" in lines["tls certificate"]
+    assert "1 user(s) in FLOE_SASL_USERS" in lines["sasl PLAIN"]
+    assert "1 user(s) in the metastore" in lines["sasl SCRAM-SHA-256"]
+    print(f"\n$ floe doctor (TLS + SASL, good)\n{res.stdout}", end="")
+
+
+def test_doctor_security_broken(tmp_path: Path, secure_setup: tuple[list[str], dict[str, str]]) -> None:
+    """Each broken piece: one FAIL line naming it (or a WARN that does not fail)."""
+    args, env = secure_setup
+    _fails(_doctor_env(env | {"FLOE_SSL_CERTFILE": str(tmp_path / "missing.pem")}, *args),
+           "tls certificate", "missing.pem")  # fmt: skip
+    _other_cert, other_key = _self_signed(tmp_path / "tls", "other", days=90)
+    _fails(_doctor_env(env | {"FLOE_SSL_KEYFILE": str(other_key)}, *args), "tls key", "is not the key of the certificate")
+    expired, expired_key = _self_signed(tmp_path / "tls", "expired", days=-1, start_days=-30)
+    _fails(_doctor_env(env | {"FLOE_SSL_CERTFILE": str(expired), "FLOE_SSL_KEYFILE": str(expired_key)}, *args),
+           "tls certificate", "expired on")  # fmt: skip
+    soon, soon_key = _self_signed(tmp_path / "tls", "soon", days=5)
+    res = _doctor_env(env | {"FLOE_SSL_CERTFILE": str(soon), "FLOE_SSL_KEYFILE": str(soon_key)}, *args)
+    assert res.returncode == 0 and _lines(res)["tls certificate"].startswith("WARN"), res.stdout
+    assert "day(s): renew it" in _lines(res)["tls certificate"]
+    # Nobody can log in: no PLAIN user and only a SCRAM mechanism nobody has a credential for.
+    _fails(_doctor_env(env | {"FLOE_SASL_USERS": "", "FLOE_SASL_MECHANISMS": "PLAIN,SCRAM-SHA-512"}, *args),
+           "sasl", "no user can log in with PLAIN, SCRAM-SHA-512")  # fmt: skip
+    # The configured SASL_SSL port is in use.
+    port = int(env["FLOE_LISTENERS"].rsplit(":", 1)[1])
+    with socket.create_server(("127.0.0.1", port)):
+        _fails(_doctor_env(env, *args), "SASL_SSL listener", f"127.0.0.1:{port}")
+    # A served metastore without its token (the metastore line fails too: nothing listens).
+    served = list(args)
+    served[served.index("--metastore") + 1] = f"http://127.0.0.1:{free_port()}"
+    lines = _lines(_doctor_env(env, *served))
+    assert lines["metastore token"].startswith("FAIL") and "FLOE_METASTORE_TOKEN" in lines["metastore token"]
+
+
+class _Jwks(BaseHTTPRequestHandler):
+    body = b""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, *a: object) -> None:
+        pass
+
+
+def test_doctor_jwks_and_timeout(secure_setup: tuple[list[str], dict[str, str]]) -> None:
+    """OAUTHBEARER: a reachable JWKS is ok; a closed port fails; a black-holed one
+    fails within --timeout (here from FLOE_DOCTOR_TIMEOUT), not a fixed deadline."""
+    import json
+    import time
+
+    import jwt
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    args, env = secure_setup
+    jwk = json.loads(jwt.algorithms.ECAlgorithm.to_jwk(ec.generate_private_key(ec.SECP256R1()).public_key()))
+    _Jwks.body = json.dumps({"keys": [jwk | {"kid": "k1"}]}).encode()
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Jwks)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    oauth = env | {"FLOE_SASL_MECHANISMS": "OAUTHBEARER"}
+    try:
+        res = _doctor_env(oauth | {"FLOE_OAUTH_JWKS": f"http://127.0.0.1:{srv.server_address[1]}/jwks"}, *args)
+        assert res.returncode == 0 and "1 key(s)" in _lines(res)["jwks"], res.stdout
+    finally:
+        srv.shutdown()
+    _fails(_doctor_env(oauth | {"FLOE_OAUTH_JWKS": f"http://127.0.0.1:{free_port()}/jwks"}, *args),
+           "jwks", "Connection refused")  # fmt: skip
+    with socket.create_server(("127.0.0.1", 0)) as hole:  # accepts (backlog), never answers
+        url = f"http://127.0.0.1:{hole.getsockname()[1]}/jwks"
+        t0 = time.monotonic()
+        res = _doctor_env(oauth | {"FLOE_OAUTH_JWKS": url, "FLOE_DOCTOR_TIMEOUT": "1.5"}, *args, timeout="")
+        took = time.monotonic() - t0
+    _fails(res, "jwks", "no answer within 1.5 s")
+    assert took < 30, took
+
+
+def test_doctor_timeout_flag() -> None:
+    from floe_cli.main import build_parser
+
+    ns = build_parser().parse_args(["doctor"])
+    assert ns.timeout == 15.0
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["doctor", "--timeout", "0"])
+
+
+def test_doctor_tokens() -> None:
+    """Where the internal credentials are needed: a served metastore needs its token;
+    a shared one (Postgres) the peer token once the admin port is reachable."""
+    from agent.config import AgentConfig
+    from floe_cli.doctor_security import token_checks
+
+    def lines(**kw: object) -> dict[str, str]:
+        cfg = AgentConfig(objects="memory://", **kw)  # type: ignore[arg-type]
+        return {name: f"{status} {detail}" for name, status, detail in token_checks(cfg)}
+
+    assert lines(metastore="sqlite:///x.db", admin_port=9644) == {}  # one process: nothing to share
+    pg = "postgresql://floe@db/floe"
+    assert lines(metastore=pg, admin_port=0) == {}  # no admin port: no peer routes
+    assert lines(metastore=pg, admin_port=9644)["peer token"].startswith("WARN not set")
+    assert lines(metastore=pg, admin_port=9644, admin_host="127.0.0.1")["peer token"].startswith("ok")
+    assert lines(metastore=pg, admin_port=9644, peer_token="short")["peer token"].startswith("WARN only 5")
+    assert lines(metastore=pg, admin_port=9644, internal_token="x" * 32)["peer token"] == "ok set"
+    assert lines(metastore="https://meta:8081")["metastore token"].startswith("FAIL")
+    assert lines(metastore="https://meta:8081", metastore_token="t" * 32)["metastore token"] == "ok set"
+    assert lines(metastore="http://meta:8081", metastore_token="t" * 32)["metastore token"].startswith("WARN")
+    assert lines(metastore="http://127.0.0.1:8081", metastore_token="t" * 32)["metastore token"] == "ok set"
+
+
+def test_passwords_redacted_everywhere(tmp_path: Path) -> None:
+    """An unreachable Postgres URL with a password: every command names it, none prints the password."""
+    import os
+
+    url = f"postgresql://floe:hunter2secret@127.0.0.1:{free_port()}/floe"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLOE_")} | ENV_AWS
+    commands = [
+        ["topics", "--metastore", url, "list"],
+        ["users", "--metastore", url, "list"],
+        ["groups", "--metastore", url, "list"],
+        ["compactor", "--metastore", url, "--objects", f"file://{tmp_path / 'o'}", "run", "--once"],
+        ["doctor", "--metastore", url, "--objects", f"file://{tmp_path / 'o'}", "--port", "0", "--timeout", "5"],
+    ]
+    for argv in commands:
+        res = subprocess.run([sys.executable, "-m", "floe_cli.main", *argv], capture_output=True, text=True,
+                             timeout=120, cwd=REPO, env=env)  # fmt: skip
+        out = res.stdout + res.stderr
+        assert res.returncode == 1 and "Traceback" not in out, (argv, out)
+        assert "hunter2secret" not in out and "floe:***@127.0.0.1" in out, (argv, out)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from agent.clock import Clock
@@ -62,6 +62,7 @@ class GroupConfig:
     min_session_timeout_ms: int = 6000
     max_session_timeout_ms: int = 1_800_000
     agent_id: str | None = None
+    metrics_interval_s: float = 10.0  # per-group lag on /metrics (0: off), as for KIP-848 groups
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +85,9 @@ def _resolve(fut: asyncio.Future[JoinResult] | asyncio.Future[SyncResult] | None
 
 
 class GroupCoordinator:
+    #: Is this agent the group's coordinator (its ring owner)? agent.cluster sets it.
+    owns: Callable[[str], bool] = staticmethod(lambda _group_id: True)
+
     def __init__(self, meta: Metastore, clock: Clock, config: GroupConfig | None = None) -> None:
         self.meta = meta
         self.clock = clock
@@ -92,11 +96,42 @@ class GroupCoordinator:
         self._groups: dict[str, Group] = {}
         self._load_locks: dict[str, asyncio.Lock] = {}
         self._handed_over: set[str] = set()  # upgraded; the consumer row is not written yet
+        self._metrics_task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self.timers.start()
+        if self.config.metrics_interval_s > 0:
+            self._metrics_task = asyncio.get_running_loop().create_task(self._metrics_loop(), name="group-lag")
+
+    async def _metrics_loop(self) -> None:
+        # Imported here: agent.groups.consumer imports this module.
+        from agent.groups.consumer.metrics import refresh_classic
+
+        while True:
+            await asyncio.sleep(self.config.metrics_interval_s)
+            try:
+                await refresh_classic(self)
+            except Exception as e:  # a metastore blip: the next refresh retries
+                log.debug("classic group metrics: %s", e)
+
+    async def reported_group_ids(self) -> list[str]:
+        """The classic groups whose lag this agent reports on /metrics: every live
+        group it owns, in memory or only in the metastore (committed offsets, no
+        member), but not one handed over to the consumer protocol."""
+        ids = {x.group_id for x in await self.meta.list_groups() if x.state != DEAD.value}
+        ids |= set(self._groups)
+        out = []
+        for gid in sorted(ids - self._handed_over):
+            g = self._groups.get(gid)
+            if (g is None or g.state is not DEAD) and self.owns(gid):
+                out.append(gid)
+        return out
 
     async def close(self) -> None:
+        if self._metrics_task is not None:
+            self._metrics_task.cancel()
+            await asyncio.gather(self._metrics_task, return_exceptions=True)
+            self._metrics_task = None
         await self.timers.stop()
         for g in self._groups.values():
             for m in g.members.values():

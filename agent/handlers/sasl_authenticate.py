@@ -8,7 +8,7 @@ authorizer through ``ctx.principal``) and v1+ answers the KIP-368
 credential's expiry (0 = none). On failure the answer is delayed by
 ``failed_auth_delay_ms`` (connection.failed.authentication.delay.ms), carries
 SASL_AUTHENTICATION_FAILED with Kafka's message, and the connection closes;
-the agent logs the reason without secrets.
+the agent counts it and logs the reason without secrets, rate-limited.
 
 Versions: 0-2 (v2 flexible).
 """
@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from agent.connection import CloseAfter, Deferred
 from agent.handlers.registry import handler
 from agent.security.sasl import AuthenticationFailed
+from agent.security.sasl.failures import FAILED_LOGINS
 from kafka_protocol.messages import SaslAuthenticateRequest, SaslAuthenticateResponse
 
 if TYPE_CHECKING:
@@ -79,7 +80,8 @@ async def handle(broker: Broker, ctx: RequestContext, req: SaslAuthenticateReque
 
 def _failed(broker: Broker, ctx: RequestContext, session: Any, mechanism: str, e: AuthenticationFailed) -> Any:
     session.fail()
-    log.warning("closing %s: SASL %s authentication failed: %s", ctx.conn.peer, mechanism, e.reason)
+    # Counted always, logged once per user and client host per 10 s (agent.security.sasl.failures).
+    FAILED_LOGINS.record(mechanism, e.user, ctx.conn.client_ip, e.reason)
     response = SaslAuthenticateResponse(error_code=SASL_AUTHENTICATION_FAILED, error_message=str(e))
     delay = session.settings.failed_delay_ms / 1000
     if delay <= 0:

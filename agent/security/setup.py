@@ -61,9 +61,10 @@ class Security:
             failed_delay_ms=config.failed_auth_delay_ms,
         )
         if meta is not None:
-            from agent.security.sasl.scram import scram_factories
+            from agent.security.sasl.scram import fake_salt_secret, scram_factories
 
-            settings.factories.update(scram_factories(meta, mechanisms))
+            secret = fake_salt_secret(config.peer_token, config.internal_token, config.metastore)
+            settings.factories.update(scram_factories(meta, mechanisms, secret))
         if "OAUTHBEARER" in mechanisms and config.oauth_jwks:
             from agent.security.sasl.oauthbearer import oauth_factory
 

@@ -16,11 +16,14 @@ from agent.security.principal import KafkaPrincipal
 
 class AuthenticationFailed(Exception):
     """The client failed to authenticate; ``str(e)`` is sent to it (no secrets).
-    ``reason`` is logged on the agent (still no secrets)."""
+    ``reason`` is logged on the agent (still no secrets); ``user`` is the user
+    name the client claimed, when the mechanism got that far (the failed-login
+    log is rate-limited per user and client host)."""
 
-    def __init__(self, message: str, reason: str = "") -> None:
+    def __init__(self, message: str, reason: str = "", user: str = "") -> None:
         super().__init__(message)
         self.reason = reason or message
+        self.user = user
 
 
 class SaslServer(Protocol):
@@ -41,9 +44,10 @@ class SaslServer(Protocol):
     def complete(self) -> bool: ...
 
 
-def invalid_credentials(mechanism: str, reason: str) -> AuthenticationFailed:
+def invalid_credentials(mechanism: str, reason: str, user: str = "") -> AuthenticationFailed:
     """Kafka's message for a failed SCRAM / OAUTHBEARER exchange."""
     return AuthenticationFailed(
         f"Authentication failed during authentication due to invalid credentials with SASL mechanism {mechanism}",
         reason,
+        user,
     )

@@ -70,15 +70,16 @@ class PlainServer:
         if authzid and authzid != user:
             raise AuthenticationFailed(
                 "Authentication failed: Client requested an authorization id that is different from username",
-                f"authorization id differs from user {user!r}",
+                "authorization id differs from the user name",
+                user,
             )
         expected = self._users.get(user)
         ok = hmac.compare_digest(
             password.encode(), expected.encode() if expected is not None else _DUMMY
         )
         if expected is None:
-            raise AuthenticationFailed(_FAILED, f"unknown user {user!r}")
+            raise AuthenticationFailed(_FAILED, "unknown user", user)
         if not ok:
-            raise AuthenticationFailed(_FAILED, f"wrong password for user {user!r}")
+            raise AuthenticationFailed(_FAILED, "wrong password", user)
         self.principal = KafkaPrincipal("User", user)
         return b""

@@ -6,9 +6,15 @@ from the user's stored credential (metastore ``scram_credentials``: salt,
 StoredKey, ServerKey; never the password); the client-final message
 ``c=biws,r=nonce,p=proof`` is checked (ClientKey = proof XOR
 HMAC(StoredKey, AuthMessage); H(ClientKey) == StoredKey with
-hmac.compare_digest) and answered ``v=ServerSignature``. An unknown user gets
-a fake salt and fails at the proof, like a wrong password. Channel binding is
+hmac.compare_digest) and answered ``v=ServerSignature``. Channel binding is
 not supported (gs2 flag ``n`` or ``y``), as in Kafka.
+
+An unknown user must be indistinguishable from a known one until the proof
+fails (like a wrong password): its server-first message carries the default
+iteration count (that of ``floe users add``) and a 32-byte salt, like Floe's
+own credentials, that is stable per user name and mechanism (HMAC of a server
+secret, so an attacker can neither precompute it nor see it change between
+attempts, agents or restarts when the secret is shared).
 
 Also the credential maths for AlterUserScramCredentials and ``floe users``.
 """
@@ -33,6 +39,7 @@ if TYPE_CHECKING:
 HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 MIN_ITERATIONS = 4096  # Kafka's lower bound
 MAX_ITERATIONS = 16384
+DEFAULT_ITERATIONS = 8192  # floe users add's default; also what an unknown user is told
 _MAX_MESSAGE = 4096
 
 
@@ -56,7 +63,7 @@ def credential_from_salted(
 
 
 def make_credential(
-    user: str, mechanism: str, password: str, iterations: int = 8192
+    user: str, mechanism: str, password: str, iterations: int = DEFAULT_ITERATIONS
 ) -> ScramCredential:
     salt = os.urandom(32)
     return credential_from_salted(
@@ -82,9 +89,36 @@ def _username(raw: str) -> str:
     return out
 
 
+def fake_salt_secret(*candidates: str) -> bytes:
+    """The key of unknown users' fake salts: the first non-empty candidate (a
+    deployment secret every agent shares: the peer or internal token, else the
+    metastore URL, which holds the database password), hashed for domain
+    separation; random per process when all are empty."""
+    for c in candidates:
+        if c:
+            return hashlib.sha256(b"floe-scram-fake-salt\0" + c.encode()).digest()
+    return _PROCESS_SECRET
+
+
+_PROCESS_SECRET = os.urandom(32)
+
+
+def fake_salt(secret: bytes, mechanism: str, user: str) -> bytes:
+    """A stable salt for an unknown ``user``, unpredictable without ``secret``."""
+    return hmac.new(secret, f"{mechanism}\0{user}".encode(), "sha256").digest()
+
+
 class ScramServer:
-    def __init__(self, mechanism: str, lookup: Callable[[str], object]) -> None:
+    def __init__(
+        self,
+        mechanism: str,
+        lookup: Callable[[str], object],
+        secret: bytes = b"",
+        default_iterations: int = DEFAULT_ITERATIONS,
+    ) -> None:
         self.mechanism = mechanism
+        self._secret = secret or _PROCESS_SECRET
+        self._default_iterations = default_iterations
         self._alg = HASHES[mechanism]
         self._lookup = lookup
         self._state = 0  # 0: want client-first, 1: want client-final, 2: done
@@ -103,7 +137,7 @@ class ScramServer:
 
     def _fail(self, reason: str) -> AuthenticationFailed:
         self._state = 3
-        return invalid_credentials(self.mechanism, reason)
+        return invalid_credentials(self.mechanism, reason, self._user)
 
     async def step(self, token: bytes) -> bytes:
         if len(token) > _MAX_MESSAGE:
@@ -137,12 +171,11 @@ class ScramServer:
         self._client_first_bare = bare
         cred = await self._lookup(user)  # type: ignore[misc]
         self._cred = cred if isinstance(cred, ScramCredential) else None
-        salt = (
-            self._cred.salt
-            if self._cred
-            else hashlib.sha256(b"floe-unknown-user" + user.encode()).digest()
-        )
-        iterations = self._cred.iterations if self._cred else MIN_ITERATIONS
+        if self._cred is not None:
+            salt, iterations = self._cred.salt, self._cred.iterations
+        else:
+            salt = fake_salt(self._secret, self.mechanism, user)
+            iterations = self._default_iterations
         self._nonce = attrs[1][1] + secrets.token_hex(16)  # alphanumeric, like Kafka's
         self._server_first = f"r={self._nonce},s={base64.b64encode(salt).decode()},i={iterations}"
         self._state = 1
@@ -164,16 +197,16 @@ class ScramServer:
         if not attrs.get("r", "").endswith(self._nonce):
             raise self._fail("nonce does not match")
         if self._cred is None:
-            raise self._fail(f"unknown user {self._user!r}")
+            raise self._fail("unknown user")
         auth_message = f"{self._client_first_bare},{self._server_first},{without_proof}".encode()
         signature = _hmac(self._alg, self._cred.stored_key, auth_message)
         if len(proof) != len(signature):
-            raise self._fail(f"bad proof length for user {self._user!r}")
+            raise self._fail("bad proof length")
         client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=True))
         if not hmac.compare_digest(
             hashlib.new(self._alg, client_key).digest(), self._cred.stored_key
         ):
-            raise self._fail(f"wrong password for user {self._user!r}")
+            raise self._fail("wrong password")
         server_signature = _hmac(self._alg, self._cred.server_key, auth_message)
         self._state = 2
         self.principal = KafkaPrincipal("User", self._user)
@@ -181,12 +214,15 @@ class ScramServer:
 
 
 def scram_factories(
-    meta: Metastore, mechanisms: tuple[str, ...]
+    meta: Metastore, mechanisms: tuple[str, ...], secret: bytes = b""
 ) -> dict[str, Callable[[], SaslServer]]:
+    """One server factory per enabled SCRAM mechanism; ``secret`` keys the fake
+    salts of unknown users (:func:`fake_salt_secret`)."""
+
     def factory(mechanism: str) -> Callable[[], SaslServer]:
         async def lookup(user: str) -> ScramCredential | None:
             return await meta.get_scram_credential(user, mechanism)
 
-        return lambda: ScramServer(mechanism, lookup)
+        return lambda: ScramServer(mechanism, lookup, secret)
 
     return {m: factory(m) for m in mechanisms if m in HASHES}
