@@ -79,6 +79,9 @@ def rendered_environment(
     assert locals_src["agent_workers"] == (
         "${var.agent_workers > 0 ? var.agent_workers : max(1, floor(var.agent_cpu / 1024))}"
     ), locals_src["agent_workers"]
+    assert (
+        locals_src["authorizer"] == '${coalesce(var.authorizer, var.enable_sasl ? "acl" : "none")}'
+    )
     workers = int(variables["agent_workers"]) or max(1, int(variables["agent_cpu"]) // 1024)
     locals_ = {
         "bucket_name": bucket,
@@ -93,6 +96,9 @@ def rendered_environment(
         "tls_certfile": "",
         "tls_keyfile": "",
         "sasl_mechanisms": "",
+        # No SASL: no authorizer (variables.tf: acl exactly when enable_sasl), no super users.
+        "authorizer": "none",
+        "super_users": "",
     }
     assert not variables["enable_tls"] and not variables["enable_sasl"]
     env = {
@@ -115,14 +121,14 @@ def rendered_environment(
         "secret_string_wo"
     ]
     secrets = {"FLOE_METASTORE": render(dsn_template, variables, locals_)}
-    # FLOE_INTERNAL_TOKEN <- the internal token secret (the agents' peer routes need it).
-    assert re.search(
-        r"FLOE_INTERNAL_TOKEN\s*=\s*aws_secretsmanager_secret\.internal_token\.arn", secrets_src
-    ), secrets_src
+    # FLOE_PEER_TOKEN <- the internal token secret (the agents' peer routes need it).
+    assert re.search(r"FLOE_PEER_TOKEN\s*=\s*local\.internal_token_secret_arn", secrets_src), (
+        secrets_src
+    )
     token_template = module.resources()["aws_secretsmanager_secret_version.internal_token"][
         "secret_string_wo"
     ]
-    secrets["FLOE_INTERNAL_TOKEN"] = render(token_template, variables, locals_)
+    secrets["FLOE_PEER_TOKEN"] = render(token_template, variables, locals_)
     return env, secrets
 
 

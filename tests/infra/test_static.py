@@ -342,7 +342,10 @@ def test_task_definitions_use_the_environment_locals(module: TfDir) -> None:
     svc = res["aws_ecs_service.agent"]
     assert svc["network_configuration"][0]["subnets"] == ["${var.agent_subnets[each.key]}"]
     compactor = res["aws_ecs_task_definition.compactor"]["container_definitions"]
-    assert 'command = ["compactor", "run", "--metrics-port", tostring(local.compactor_metrics_port)]' in compactor
+    assert (
+        'command = ["compactor", "run", "--metrics-port", tostring(local.compactor_metrics_port)]'
+        in compactor
+    )
     assert "environment = [for k, v in local.compactor_environment" in compactor
     for name in re.findall(r"\bname = \"(FLOE_[A-Z_]+)\"", compactor):
         assert name in agent_config_env_names(), name
@@ -357,7 +360,9 @@ def test_compactor_env_names_are_compactor_config_fields(module: TfDir) -> None:
     names = set(module.locals()["compactor_environment"])
     assert "FLOE_COMPACTOR_MAX_INPUT_BYTES" in names and "FLOE_OBJECTS" in names
     unknown = sorted(names - fields - {"FLOE_OBJECTS", "FLOE_METASTORE"})
-    assert not unknown, f"the module sets {unknown}, which compactor/config.py CompactorConfig does not read"
+    assert not unknown, (
+        f"the module sets {unknown}, which compactor/config.py CompactorConfig does not read"
+    )
 
 
 def test_docs_cover_every_agent_setting() -> None:
@@ -454,3 +459,15 @@ def test_dockerfile_copies_every_package_the_cli_needs() -> None:
                 if m.group(1) in ours:
                     needed.add(m.group(1))
     assert needed <= copied, f"the image lacks packages the CLI imports: {sorted(needed - copied)}"
+
+
+def test_agent_user_matches_the_image(module: TfDir) -> None:
+    """The TLS volume is handed to local.agent_uid and the agent container runs as
+    local.agent_user: both must be the image's USER, or the agent cannot write it."""
+    users = [rest for op, rest in final_stage() if op == "USER"]
+    locals_ = module.locals()
+    assert locals_["agent_user"] == "${local.agent_uid}:${local.agent_uid}", locals_["agent_user"]
+    assert users[-1] == f"{locals_['agent_uid']}:{locals_['agent_uid']}", (
+        users,
+        locals_["agent_uid"],
+    )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -188,3 +189,59 @@ def render(expr: str, variables: dict[str, Any], locals_: dict[str, Any]) -> str
 
 def variable_defaults(d: TfDir) -> dict[str, Any]:
     return {name: body["default"] for name, body in d.variables().items() if "default" in body}
+
+
+# -- running terraform offline ---------------------------------------------------------
+
+
+def tf_env(tmp: Path) -> dict[str, str]:
+    cfg = tmp / "terraformrc"
+    cfg.write_text("")  # no ~/.terraformrc: no registry mirrors, no warnings
+    return {
+        **os.environ,
+        "TF_CLI_CONFIG_FILE": str(cfg),
+        "TF_IN_AUTOMATION": "1",
+        "TF_INPUT": "0",
+        "CHECKPOINT_DISABLE": "1",  # no version check over the network
+        "NO_COLOR": "1",
+    }
+
+
+def run(
+    cmd: list[str], cwd: Path, env: dict[str, str], timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def check(p: subprocess.CompletedProcess[str], what: str) -> str:
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, f"{what} failed (rc={p.returncode}):\n{out[-6000:]}"
+    return out
+
+
+def init_tree(terraform: str, tmp: Path) -> tuple[Path, dict[str, str]]:
+    """A copy of infra/terraform under ``tmp`` with the module and the example
+    initialised offline (so `terraform init` leaves nothing in the repository)."""
+    plugins = aws_plugin_dir()
+    require(
+        "a local copy of the AWS provider (terraform-provider-aws 5.x, e.g. /opt/tf-plugins)",
+        plugins,
+    )
+    root = tmp / "terraform"
+    shutil.copytree(
+        TF_ROOT,
+        root,
+        ignore=shutil.ignore_patterns(".terraform", ".terraform.lock.hcl", "*.tfstate*"),
+    )
+    env = tf_env(tmp)
+    for d in (root / "modules" / "floe", root / "examples" / "basic"):
+        init = [
+            terraform,
+            "init",
+            "-backend=false",
+            f"-plugin-dir={plugins}",
+            "-input=false",
+            "-no-color",
+        ]
+        check(run(init, d, env), f"terraform init in {d.relative_to(root)}")
+    return root, env

@@ -9,7 +9,7 @@ ephemeral "aws_secretsmanager_random_password" "db" {
   exclude_punctuation = true
 }
 
-# The agents' shared internal token (FLOE_INTERNAL_TOKEN), generated the same way.
+# The agents' shared peer credential (FLOE_PEER_TOKEN), generated the same way.
 ephemeral "aws_secretsmanager_random_password" "internal_token" {
   password_length     = 48
   exclude_punctuation = true
@@ -30,14 +30,20 @@ module "floe" {
   db_password           = ephemeral.aws_secretsmanager_random_password.db.random_password
   db_password_version   = var.db_password_version
 
-  internal_token         = ephemeral.aws_secretsmanager_random_password.internal_token.random_password
-  internal_token_version = var.internal_token_version
+  internal_token            = ephemeral.aws_secretsmanager_random_password.internal_token.random_password
+  internal_token_version    = var.internal_token_version
+  internal_token_secret_arn = var.internal_token_secret_arn
 
   kms_key_arn = var.kms_key_arn
 
   enable_compactor = var.enable_compactor
   enable_sasl      = var.enable_sasl
   sasl_users_json  = var.sasl_users_json
+  authorizer       = var.authorizer
+  super_users      = var.super_users
+
+  advertised_hosts = var.advertised_hosts
+  bootstrap_host   = var.bootstrap_host
 
   enable_tls          = var.enable_tls
   tls_certificate_pem = var.tls_certificate_pem

@@ -55,7 +55,7 @@ variable "db_password_version" {
 }
 
 variable "internal_token_version" {
-  description = "Bump to generate a new internal token (FLOE_INTERNAL_TOKEN) for the agents."
+  description = "Bump to generate a new peer credential (FLOE_PEER_TOKEN) for the agents."
   type        = number
   default     = 1
 }
@@ -80,6 +80,36 @@ variable "sasl_users_json" {
   ephemeral   = true
 }
 
+variable "super_users" {
+  description = "Kafka super users (super.users) of the ACL authorizer, which enable_sasl turns on: e.g. [\"User:admin\"] with admin a PLAIN user of sasl_users_json."
+  type        = list(string)
+  default     = []
+}
+
+variable "authorizer" {
+  description = "\"acl\" or \"none\"; null = acl exactly when enable_sasl."
+  type        = string
+  default     = null
+}
+
+variable "advertised_hosts" {
+  description = "Per-AZ DNS names (your aliases of <az>.<nlb dns>) that each zone's agents advertise, so the TLS certificate can name them before the first apply."
+  type        = map(string)
+  default     = {}
+}
+
+variable "bootstrap_host" {
+  description = "Your DNS name for the NLB (bootstrap.servers); null = the NLB's DNS name."
+  type        = string
+  default     = null
+}
+
+variable "internal_token_secret_arn" {
+  description = "An existing Secrets Manager secret holding the agents' peer credential (FLOE_PEER_TOKEN); null = the generated one."
+  type        = string
+  default     = null
+}
+
 variable "enable_tls" {
   description = "TLS on the agents' Kafka listener (SSL, or SASL_SSL with enable_sasl); needs tls_certificate_pem and tls_private_key_pem."
   type        = bool
@@ -87,7 +117,7 @@ variable "enable_tls" {
 }
 
 variable "tls_certificate_pem" {
-  description = "PEM certificate chain naming the NLB's DNS names (incl. <az>.<nlb dns>); pass with TF_VAR_tls_certificate_pem. Ephemeral."
+  description = "PEM certificate chain naming the hosts clients connect to (bootstrap_host and advertised_hosts, else the NLB's DNS name and <az>.<nlb dns>); pass with TF_VAR_tls_certificate_pem. Ephemeral."
   type        = string
   default     = null
   sensitive   = true

@@ -21,6 +21,41 @@ resource "aws_ecs_cluster" "floe" {
   tags = local.tags
 }
 
+# The agent container's only writable path (enable_tls): the TLS volume. Fargate
+# mounts an empty bind volume owned by root with mode 0755, which the agent's
+# non-root user cannot write, so a non-essential init container (root, no
+# secrets, no network use, read-only root filesystem too) gives the directory to
+# the agent's user, mode 0700, and exits; the agent starts after it succeeded.
+locals {
+  tls_volume    = "tls"
+  tls_init_name = "tls-volume-init"
+  agent_mount_points = var.enable_tls ? [
+    { sourceVolume = local.tls_volume, containerPath = local.tls_dir, readOnly = false },
+  ] : []
+  tls_init_containers = var.enable_tls ? [
+    {
+      name       = local.tls_init_name
+      image      = var.agent_image
+      essential  = false
+      user       = "0"
+      entryPoint = ["/bin/sh", "-c"]
+      command    = ["chown ${local.agent_user} ${local.tls_dir} && chmod 0700 ${local.tls_dir}"]
+
+      mountPoints            = local.agent_mount_points
+      readonlyRootFilesystem = true
+
+      logConfiguration = {
+        logDriver = "awslogs"
+        options = {
+          "awslogs-group"         = aws_cloudwatch_log_group.floe.name
+          "awslogs-region"        = local.region
+          "awslogs-stream-prefix" = "tls-init"
+        }
+      }
+    },
+  ] : []
+}
+
 resource "aws_ecs_task_definition" "agent" {
   for_each = toset(local.zones)
 
@@ -37,12 +72,27 @@ resource "aws_ecs_task_definition" "agent" {
     cpu_architecture        = var.cpu_architecture
   }
 
-  container_definitions = jsonencode([
+  # enable_tls: an ephemeral task volume (Fargate: on the task's ephemeral
+  # storage, gone with the task) for the TLS files the agent writes at start.
+  dynamic "volume" {
+    for_each = var.enable_tls ? [local.tls_volume] : []
+    content {
+      name = volume.value
+    }
+  }
+
+  container_definitions = jsonencode(concat(local.tls_init_containers, [
     {
       name      = "agent"
       image     = var.agent_image
       essential = true
       command   = ["agent"]
+      user      = local.agent_user
+
+      # The TLS volume, once the init container has handed it to the agent's user.
+      # (null rather than [] without TLS: the same JSON as an absent key.)
+      mountPoints = var.enable_tls ? local.agent_mount_points : null
+      dependsOn   = var.enable_tls ? [{ containerName = local.tls_init_name, condition = "SUCCESS" }] : null
 
       portMappings = [
         { name = "kafka", containerPort = var.kafka_port, protocol = "tcp" },
@@ -74,7 +124,7 @@ resource "aws_ecs_task_definition" "agent" {
         }
       }
     }
-  ])
+  ]))
 
   tags = merge(local.tags, { "floe:zone" = each.key })
 }

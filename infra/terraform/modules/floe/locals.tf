@@ -24,9 +24,32 @@ locals {
   # The agents' one Kafka listener: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.
   # TLS terminates on the agents (the NLB is TCP pass-through).
   security_protocol = var.enable_sasl ? (var.enable_tls ? "SASL_SSL" : "SASL_PLAINTEXT") : (var.enable_tls ? "SSL" : "PLAINTEXT")
-  tls_certfile      = var.enable_tls ? "/var/lib/floe/tls/cert.pem" : ""
-  tls_keyfile       = var.enable_tls ? "/var/lib/floe/tls/key.pem" : ""
   sasl_mechanisms   = var.enable_sasl ? var.sasl_mechanisms : ""
+
+  # The agent container runs as the image's user (Dockerfile: USER 10001:10001),
+  # stated in the task definition so the TLS volume's owner below matches it.
+  agent_uid  = 10001
+  agent_user = "${local.agent_uid}:${local.agent_uid}"
+
+  # TLS material: the root filesystem is read-only, so the agent writes the
+  # TLS_*_PEM secrets (floe_cli/main.py write_pem_secrets) into an ephemeral task
+  # volume mounted here (ecs.tf). Fargate creates such a volume root-owned 0755;
+  # a short-lived init container gives it to the agent's user first.
+  tls_dir      = "/var/lib/floe/tls"
+  tls_certfile = var.enable_tls ? "${local.tls_dir}/cert.pem" : ""
+  tls_keyfile  = var.enable_tls ? "${local.tls_dir}/key.pem" : ""
+
+  # Authorization: ACLs by default as soon as clients authenticate (variables.tf).
+  authorizer  = coalesce(var.authorizer, var.enable_sasl ? "acl" : "none")
+  super_users = join(";", var.super_users)
+
+  # Where clients are sent after bootstrapping, per zone: the operator's alias or the NLB's zonal name.
+  advertised_hosts = { for zone in local.zones : zone => lookup(var.advertised_hosts, zone, "${zone}.${aws_lb.kafka.dns_name}") }
+  bootstrap_host   = coalesce(var.bootstrap_host, aws_lb.kafka.dns_name)
+
+  # The peer credential's secret (FLOE_PEER_TOKEN: /blocks and the /kafka relay between
+  # agents, nothing else): the operator's own, or the one the module writes from internal_token.
+  internal_token_secret_arn = coalesce(var.internal_token_secret_arn, one(aws_secretsmanager_secret.internal_token[*].arn))
 
   db_address = local.aurora ? aws_rds_cluster.metastore[0].endpoint : aws_db_instance.metastore[0].address
   db_port    = local.aurora ? aws_rds_cluster.metastore[0].port : aws_db_instance.metastore[0].port
@@ -36,7 +59,10 @@ locals {
   # substitutes the references below and boots a real agent with it, so keep each
   # value a string literal or an interpolation of var.*, local.bucket_name,
   # local.object_prefix, local.region or local.cluster_id, or tostring() of one
-  # (ECS needs strings: a bare "${var.port}" would stay a number).
+  # (ECS needs strings: a bare "${var.port}" would stay a number); the security
+  # locals (security_protocol, tls_*, sasl_mechanisms, authorizer, super_users)
+  # are given by that test for the defaults. tests/infra/test_task_boot.py boots
+  # the TLS + SASL + ACL task definition as Terraform renders it (tests/boot.tftest.hcl).
   agent_environment = {
     FLOE_HOST               = "0.0.0.0"
     FLOE_PORT               = tostring(var.kafka_port)
@@ -60,18 +86,23 @@ locals {
     FLOE_SSL_CERTFILE    = local.tls_certfile
     FLOE_SSL_KEYFILE     = local.tls_keyfile
     FLOE_SASL_MECHANISMS = local.sasl_mechanisms
+    # Authorization (authorizer, super_users): Kafka ACLs from the metastore.
+    FLOE_AUTHORIZER                     = local.authorizer
+    FLOE_SUPER_USERS                    = local.super_users
+    FLOE_ALLOW_EVERYONE_IF_NO_ACL_FOUND = tostring(var.allow_everyone_if_no_acl_found)
   }
 
   # Per zone: the zone itself and the address clients are sent to after
-  # bootstrapping: the NLB's zonal DNS name and this zone's listener, so a client
-  # stays in the zone of the agent that answered its Metadata request.
+  # bootstrapping: the NLB's zonal DNS name (or the operator's alias of it,
+  # advertised_hosts) and this zone's listener, so a client stays in the zone of
+  # the agent that answered its Metadata request.
   agent_zone_environment = {
     for zone in local.zones : zone => {
       FLOE_ZONE            = zone
-      FLOE_ADVERTISED_HOST = "${zone}.${aws_lb.kafka.dns_name}"
+      FLOE_ADVERTISED_HOST = local.advertised_hosts[zone]
       FLOE_ADVERTISED_PORT = tostring(local.zone_ports[zone])
       # The listener's advertised endpoint (same address, with its security protocol).
-      FLOE_ADVERTISED_LISTENERS = "${local.security_protocol}://${zone}.${aws_lb.kafka.dns_name}:${local.zone_ports[zone]}"
+      FLOE_ADVERTISED_LISTENERS = "${local.security_protocol}://${local.advertised_hosts[zone]}:${local.zone_ports[zone]}"
     }
   }
 
@@ -79,8 +110,8 @@ locals {
   # postgresql://user:password@host:port/db (see secrets.tf).
   agent_secrets = merge(
     {
-      FLOE_METASTORE      = aws_secretsmanager_secret.metastore_dsn.arn
-      FLOE_INTERNAL_TOKEN = aws_secretsmanager_secret.internal_token.arn
+      FLOE_METASTORE  = aws_secretsmanager_secret.metastore_dsn.arn
+      FLOE_PEER_TOKEN = local.internal_token_secret_arn
     },
     var.enable_sasl ? { FLOE_SASL_USERS = aws_secretsmanager_secret.sasl_users[0].arn } : {},
     var.enable_tls ? {

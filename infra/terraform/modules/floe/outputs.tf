@@ -5,12 +5,12 @@ output "security_protocol" {
 
 output "bootstrap_servers" {
   description = "Kafka bootstrap address (bootstrap.servers) through the NLB, any zone."
-  value       = "${aws_lb.kafka.dns_name}:${var.kafka_port}"
+  value       = "${local.bootstrap_host}:${var.kafka_port}"
 }
 
 output "zone_bootstrap_servers" {
   description = "Zone-aware bootstrap address per availability zone: the NLB's zonal DNS name and that zone's listener. Clients in a zone should use their zone's entry (it is also what that zone's agents advertise)."
-  value       = { for zone, port in local.zone_ports : zone => "${zone}.${aws_lb.kafka.dns_name}:${port}" }
+  value       = { for zone, port in local.zone_ports : zone => "${local.advertised_hosts[zone]}:${port}" }
 }
 
 output "load_balancer_dns_name" {
@@ -36,6 +36,11 @@ output "objects_url" {
 output "metastore_dsn_secret_arn" {
   description = "ARN of the Secrets Manager secret holding the metastore DSN (FLOE_METASTORE)."
   value       = aws_secretsmanager_secret.metastore_dsn.arn
+}
+
+output "internal_token_secret_arn" {
+  description = "ARN of the Secrets Manager secret the agents read their peer credential (FLOE_PEER_TOKEN) from (the module's, or internal_token_secret_arn)."
+  value       = local.internal_token_secret_arn
 }
 
 output "sasl_users_secret_arn" {

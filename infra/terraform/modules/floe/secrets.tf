@@ -1,5 +1,5 @@
 # Secrets Manager: the metastore DSN (injected into the agents as FLOE_METASTORE
-# by ECS), the internal token (FLOE_INTERNAL_TOKEN: the shared secret of the
+# by ECS), the peer credential (FLOE_PEER_TOKEN: the shared secret of the
 # agents' peer routes, /blocks and /kafka) and, optionally, the SASL users. Both values are write-only attributes
 # fed from ephemeral variables: they never appear in Terraform state or plans.
 # Rotation = bump db_password_version / sasl_users_version (docs/operations.md).
@@ -19,22 +19,34 @@ resource "aws_secretsmanager_secret_version" "metastore_dsn" {
 }
 
 resource "aws_secretsmanager_secret" "internal_token" {
+  count = var.internal_token_secret_arn == null ? 1 : 0
+
   name_prefix             = "${var.name}/internal-token-"
-  description             = "Floe internal token: the shared secret agents send to each other's admin port (/blocks, /kafka), read as FLOE_INTERNAL_TOKEN"
+  description             = "Floe peer credential: the shared secret agents send to each other's admin port (/blocks, /kafka), read as FLOE_PEER_TOKEN"
   kms_key_id              = var.kms_key_arn
   recovery_window_in_days = var.secret_recovery_window_days
   tags                    = local.tags
 }
 
 resource "aws_secretsmanager_secret_version" "internal_token" {
-  secret_id                = aws_secretsmanager_secret.internal_token.id
+  count = var.internal_token_secret_arn == null ? 1 : 0
+
+  secret_id                = aws_secretsmanager_secret.internal_token[0].id
   secret_string_wo         = var.internal_token
   secret_string_wo_version = var.internal_token_version
+
+  lifecycle {
+    precondition {
+      condition     = var.internal_token != null
+      error_message = "set internal_token (the module writes it to a secret) or internal_token_secret_arn (an existing secret)."
+    }
+  }
 }
 
 # TLS certificate and key of the agents' listener (enable_tls): injected as
 # TLS_CERT_PEM / TLS_KEY_PEM, which `floe agent` writes to FLOE_SSL_CERTFILE /
-# FLOE_SSL_KEYFILE (files only the agent's user can read) before it starts.
+# FLOE_SSL_KEYFILE (files only the agent's user can read) before it starts, in
+# the task's ephemeral TLS volume (ecs.tf; the root filesystem is read-only).
 resource "aws_secretsmanager_secret" "tls" {
   for_each = var.enable_tls ? toset(["certificate", "private-key"]) : toset([])
 

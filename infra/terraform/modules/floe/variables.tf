@@ -483,19 +483,32 @@ variable "db_password_version" {
 }
 
 variable "internal_token" {
-  description = "Shared secret of the agents' internal HTTP routes (peer /blocks, group relay /kafka, planning API), injected as FLOE_INTERNAL_TOKEN. Ephemeral and write-only (never in state); generate it with the aws_secretsmanager_random_password ephemeral resource (see examples/basic). Written when internal_token_version changes."
+  description = "The agents' peer credential (agent to agent: block cache /blocks, group relay /kafka), the same on every agent, injected as FLOE_PEER_TOKEN from the Secrets Manager secret the module creates. It grants peer rights only: the planning API authenticates Kafka principals itself, and the agents talk to PostgreSQL, not to floe metastore serve. Ephemeral and write-only (never in state); generate it with the aws_secretsmanager_random_password ephemeral resource (see examples/basic). Written when internal_token_version changes. Required unless internal_token_secret_arn is set."
   type        = string
+  default     = null
   sensitive   = true
   ephemeral   = true
 
   validation {
-    condition     = length(var.internal_token) >= 32
+    # try(): null (internal_token_secret_arn in use) passes; Terraform does not short-circuit ||.
+    condition     = try(length(var.internal_token) >= 32, true)
     error_message = "internal_token must be at least 32 characters."
   }
 }
 
+variable "internal_token_secret_arn" {
+  description = "ARN of an existing Secrets Manager secret holding the agents' peer credential (a plain string, >= 32 characters), injected as FLOE_PEER_TOKEN instead of a module-created secret: for a credential with its own rotation schedule or managed outside Terraform. The execution role is allowed to read it (and kms_key_arn to decrypt it). null (default): the module creates the secret from internal_token."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.internal_token_secret_arn == null || can(regex("^arn:aws[a-z-]*:secretsmanager:", var.internal_token_secret_arn))
+    error_message = "internal_token_secret_arn must be a Secrets Manager secret ARN."
+  }
+}
+
 variable "internal_token_version" {
-  description = "Bump to rotate the internal token (then force a new deployment: every agent must hold the same token)."
+  description = "Bump to rewrite the peer credential secret from internal_token (then force a new deployment: every agent must hold the same credential)."
   type        = number
   default     = 1
 
@@ -592,7 +605,7 @@ variable "compactor_memory" {
 }
 
 variable "enable_sasl" {
-  description = "Authenticate Kafka clients with SASL: the agents' listener becomes SASL_PLAINTEXT (SASL_SSL with enable_tls), the PLAIN users come from Secrets Manager (sasl_users_json -> FLOE_SASL_USERS), SCRAM credentials from the metastore (managed with AlterUserScramCredentials)."
+  description = "Authenticate Kafka clients with SASL: the agents' listener becomes SASL_PLAINTEXT (SASL_SSL with enable_tls), the PLAIN users come from Secrets Manager (sasl_users_json -> FLOE_SASL_USERS), SCRAM credentials from the metastore (managed with AlterUserScramCredentials). Also turns the ACL authorizer on (see authorizer; super_users is then required)."
   type        = bool
   default     = false
 }
@@ -608,8 +621,65 @@ variable "sasl_mechanisms" {
   }
 }
 
+variable "authorizer" {
+  description = "FLOE_AUTHORIZER: \"acl\" enforces Kafka ACLs (kept in the metastore, managed with kafka-acls / CreateAcls by a super user) on every request; \"none\" lets every client do everything, including delete topics and reset other users' SCRAM passwords. null (default): \"acl\" when enable_sasl is on, \"none\" otherwise. Turning authentication on turns authorization on, so an enable_sasl cluster is never silently open; set \"none\" explicitly for authentication without ACLs."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = contains(["acl", "none"], coalesce(var.authorizer, "none"))
+    error_message = "authorizer must be \"acl\", \"none\" or null (acl exactly when enable_sasl)."
+  }
+  validation {
+    condition     = var.authorizer != "acl" || var.enable_sasl
+    error_message = "authorizer = \"acl\" needs enable_sasl = true: without authentication every client is User:ANONYMOUS and ACLs cannot tell clients apart."
+  }
+}
+
+variable "super_users" {
+  description = "FLOE_SUPER_USERS: principals allowed everything when the authorizer is acl (Kafka's super.users), e.g. [\"User:admin\"]. At least one is required with the acl authorizer: a super user creates the first ACLs and SCRAM users (infra/terraform/README.md, \"TLS, SASL and ACLs\"). The simplest first admin is a PLAIN user from sasl_users_json."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for p in var.super_users : can(regex("^User:[^;,[:space:]]+$", p))])
+    error_message = "super_users entries must be Kafka principals such as User:admin (no ';', ',' or spaces)."
+  }
+  validation {
+    condition     = length(var.super_users) > 0 || coalesce(var.authorizer, var.enable_sasl ? "acl" : "none") != "acl"
+    error_message = "the acl authorizer (the default with enable_sasl) needs at least one super user, e.g. super_users = [\"User:admin\"]: nobody else could create ACLs or users. Set authorizer = \"none\" for SASL without ACLs."
+  }
+}
+
+variable "allow_everyone_if_no_acl_found" {
+  description = "FLOE_ALLOW_EVERYONE_IF_NO_ACL_FOUND: with the acl authorizer, allow any authenticated client on a resource that has no ACL at all (Kafka's allow.everyone.if.no.acl.found). Off: a resource without ACLs is for super users only."
+  type        = bool
+  default     = false
+}
+
+variable "advertised_hosts" {
+  description = "Host name each zone's agents advertise to clients, keyed by AZ (e.g. { \"us-east-1a\" = \"kafka-a.example.com\" }): your DNS records (CNAME or Route 53 alias) for the NLB's zonal names <az>.<nlb dns>, so the TLS certificate can name hosts you own before the first apply. A zone not listed advertises <az>.<nlb dns>. Clients are sent to <host>:<kafka_port + 1 + z>, so each name must resolve to that zone's NLB address."
+  type        = map(string)
+  default     = {}
+
+  validation {
+    condition     = alltrue([for az in keys(var.advertised_hosts) : contains(keys(var.agent_subnets), az)])
+    error_message = "advertised_hosts keys must be zones of agent_subnets."
+  }
+  validation {
+    condition     = alltrue([for h in values(var.advertised_hosts) : can(regex("^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$", h))])
+    error_message = "advertised_hosts values must be DNS host names."
+  }
+}
+
+variable "bootstrap_host" {
+  description = "Your DNS name for the NLB (CNAME or alias of its DNS name), used in the bootstrap_servers output; the TLS certificate must name it too. null: the NLB's own DNS name."
+  type        = string
+  default     = null
+}
+
 variable "enable_tls" {
-  description = "Encrypt Kafka traffic with TLS terminated on the agents (the NLB passes TCP through, so SASL and client certificates reach the agents): the listener becomes SSL (SASL_SSL with enable_sasl). The certificate and key come from Secrets Manager (tls_certificate_pem, tls_private_key_pem); the certificate must name the NLB's DNS names (or your alias of them) that clients connect to, including the zonal ones (<az>.<nlb dns>)."
+  description = "Encrypt Kafka traffic with TLS terminated on the agents (the NLB passes TCP through, so SASL and client certificates reach the agents): the listener becomes SSL (SASL_SSL with enable_sasl). The certificate and key come from Secrets Manager (tls_certificate_pem, tls_private_key_pem) and are written by the agent to an ephemeral task volume at /var/lib/floe/tls (the root filesystem stays read-only). The certificate must name the hosts clients connect to: bootstrap_host (or the NLB's DNS name) and every zone's advertised host (advertised_hosts, or <az>.<nlb dns>)."
   type        = bool
   default     = false
 }

@@ -156,11 +156,11 @@ run "defaults" {
     condition = (
       jsondecode(aws_ecs_task_definition.agent["us-east-1a"].container_definitions)[0].secrets
       == [
-        { name = "FLOE_INTERNAL_TOKEN", valueFrom = aws_secretsmanager_secret.internal_token.arn },
         { name = "FLOE_METASTORE", valueFrom = aws_secretsmanager_secret.metastore_dsn.arn },
+        { name = "FLOE_PEER_TOKEN", valueFrom = aws_secretsmanager_secret.internal_token[0].arn },
       ]
     )
-    error_message = "the DSN secret (FLOE_METASTORE) and the internal token (FLOE_INTERNAL_TOKEN) are injected, nothing else without SASL"
+    error_message = "the DSN secret (FLOE_METASTORE) and the peer credential (FLOE_PEER_TOKEN) are injected, nothing else without SASL"
   }
 
   assert {
@@ -258,6 +258,7 @@ run "aurora_kms_compactor_sasl" {
     enable_compactor = true
     enable_sasl      = true
     sasl_users_json  = "{\"alice\":\"secret\"}"
+    super_users      = ["User:alice"]
   }
 
   assert {
@@ -325,6 +326,25 @@ run "tls_and_sasl" {
     enable_tls      = true
     enable_sasl     = true
     sasl_users_json = "{\"alice\":\"secret\"}"
+    super_users     = ["User:alice", "User:ops"]
+  }
+
+  assert {
+    condition = alltrue([
+      for zone in ["us-east-1a", "us-east-1b", "us-east-1c"] :
+      contains(jsondecode(aws_ecs_task_definition.agent[zone].container_definitions)[1].environment, { name = "FLOE_AUTHORIZER", value = "acl" })
+      && contains(jsondecode(aws_ecs_task_definition.agent[zone].container_definitions)[1].environment, { name = "FLOE_SUPER_USERS", value = "User:alice;User:ops" })
+    ])
+    error_message = "enable_sasl turns the ACL authorizer on by default, with the super users"
+  }
+
+  assert {
+    condition = (
+      jsondecode(aws_ecs_task_definition.agent["us-east-1b"].container_definitions)[0].name == "tls-volume-init"
+      && jsondecode(aws_ecs_task_definition.agent["us-east-1b"].container_definitions)[0].command == ["chown 10001:10001 /var/lib/floe/tls && chmod 0700 /var/lib/floe/tls"]
+      && [for v in aws_ecs_task_definition.agent["us-east-1b"].volume : v.name] == ["tls"]
+    )
+    error_message = "enable_tls: an ephemeral volume for the TLS files, handed to the agent's user by an init container"
   }
 
   assert {
@@ -335,20 +355,20 @@ run "tls_and_sasl" {
   assert {
     condition = alltrue([
       for zone, port in { "us-east-1a" = "9093", "us-east-1b" = "9094", "us-east-1c" = "9095" } :
-      contains(jsondecode(aws_ecs_task_definition.agent[zone].container_definitions)[0].environment, { name = "FLOE_LISTENERS", value = "SASL_SSL://0.0.0.0:9092" })
-      && contains(jsondecode(aws_ecs_task_definition.agent[zone].container_definitions)[0].environment, { name = "FLOE_ADVERTISED_LISTENERS", value = "SASL_SSL://${zone}.floe-nlb-0123456789.elb.us-east-1.amazonaws.com:${port}" })
-      && contains(jsondecode(aws_ecs_task_definition.agent[zone].container_definitions)[0].environment, { name = "FLOE_SSL_CERTFILE", value = "/var/lib/floe/tls/cert.pem" })
-      && contains(jsondecode(aws_ecs_task_definition.agent[zone].container_definitions)[0].environment, { name = "FLOE_SASL_MECHANISMS", value = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512" })
+      contains(jsondecode(aws_ecs_task_definition.agent[zone].container_definitions)[1].environment, { name = "FLOE_LISTENERS", value = "SASL_SSL://0.0.0.0:9092" })
+      && contains(jsondecode(aws_ecs_task_definition.agent[zone].container_definitions)[1].environment, { name = "FLOE_ADVERTISED_LISTENERS", value = "SASL_SSL://${zone}.floe-nlb-0123456789.elb.us-east-1.amazonaws.com:${port}" })
+      && contains(jsondecode(aws_ecs_task_definition.agent[zone].container_definitions)[1].environment, { name = "FLOE_SSL_CERTFILE", value = "/var/lib/floe/tls/cert.pem" })
+      && contains(jsondecode(aws_ecs_task_definition.agent[zone].container_definitions)[1].environment, { name = "FLOE_SASL_MECHANISMS", value = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512" })
     ])
     error_message = "every zone's agents listen with SASL_SSL on kafka_port and advertise it on their zone's NLB listener"
   }
 
   assert {
     condition = (
-      [for s in jsondecode(aws_ecs_task_definition.agent["us-east-1a"].container_definitions)[0].secrets : s.name]
-      == ["FLOE_INTERNAL_TOKEN", "FLOE_METASTORE", "FLOE_SASL_USERS", "TLS_CERT_PEM", "TLS_KEY_PEM"]
+      [for s in jsondecode(aws_ecs_task_definition.agent["us-east-1a"].container_definitions)[1].secrets : s.name]
+      == ["FLOE_METASTORE", "FLOE_PEER_TOKEN", "FLOE_SASL_USERS", "TLS_CERT_PEM", "TLS_KEY_PEM"]
     )
-    error_message = "the TLS certificate and key, the SASL users, the internal token and the DSN come from Secrets Manager"
+    error_message = "the TLS certificate and key, the SASL users, the peer credential and the DSN come from Secrets Manager"
   }
 
   assert {
@@ -368,6 +388,110 @@ run "tls_only" {
     condition     = output.security_protocol == "SSL" && local.agent_environment["FLOE_SASL_MECHANISMS"] == ""
     error_message = "enable_tls alone = SSL, no SASL mechanisms"
   }
+}
+
+run "sasl_needs_a_super_user" {
+  command = plan
+
+  variables {
+    enable_sasl = true
+  }
+
+  expect_failures = [var.super_users]
+}
+
+run "sasl_without_acls_must_be_explicit" {
+  command = plan
+
+  variables {
+    enable_sasl = true
+    authorizer  = "none"
+  }
+
+  assert {
+    condition     = local.agent_environment["FLOE_AUTHORIZER"] == "none" && local.agent_environment["FLOE_SUPER_USERS"] == ""
+    error_message = "authorizer = none with SASL: authentication only, as asked"
+  }
+}
+
+run "acls_need_sasl" {
+  command = plan
+
+  variables {
+    authorizer  = "acl"
+    super_users = ["User:admin"]
+  }
+
+  expect_failures = [var.authorizer]
+}
+
+run "rejects_bad_super_users_and_alias_zones" {
+  command = plan
+
+  variables {
+    enable_sasl      = true
+    super_users      = ["admin"]
+    advertised_hosts = { "eu-west-1a" = "kafka-a.example.com" }
+  }
+
+  expect_failures = [var.super_users, var.advertised_hosts]
+}
+
+run "advertised_host_aliases" {
+  command = apply
+
+  variables {
+    advertised_hosts = { "us-east-1a" = "kafka-a.example.com", "us-east-1b" = "kafka-b.example.com" }
+    bootstrap_host   = "kafka.example.com"
+  }
+
+  assert {
+    condition = (
+      contains(jsondecode(aws_ecs_task_definition.agent["us-east-1a"].container_definitions)[0].environment, { name = "FLOE_ADVERTISED_LISTENERS", value = "PLAINTEXT://kafka-a.example.com:9093" })
+      && contains(jsondecode(aws_ecs_task_definition.agent["us-east-1b"].container_definitions)[0].environment, { name = "FLOE_ADVERTISED_HOST", value = "kafka-b.example.com" })
+      && contains(jsondecode(aws_ecs_task_definition.agent["us-east-1c"].container_definitions)[0].environment, { name = "FLOE_ADVERTISED_HOST", value = "us-east-1c.floe-nlb-0123456789.elb.us-east-1.amazonaws.com" })
+    )
+    error_message = "a zone with an alias advertises it; the others keep the NLB zonal name"
+  }
+
+  assert {
+    condition     = output.bootstrap_servers == "kafka.example.com:9092" && output.zone_bootstrap_servers["us-east-1b"] == "kafka-b.example.com:9094"
+    error_message = "the outputs use the aliases"
+  }
+
+  assert {
+    condition     = length(aws_ecs_task_definition.agent["us-east-1a"].volume) == 0 && length(jsondecode(aws_ecs_task_definition.agent["us-east-1a"].container_definitions)) == 1
+    error_message = "no TLS: no volume, no init container"
+  }
+}
+
+run "internal_token_from_an_existing_secret" {
+  # plan: an ephemeral input left unset cannot be applied by terraform test.
+  command = plan
+
+  variables {
+    internal_token            = null
+    internal_token_secret_arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:shared/floe-internal-token-AbCdEf"
+  }
+
+  assert {
+    condition = (
+      length(aws_secretsmanager_secret.internal_token) == 0
+      && contains(local.agent_secret_list, { name = "FLOE_PEER_TOKEN", valueFrom = "arn:aws:secretsmanager:us-east-1:123456789012:secret:shared/floe-internal-token-AbCdEf" })
+      && output.internal_token_secret_arn == "arn:aws:secretsmanager:us-east-1:123456789012:secret:shared/floe-internal-token-AbCdEf"
+    )
+    error_message = "internal_token_secret_arn: the agents read that secret, the module creates none"
+  }
+}
+
+run "internal_token_needs_a_value_or_a_secret" {
+  command = plan
+
+  variables {
+    internal_token = null
+  }
+
+  expect_failures = [aws_secretsmanager_secret_version.internal_token]
 }
 
 run "plaintext_by_default" {
