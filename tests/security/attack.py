@@ -50,13 +50,10 @@ def free_port() -> int:
 
 def rss(pid: int) -> tuple[float, float]:
     """(VmRSS, VmHWM) of ``pid`` in MiB."""
-    out = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            k, _, v = line.partition(":")
-            if k in ("VmRSS", "VmHWM"):
-                out[k] = int(v.split()[0]) / 1024
-    return out["VmRSS"], out["VmHWM"]
+    from tests.agent.test_memory_attacks import rss as rss_bytes
+
+    now, peak = rss_bytes(pid)
+    return now / MiB, peak / MiB
 
 
 def metric(admin: int, name: str) -> float:
@@ -138,15 +135,19 @@ def raise_nofile(want: int) -> tuple[int, int]:
     return resource.getrlimit(resource.RLIMIT_NOFILE)
 
 
-def fill(port: int, ca: Path, topic: str, mib: int) -> None:
-    """``mib`` records of ~1 MiB in partition 0 of ``topic``, over SASL_SSL."""
+def fill(port: int, ca: Path | None, topic: str, mib: int) -> None:
+    """``mib`` records of ~1 MiB in partition 0 of ``topic``, over SASL_SSL (SASL_PLAINTEXT
+    without ``ca``)."""
     from confluent_kafka import Producer
 
-    p = Producer({
-        "bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "SASL_SSL", "ssl.ca.location": str(ca),
+    conf: dict[str, Any] = {
+        "bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "SASL_PLAINTEXT",
         "sasl.mechanisms": "PLAIN", "sasl.username": "alice", "sasl.password": "alice-secret",
         "linger.ms": 20, "batch.size": 1_000_000, "message.max.bytes": 2_000_000, "compression.type": "none",
-    })  # fmt: skip
+    }  # fmt: skip
+    if ca is not None:
+        conf.update({"security.protocol": "SASL_SSL", "ssl.ca.location": str(ca)})
+    p = Producer(conf)
     value = b"v" * (MiB - 1024)
     for _ in range(mib):
         while True:

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.security.attack import REPO, MiB, free_port, metric, raise_nofile, rss
+from tests.security.attack import REPO, MiB, fill, free_port, metric, raise_nofile, rss
 
 USER, PASSWORD = "alice", "alice-secret"
 
@@ -67,22 +67,6 @@ def fetcher(port: int, ca: Path | None) -> socket.socket:
 def _conf(port: int) -> dict[str, Any]:
     return {"bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "SASL_PLAINTEXT",
             "sasl.mechanisms": "PLAIN", "sasl.username": USER, "sasl.password": PASSWORD}  # fmt: skip
-
-
-def fill(port: int, topic: str, mib: int) -> None:
-    from confluent_kafka import Producer
-
-    p = Producer({**_conf(port), "linger.ms": 20, "batch.size": 1_000_000, "message.max.bytes": 2_000_000,
-                  "compression.type": "none"})  # fmt: skip
-    value = b"v" * (MiB - 1024)
-    for _ in range(mib):
-        while True:
-            try:
-                p.produce(topic, value=value, partition=0)
-                break
-            except BufferError:
-                p.poll(0.1)
-    assert p.flush(300) == 0
 
 
 class WellBehaved(threading.Thread):
@@ -204,7 +188,7 @@ def main() -> int:
     cert = ca.issue("localhost", dns=("localhost",), ips=("127.0.0.1",))
     agent, plain, _, _ = start_agent(args.agent_root, tmp, cert)  # fill once; later agents share the data
     try:
-        fill(plain, "big", args.fill_mib)
+        fill(plain, None, "big", args.fill_mib)
     finally:
         agent.terminate()
         agent.wait(30)

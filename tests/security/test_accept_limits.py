@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.agent.test_memory_attacks import connect_from
 from tests.fixtures.agent import RunningAgent
 from tests.security.conftest import PLAIN_USERS, Pki, ck_tls
 
@@ -33,15 +34,6 @@ def wait_until(cond: Callable[[], object], timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.02)  # bounded poll on a real condition
-
-
-def connect_from(src: str, port: int, rcvbuf: int | None = None) -> socket.socket:
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    if rcvbuf is not None:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-    s.bind((src, 0))
-    s.connect(("127.0.0.1", port))
-    return s
 
 
 def closed_by_peer(s: socket.socket, timeout: float = 10) -> bool:
