@@ -233,6 +233,11 @@ class ServerTls:
         sslobj.context = self.current
 
 
+# Above the clients' keep-alive (aiohttp's connector keeps idle connections 15 s), so
+# the service does not close a connection a client is about to reuse.
+IDLE_TIMEOUT_S = 30.0
+
+
 async def serve(
     meta: Metastore,
     host: str,
@@ -243,9 +248,12 @@ async def serve(
     admin_token: str = "",
     max_request_bytes: int = MAX_REQUEST_BYTES,
     tls: ServerTls | None = None,
+    idle_timeout_s: float = IDLE_TIMEOUT_S,
 ) -> tuple[web.AppRunner, int, MetastoreService]:
     """Start serving ``meta`` (HTTPS with ``tls``); returns the runner
-    (``await runner.cleanup()``), the bound port and the service."""
+    (``await runner.cleanup()``), the bound port and the service. A connection
+    whose request header is not complete ``idle_timeout_s`` after its accept or
+    its last response is closed (slow-header and idle clients)."""
     service = MetastoreService(
         meta,
         batch_window_ms=batch_window_ms,
@@ -253,7 +261,7 @@ async def serve(
         admin_token=admin_token,
         max_request_bytes=max_request_bytes,
     )
-    runner = web.AppRunner(service.app(), access_log=None)
+    runner = web.AppRunner(service.app(), access_log=None, keepalive_timeout=idle_timeout_s)
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=tls.context if tls is not None else None)
     await site.start()

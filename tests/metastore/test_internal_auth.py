@@ -203,3 +203,31 @@ async def test_sqlite_synchronous_full_outside_floe_dev(tmp_path: Path, monkeypa
     async with engine.connect() as conn:
         assert (await conn.execute(text("PRAGMA synchronous"))).scalar() == 1  # NORMAL
     await engine.dispose()
+
+
+async def test_slow_header_and_idle_connections_to_the_service_are_closed(tmp_path: Path) -> None:
+    """`floe metastore serve` closes a connection whose request header never ends, and
+    an idle one, after its idle timeout (the admin port does the same, issue 42)."""
+    import asyncio
+    import time
+
+    inner = await open_metastore(f"sqlite:///{tmp_path / 'meta.db'}")
+    runner, port, service = await serve(inner, "127.0.0.1", 0, idle_timeout_s=0.3)
+    try:
+        idle = await asyncio.open_connection("127.0.0.1", port)
+        slow = await asyncio.open_connection("127.0.0.1", port)
+        slow[1].write(b"POST /rpc/live_agents HTTP/1.1\r\nHost: x\r\n")  # the header never ends
+        t0 = time.monotonic()
+        for reader, writer in (idle, slow):
+            assert await asyncio.wait_for(reader.read(), timeout=5) == b""  # closed by the service
+            writer.close()
+        assert time.monotonic() - t0 < 5
+        remote = await RemoteMetastore(f"http://127.0.0.1:{port}", token="").start()
+        try:
+            assert await remote.live_agents(0) == []  # a complete request is answered
+        finally:
+            await remote.close()
+    finally:
+        await service.close()
+        await runner.cleanup()
+        await inner.close()
