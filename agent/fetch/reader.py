@@ -11,6 +11,7 @@ by time and share groups read batches through it too.
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 from agent.cache import BlockCache
@@ -18,7 +19,7 @@ from agent.clock import Clock
 from agent.fetch.leases import FetchLeases
 from agent.fetch.lookup import Lookups
 from agent.fetch.parquet import ParquetFetcher
-from agent.fetch.read import BatchReads
+from agent.fetch.read import READ_SLOTS, BatchReads
 from agent.fetch.watermark_views import WatermarkViews
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ class FetchReader(Lookups, BatchReads):
         self.leases: FetchLeases | None = None  # read leases for fetches in flight
         self.tail: TailIndex | None = None  # this agent's own latest commits (agent.fetch.tail_index)
         self.views: WatermarkViews | None = None  # topic watermarks shared between commits
+        self.read_slots = asyncio.Semaphore(READ_SLOTS)  # Fetches reading at once (agent.fetch.read)
 
 
 def make_reader(
