@@ -99,18 +99,14 @@ async def _main(args: argparse.Namespace) -> int:
     from compactor.config import CompactorConfig
     from compactor.gc import collect_orphans
     from compactor.runner import Compactor, PassSummary, TaskExecutor
-    from floe_cli.topics import ensure_sqlite_dir
-    from metastore import MetastoreError, open_metastore
-    from metastore.redact import redact_text, redact_url
+    from floe_cli.topics import ensure_sqlite_dir, open_or_report
     from objectstore import open_object_store
 
     console = Console(stderr=True)
     meta_url, objects_url = _urls(args)
     ensure_sqlite_dir(meta_url)
-    try:
-        meta = await open_metastore(meta_url)
-    except MetastoreError as e:
-        print(f"floe: cannot open the metastore at {redact_url(meta_url)}: {redact_text(str(e), meta_url)}", file=sys.stderr)
+    meta = await open_or_report(meta_url)
+    if meta is None:
         return 1
     store = open_object_store(objects_url)
     try:

@@ -59,14 +59,11 @@ async def share_partitions(meta: Any, group_id: str) -> list[dict[str, Any]]:
 
 
 async def _groups(args: argparse.Namespace) -> int:
-    from metastore import MetastoreError, open_metastore
-    from metastore.redact import redact_text, redact_url
+    from floe_cli.topics import open_or_report
 
     url = args.metastore or _default_metastore()
-    try:
-        meta = await open_metastore(url)
-    except MetastoreError as e:
-        print(f"floe: cannot open the metastore at {redact_url(url)}: {redact_text(str(e), url)}", file=sys.stderr)
+    meta = await open_or_report(url)
+    if meta is None:
         return 1
     try:
         from floe_cli import consumer_groups

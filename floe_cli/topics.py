@@ -13,7 +13,10 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from metastore import Metastore
 
 
 def ensure_sqlite_dir(url: str) -> None:
@@ -26,6 +29,18 @@ def ensure_sqlite_dir(url: str) -> None:
 
 def _default_metastore() -> str:
     return os.environ.get("FLOE_METASTORE") or f"sqlite:///{Path('floe-data').resolve() / 'meta.db'}"
+
+
+async def open_or_report(url: str) -> Metastore | None:
+    """The metastore at ``url``, or None after telling the user why not (password masked)."""
+    from metastore import MetastoreError, open_metastore
+    from metastore.redact import redact_text, redact_url
+
+    try:
+        return await open_metastore(url)
+    except MetastoreError as e:
+        print(f"floe: cannot open the metastore at {redact_url(url)}: {redact_text(str(e), url)}", file=sys.stderr)
+        return None
 
 
 def add_topics_parser(sub: Any) -> None:
@@ -44,15 +59,12 @@ def add_topics_parser(sub: Any) -> None:
 
 
 async def _topics(args: argparse.Namespace) -> int:
-    from metastore import LATEST_TIMESTAMP, ErrorCode, MetastoreError, open_metastore
-    from metastore.redact import redact_text, redact_url
+    from metastore import LATEST_TIMESTAMP, ErrorCode
 
     url = args.metastore or _default_metastore()
     ensure_sqlite_dir(url)
-    try:
-        meta = await open_metastore(url)
-    except MetastoreError as e:
-        print(f"floe: cannot open the metastore at {redact_url(url)}: {redact_text(str(e), url)}", file=sys.stderr)
+    meta = await open_or_report(url)
+    if meta is None:
         return 1
     try:
         cmd = args.topics_command

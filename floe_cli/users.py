@@ -40,9 +40,7 @@ def add_users_parser(sub: Any) -> None:
 
 async def _users(args: argparse.Namespace) -> int:
     from agent.security.sasl.scram import MAX_ITERATIONS, MIN_ITERATIONS, make_credential
-    from floe_cli.topics import _default_metastore, ensure_sqlite_dir
-    from metastore import MetastoreError, open_metastore
-    from metastore.redact import redact_text, redact_url
+    from floe_cli.topics import _default_metastore, ensure_sqlite_dir, open_or_report
 
     url = args.metastore or _default_metastore()
     ensure_sqlite_dir(url)
@@ -63,10 +61,8 @@ async def _users(args: argparse.Namespace) -> int:
         if not password:
             print("floe: empty password", file=sys.stderr)
             return 2
-    try:
-        meta = await open_metastore(url)
-    except MetastoreError as e:
-        print(f"floe: cannot open the metastore at {redact_url(url)}: {redact_text(str(e), url)}", file=sys.stderr)
+    meta = await open_or_report(url)
+    if meta is None:
         return 1
     try:
         if cmd == "add":

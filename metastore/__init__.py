@@ -50,13 +50,10 @@ from metastore.types import (
 
 
 def safe_url(url: str) -> str:
-    """``url`` without its password, for messages."""
-    try:
-        from sqlalchemy.engine import make_url
+    """``url`` without its password, for messages (:func:`metastore.redact.redact_url`)."""
+    from metastore.redact import redact_url
 
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        return url.split("@")[-1]
+    return redact_url(url)
 
 
 async def open_metastore(
