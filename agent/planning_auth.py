@@ -41,6 +41,7 @@ from agent.security.principal import ANONYMOUS
 from agent.security.sasl import AuthenticationFailed
 from agent.security.sasl.plain import parse_users
 from agent.security.sasl.scram import MIN_ITERATIONS, credential_from_salted, salted_password
+from agent.security.sasl.session import parse_mechanisms
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -74,7 +75,7 @@ class PlanningAuth:
         self.anonymous_ok = not self.required or any(
             not lst.sasl and (not lst.tls or config.ssl_client_auth != "required") for lst in listeners
         )
-        mechanisms = {m.strip().upper() for m in config.sasl_mechanisms.split(",") if m.strip()}
+        mechanisms = set(parse_mechanisms(config.sasl_mechanisms))
         self.plain_users = parse_users(config.sasl_users) if "PLAIN" in mechanisms else {}
         self.scram = tuple(m for m in _SCRAM_ORDER if m in mechanisms)
         self._oauth: Callable[[], Any] | None = None

@@ -130,9 +130,9 @@ def tls_checks(cfg: AgentConfig, now: dt.datetime | None = None) -> list[Check]:
 
 
 def _mechanisms(cfg: AgentConfig) -> tuple[list[str], list[str]]:
-    from agent.security.sasl.session import ALL_MECHANISMS
+    from agent.security.sasl.session import ALL_MECHANISMS, parse_mechanisms
 
-    mechs = [m.strip().upper() for m in cfg.sasl_mechanisms.split(",") if m.strip()]
+    mechs = parse_mechanisms(cfg.sasl_mechanisms)
     return [m for m in mechs if m in ALL_MECHANISMS], [m for m in mechs if m not in ALL_MECHANISMS]
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from agent.config import AgentConfig
 from agent.security.listeners import Listener, parse_listeners
 from agent.security.sasl.plain import parse_users
-from agent.security.sasl.session import ALL_MECHANISMS, SaslSession, SaslSettings
+from agent.security.sasl.session import ALL_MECHANISMS, SaslSession, SaslSettings, parse_mechanisms
 
 if TYPE_CHECKING:
     from metastore import Metastore
@@ -46,9 +46,7 @@ class Security:
             self.tls = TlsContexts(config)
 
     def _sasl_settings(self, config: AgentConfig, meta: Metastore | None) -> SaslSettings:
-        mechanisms = tuple(
-            m.strip().upper() for m in config.sasl_mechanisms.split(",") if m.strip()
-        )
+        mechanisms = parse_mechanisms(config.sasl_mechanisms)
         unknown = [m for m in mechanisms if m not in ALL_MECHANISMS]
         if unknown:
             raise ValueError(

@@ -30,6 +30,11 @@ log = logging.getLogger(__name__)
 ALL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 
 
+def parse_mechanisms(text: str) -> tuple[str, ...]:
+    """``sasl_mechanisms`` as configured (``"plain, SCRAM-SHA-256"``) -> upper-case names, in order."""
+    return tuple(m.strip().upper() for m in text.split(",") if m.strip())
+
+
 class State(Enum):
     HANDSHAKE = "handshake"
     AUTHENTICATE = "authenticate"
