@@ -120,7 +120,7 @@ async def _serve(args: argparse.Namespace, url: str) -> None:
     # Loaded before the database is opened: a wrong path or a key that does not match
     # the certificate fails the start with the reason, not the first client's handshake.
     try:
-        tls = ServerTls(args.tls_cert, args.tls_key) if args.tls_cert else None
+        tls = ServerTls(args.tls_cert, args.tls_key, what="metastore service: TLS") if args.tls_cert else None
     except (OSError, ssl.SSLError) as e:
         raise SystemExit(f"floe metastore serve: cannot load --tls-cert/--tls-key: {e}") from e
     meta = await open_metastore(url, auto_migrate=not args.no_migrate, pool_size=args.pool_size)

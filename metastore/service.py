@@ -47,9 +47,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
-import ssl
-import time
 
 from aiohttp import web
 
@@ -63,6 +60,7 @@ from metastore.internal_auth import (
 )
 from metastore.protocol import Metastore
 from metastore.rpc import decode, encode, encode_error, protocol_methods
+from metastore.tls import ServerTls
 
 log = logging.getLogger(__name__)
 
@@ -194,43 +192,6 @@ class MetastoreService:
 def _too_large(message: str) -> web.Response:
     log.warning("metastore service: refused a request: %s", message)
     return web.json_response({"error": {"type": "MetastoreError", "message": message}}, status=413)
-
-
-class ServerTls:
-    """The service's server context from a PEM certificate (chain) and key,
-    swapped for a fresh one on the first handshake after either file changed
-    (the agent's listeners do the same: agent.security.tls). A half-written
-    file keeps the old certificate in use."""
-
-    def __init__(self, certfile: str, keyfile: str, *, check_every_s: float = 1.0) -> None:
-        self.certfile, self.keyfile, self.check_every_s = certfile, keyfile, check_every_s
-        self._stamp = self._file_stamp()
-        self._checked = time.monotonic()
-        self.current = self._build()
-        self.context = self._build()  # what every handshake starts with; SNI swaps in ``current``
-        self.context.sni_callback = self._on_handshake
-
-    def _file_stamp(self) -> tuple[tuple[int, int, int], ...]:
-        return tuple((st.st_mtime_ns, st.st_size, st.st_ino) for st in map(os.stat, (self.certfile, self.keyfile)))
-
-    def _build(self) -> ssl.SSLContext:
-        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        ctx.load_cert_chain(self.certfile, self.keyfile)
-        return ctx
-
-    def _on_handshake(self, sslobj: ssl.SSLObject, _name: str | None, _ctx: ssl.SSLContext) -> None:
-        now = time.monotonic()
-        if now - self._checked >= self.check_every_s:
-            self._checked = now
-            try:
-                stamp = self._file_stamp()
-                if stamp != self._stamp:
-                    self.current, self._stamp = self._build(), stamp
-                    log.info("metastore service: TLS certificate reloaded from %s", self.certfile)
-            except (OSError, ssl.SSLError) as e:
-                log.warning("metastore service: TLS certificate reload failed, keeping the current one: %s", e)
-        sslobj.context = self.current
 
 
 # Above the clients' keep-alive (aiohttp's connector keeps idle connections 15 s), so

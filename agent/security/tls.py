@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import ssl
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +33,7 @@ from cryptography import x509
 
 from agent.config import AgentConfig
 from agent.security.principal import KafkaPrincipal
+from metastore.tls import ServerTls
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +47,9 @@ def subject_principal(der: bytes) -> KafkaPrincipal:
     return KafkaPrincipal("User", cert.subject.rfc4514_string())
 
 
-class TlsContexts:
-    """The current server context of the agent's TLS listeners."""
+class TlsContexts(ServerTls):
+    """The current server context of the agent's TLS listeners (reloaded as
+    :class:`metastore.tls.ServerTls` reloads), with their client-certificate settings."""
 
     def __init__(self, config: AgentConfig) -> None:
         if not config.ssl_certfile or not config.ssl_keyfile:
@@ -59,57 +59,13 @@ class TlsContexts:
                 f"ssl_client_auth={config.ssl_client_auth} needs ssl_cafile (the clients' CA)"
             )
         self.config = config
-        self._stamp = self._file_stamp()
-        self._checked = time.monotonic()
-        self.current = self._build()
-        self.reloads = 0
-        # The context every handshake starts with (tls_accept): its SNI callback swaps in ``current``.
-        self.context = self._build()
-        self.context.sni_callback = self._on_handshake
-
-    def _file_stamp(self) -> tuple[Any, ...]:
-        out: list[Any] = []
-        for path in (self.config.ssl_certfile, self.config.ssl_keyfile, self.config.ssl_cafile):
-            if path:
-                st = os.stat(path)
-                out.append((st.st_mtime_ns, st.st_size, st.st_ino))
-        return tuple(out)
-
-    def _build(self) -> ssl.SSLContext:
-        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        ctx.load_cert_chain(self.config.ssl_certfile, self.config.ssl_keyfile)
-        ctx.verify_mode = _VERIFY[self.config.ssl_client_auth]
-        if self.config.ssl_cafile:
-            ctx.load_verify_locations(self.config.ssl_cafile)
-        return ctx
-
-    def maybe_reload(self, *, force: bool = False) -> bool:
-        """Rebuild the context when a file changed; True when reloaded."""
-        now = time.monotonic()
-        if not force and now - self._checked < _CHECK_EVERY_S:
-            return False
-        self._checked = now
-        try:
-            stamp = self._file_stamp()
-            if stamp == self._stamp and not force:
-                return False
-            fresh = self._build()
-        except (OSError, ssl.SSLError, ValueError) as e:
-            # Half-written files: keep serving with the old certificate, retry later.
-            log.warning("TLS certificate reload failed, keeping the current one: %s", e)
-            return False
-        self._stamp = stamp
-        self.current = fresh
-        self.reloads += 1
-        log.info("TLS certificate reloaded from %s", self.config.ssl_certfile)
-        return True
-
-    def _on_handshake(
-        self, sslobj: ssl.SSLObject, server_name: str | None, ctx: ssl.SSLContext
-    ) -> None:
-        self.maybe_reload()
-        sslobj.context = self.current
+        super().__init__(
+            config.ssl_certfile,
+            config.ssl_keyfile,
+            cafile=config.ssl_cafile,
+            verify_mode=_VERIFY[config.ssl_client_auth],
+            check_every_s=_CHECK_EVERY_S,
+        )
 
     def on_connect(self, conn: Any, transport: asyncio.BaseTransport) -> None:
         """The handshake completed: an SSL listener's principal is the client certificate's subject."""
