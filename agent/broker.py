@@ -30,14 +30,15 @@ from agent.metadata_cache import MetadataCache
 from agent.metrics import METRICS
 from agent.notify import CommitNotifier
 from agent.produce import ProducePipeline
+from agent.produce.consolidate import Consolidator
 from agent.security.authorizer import Authorizer, parse_super_users
 from agent.security.tls import PeerTls
 from agent.txn import TxnCoordinator
 from metastore import Metastore, TopicInfo, open_metastore
 from metastore.internal_auth import metastore_token, peer_token
 from metastore.types import ErrorCode as MetaError
-from objectstore import open_object_store
 from objectstore.base import ObjectStore
+from objectstore.journal import JOURNAL_PREFIX, open_journaled_store, parse_journal_urls
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,10 @@ class NodeInfo:
     host: str
     port: int
     rack: str | None
+
+
+def _count_journal_put(bucket: int, outcome: str, _seconds: float) -> None:
+    METRICS.journal_puts.labels(str(bucket), outcome).inc()
 
 
 class ClusterIdError(RuntimeError):
@@ -98,19 +103,34 @@ class Broker:
         # Where this agent's own commits put the latest batches (agent.fetch.tail_index).
         self.tail = TailIndex(self.clock, ttl_ms=config.tail_index_ms)
         self.cache = BlockCache(self._load_range, capacity_bytes=config.fetch_cache_bytes, block_size=config.fetch_block_bytes)
+        journal = bool(parse_journal_urls(config.journal))
+        write_through = self.cache.put_object if config.fetch_cache_writes else None
         self.pipeline = ProducePipeline(
             store,
             metastore,
             agent_id=config.agent_id,
             flush_bytes=config.flush_bytes,
-            flush_interval_ms=config.flush_interval_ms,
-            flush_min_interval_ms=config.flush_min_interval_ms,
+            # With a journal tier: small journal objects sealed every few ms (issue 40).
+            flush_interval_ms=config.journal_interval_ms if journal else config.flush_interval_ms,
+            flush_min_interval_ms=config.journal_seal_ms if journal else config.flush_min_interval_ms,
+            key_prefix=JOURNAL_PREFIX if journal else "segments/",
+            consolidator=Consolidator(
+                store,
+                metastore,
+                agent_id=config.agent_id,
+                interval_ms=config.consolidate_interval_ms,
+                max_bytes=config.consolidate_bytes,
+                clock=self.clock,
+                on_uploaded=write_through,
+            )
+            if journal
+            else None,
             upload_concurrency=config.upload_concurrency,
             max_buffered_bytes=config.max_buffered_bytes,
             clock=self.clock,
             on_commit=self._on_commit,
             on_committed=self.tail.committed,
-            on_uploaded=self.cache.put_object if config.fetch_cache_writes else None,
+            on_uploaded=write_through,
         )
         self._topics_by_name: dict[str, tuple[float, TopicInfo | None]] = {}
         self._topics_by_id: dict[uuid.UUID, tuple[float, TopicInfo | None]] = {}
@@ -208,7 +228,12 @@ class Broker:
         except BaseException:
             await meta.close()
             raise
-        store = open_object_store(config.objects)
+        store = open_journaled_store(
+            config.objects,
+            parse_journal_urls(config.journal),
+            quorum=config.journal_quorum,
+            on_put=_count_journal_put,
+        )
         return cls(config, meta, store, clock=clock)
 
     def start(self, *, ticker: bool = True) -> None:

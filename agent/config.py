@@ -78,6 +78,29 @@ class AgentConfig(BaseSettings):
         ),
     )
     upload_concurrency: int = Field(4, gt=0, description="Concurrent segment PUTs")
+    journal: str = Field(
+        "",
+        description=(
+            "Journal tier (issue 40): comma-separated object store URLs, one per journal bucket"
+            " (S3 Express One Zone directory buckets in three zones in production). Produce"
+            " requests are then acknowledged once a small journal object is on journal_quorum of"
+            " them and committed; consolidation rewrites the journal into the standard bucket."
+            " Empty: no journal"
+        ),
+    )
+    journal_quorum: int = Field(2, gt=0, description="Journal buckets that must hold an object before its produce requests are acknowledged")
+    journal_seal_ms: int = Field(
+        5, ge=0, description="With a journal: adaptive sealing's lower bound (replaces flush_min_interval_ms)"
+    )
+    journal_interval_ms: int = Field(
+        20, gt=0, description="With a journal: a journal object is sealed at the latest this long after it opened"
+    )
+    consolidate_interval_ms: int = Field(
+        2000, gt=0, description="With a journal: gather committed journal objects this long before rewriting them into one standard object"
+    )
+    consolidate_bytes: int = Field(
+        8 * MiB, gt=0, description="With a journal: rewrite into a standard object once this much is gathered"
+    )
     max_buffered_bytes: int = Field(
         256 * MiB, gt=0, description="Produce memory budget: requests wait above this"
     )

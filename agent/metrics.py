@@ -34,6 +34,12 @@ class AgentMetrics:
     cache_hits: Gauge
     cache_misses: Gauge
     connections: Gauge
+    journal_objects: Counter
+    journal_puts: Counter
+    journal_fallbacks: Counter
+    consolidations: Counter
+    consolidated_bytes: Counter
+    journal_unconsolidated_bytes: Gauge
 
 
 def _make() -> AgentMetrics:
@@ -82,6 +88,34 @@ def _make() -> AgentMetrics:
         cache_hits=Gauge("floe_cache_hits", "Block cache hits", registry=r),
         cache_misses=Gauge("floe_cache_misses", "Block cache misses", registry=r),
         connections=Gauge("floe_connections", "Open Kafka connections", registry=r),
+        journal_objects=Counter(
+            "floe_journal_objects", "Journal objects written (each to every journal bucket)", registry=r
+        ),
+        journal_puts=Counter(
+            "floe_journal_puts",
+            "PUTs to journal buckets, by bucket index and outcome (ok, failed, skipped: bucket stalled, abandoned)",
+            ["bucket", "outcome"],
+            registry=r,
+        ),
+        journal_fallbacks=Counter(
+            "floe_journal_fallbacks",
+            "Journal objects written to the standard bucket instead: the journal quorum was lost",
+            registry=r,
+        ),
+        consolidations=Counter(
+            "floe_consolidations",
+            "Journal consolidations into standard objects, by outcome (ok, conflict, failed)",
+            ["outcome"],
+            registry=r,
+        ),
+        consolidated_bytes=Counter(
+            "floe_consolidated_bytes", "Journal bytes rewritten into standard objects", registry=r
+        ),
+        journal_unconsolidated_bytes=Gauge(
+            "floe_journal_unconsolidated_bytes",
+            "Committed journal bytes this agent holds for consolidation",
+            registry=r,
+        ),
     )
 
 

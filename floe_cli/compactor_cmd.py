@@ -31,6 +31,15 @@ def add_compactor_parser(sub: Any) -> None:
     comp.add_argument(
         "--objects", default=None, help="object store URL (env FLOE_OBJECTS; default ./floe-data)"
     )
+    comp.add_argument(
+        "--journal", default=os.environ.get("FLOE_JOURNAL", ""),
+        help="the agents' journal buckets, comma-separated URLs (env FLOE_JOURNAL): merges read"
+        " and the GC deletes journal objects there",
+    )
+    comp.add_argument(
+        "--journal-quorum", type=int, default=int(os.environ.get("FLOE_JOURNAL_QUORUM", "2")),
+        help="as the agents' (env FLOE_JOURNAL_QUORUM, default 2)",
+    )
     comp.add_argument("--log-level", default="WARNING")
     csub = comp.add_subparsers(dest="compactor_command", required=True)
     run = csub.add_parser("run", help="run compaction passes (a loop unless --once)")
@@ -100,7 +109,7 @@ async def _main(args: argparse.Namespace) -> int:
     from compactor.gc import collect_orphans
     from compactor.runner import Compactor, PassSummary, TaskExecutor
     from floe_cli.topics import ensure_sqlite_dir, open_or_report
-    from objectstore import open_object_store
+    from objectstore.journal import open_journaled_store, parse_journal_urls
 
     console = Console(stderr=True)
     meta_url, objects_url = _urls(args)
@@ -108,7 +117,7 @@ async def _main(args: argparse.Namespace) -> int:
     meta = await open_or_report(meta_url)
     if meta is None:
         return 1
-    store = open_object_store(objects_url)
+    store = open_journaled_store(objects_url, parse_journal_urls(args.journal), quorum=args.journal_quorum)
     try:
         if args.compactor_command == "orphans":
             found = await collect_orphans(meta, store, args.grace_ms, dry_run=not args.delete)

@@ -29,6 +29,8 @@ class DevCompactor:
     objects_url: str
     interval_ms: int = 10_000
     catalog_url: str = ""
+    journal: str = ""  # the agents' journal buckets (comma-separated URLs)
+    journal_quorum: int = 2
     passes: int = 0
     _thread: threading.Thread | None = None
     _loop: asyncio.AbstractEventLoop | None = None
@@ -54,12 +56,14 @@ class DevCompactor:
         from compactor.iceberg import IcebergSync
         from compactor.runner import Compactor, PassSummary
         from metastore import open_metastore
-        from objectstore import open_object_store
+        from objectstore.journal import open_journaled_store, parse_journal_urls
 
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         meta = await open_metastore(self.metastore_url)
-        store = open_object_store(self.objects_url)
+        store = open_journaled_store(
+            self.objects_url, parse_journal_urls(self.journal), quorum=self.journal_quorum
+        )
         self._started.set()
         cfg = CompactorConfig(interval_ms=self.interval_ms, parquet_min_level=0)
         iceberg = IcebergSync.from_urls(

@@ -38,6 +38,12 @@ def _agent_flags(p: argparse.ArgumentParser, workers_default: str = "auto") -> N
         " `floe metastore serve` (env FLOE_METASTORE)",
     )
     p.add_argument("--objects", help="object store URL: file:///dir, s3://bucket/prefix, memory:// (env FLOE_OBJECTS)")
+    p.add_argument(
+        "--journal",
+        help="journal tier: comma-separated object store URLs, one per journal bucket (env FLOE_JOURNAL);"
+        " produce is acknowledged once a small journal object is on --journal-quorum of them",
+    )
+    p.add_argument("--journal-quorum", type=int, help="journal buckets an object must reach (env FLOE_JOURNAL_QUORUM, default 2)")
     p.add_argument("--zone", help="availability zone (env FLOE_ZONE)")
     p.add_argument(
         "--agent-id", help="unique, stable id of this agent; its Kafka node id derives from it (env FLOE_AGENT_ID)"
@@ -136,6 +142,8 @@ def _config_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "advertised_port": args.advertised_port,
         "metastore": args.metastore,
         "objects": args.objects,
+        "journal": args.journal,
+        "journal_quorum": args.journal_quorum,
         "zone": args.zone,
         "agent_id": args.agent_id,
         "peer_address": args.peer_address,
@@ -325,6 +333,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         compactor = DevCompactor(
             kw["metastore"], kw["objects"], args.compactor_interval_ms,
             os.environ.get("FLOE_ICEBERG_CATALOG", ""),
+            journal=kw.get("journal") or os.environ.get("FLOE_JOURNAL", ""),
+            journal_quorum=kw.get("journal_quorum") or int(os.environ.get("FLOE_JOURNAL_QUORUM", "2")),
         ).start()
         try:
             return _run_or_supervise(args, kw)

@@ -165,6 +165,21 @@ class CompactionMixin(SqlBase):
         out.sort(key=lambda b: (b.topic_id, b.partition, b.last_offset))
         return out
 
+    async def batches_in_object_keys(self, keys: Sequence[str]) -> list[StoredBatch]:
+        """:meth:`batches_in_objects` of the live objects named by ``keys`` (the
+        agent's consolidator knows its journal objects by key)."""
+        ids: list[int] = []
+        async with self._read() as conn:
+            for chunk in chunks(list(keys), _CHUNK):
+                ids.extend(
+                    (
+                        await conn.execute(
+                            select(_O.id).where(_O.key.in_(chunk), _O.state == "live")
+                        )
+                    ).scalars()
+                )
+        return await self.batches_in_objects(ids) if ids else []
+
     async def partition_batches(
         self,
         topic_id: uuid.UUID,

@@ -7,7 +7,8 @@ results (base offsets, or an error), its connection's flow is released
 (:mod:`agent.produce.budget`), and the commit is announced (``on_commit``: the
 agent's long-polls and the cluster's wake-ups; ``on_committed``: the tail
 index). Nothing is acknowledged before the object is durable and the commit has
-returned. A request not answered within its ``timeout_ms`` is answered
+returned. A journal object, once answered, goes to the consolidator
+(:mod:`agent.produce.consolidate`). A request not answered within its ``timeout_ms`` is answered
 REQUEST_TIMED_OUT (:func:`expire_after`), as Kafka answers it.
 """
 
@@ -75,6 +76,10 @@ class Acker(PipelineState):
                     if not w.future.done():
                         w.future.set_result(results[w.first : w.first + w.count])
                 self.budget.release_nowait(seg.nbytes)
+                if seg.data is not None:
+                    if self._consolidator is not None and any(r.base_offset >= 0 for r in results):
+                        self._consolidator.add(seg.key, seg.data)  # off the critical path
+                    seg.data = None
                 if self._on_commit is not None:
                     self._on_commit(seg.partitions)
                 self._inflight -= 1

@@ -25,6 +25,7 @@ from agent.produce.append import Batcher
 from agent.produce.autobatch import SealPolicy
 from agent.produce.budget import ByteBudget
 from agent.produce.commit import Committer
+from agent.produce.consolidate import Consolidator
 from agent.produce.segment import KAFKA_STORAGE_ERROR, REQUEST_TIMED_OUT, ProduceItem, Segment
 from metastore.commit_order import CommitOrder
 from metastore.types import BatchToCommit, CommitResult
@@ -53,6 +54,7 @@ class ProducePipeline(Batcher, Committer):
         max_group: int = 64,
         flush_min_interval_ms: int | None = None,
         max_commits_in_flight: int = 2,
+        consolidator: Consolidator | None = None,
     ) -> None:
         self._store = store
         self._meta = metastore
@@ -89,12 +91,16 @@ class ProducePipeline(Batcher, Committer):
         self._idle = asyncio.Event()
         self._idle.set()
         self._timer = False  # a precise seal timer per segment (with the real ticker)
+        # With a journal tier (key_prefix journal/): answered journal objects go here.
+        self._consolidator = consolidator
 
     # -- lifecycle ------------------------------------------------------------------
 
     def start(self, *, ticker: bool = True) -> None:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._commit_loop(), name="floe-committer"))
+        if self._consolidator is not None:
+            self._consolidator.start()
         if ticker:
             self._tasks.append(loop.create_task(self._tick_loop(), name="floe-flush-ticker"))
             self._timer = True
@@ -108,6 +114,8 @@ class ProducePipeline(Batcher, Committer):
             if t.get_name() == "floe-flush-ticker":
                 t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._consolidator is not None:
+            await self._consolidator.close()
 
     def oldest_pending_s(self) -> float:
         """How long the oldest sealed segment has waited for upload + commit (0 if none):

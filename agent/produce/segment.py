@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from agent.clock import Clock
     from agent.produce.autobatch import ProduceFlow, SealPolicy
     from agent.produce.budget import ByteBudget
+    from agent.produce.consolidate import Consolidator
     from metastore.commit_order import CommitOrder
     from objectstore.base import ObjectStore
 
@@ -59,6 +60,7 @@ class Segment:
     nbytes: int = 0
     key: str = ""
     upload: asyncio.Task[tuple[int, list[BatchToCommit]]] | None = None
+    data: bytes | None = None  # a journal object's bytes, kept for consolidation
 
 
 def error_results(code: KafkaErrorCode, n: int) -> list[CommitResult]:
@@ -100,3 +102,4 @@ class PipelineState:
     _pending: dict[int, float]
     _idle: asyncio.Event
     _timer: bool
+    _consolidator: Consolidator | None

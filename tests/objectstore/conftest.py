@@ -1,5 +1,6 @@
 """Fixtures for the object store suites: one ``store`` per backend (memory, file, S3,
-and the file store behind the simulated-latency wrapper with a tiny custom profile)."""
+the file store behind the simulated-latency wrapper with a tiny custom profile, and
+the journal tier's quorum of three file buckets)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ BACKENDS = [
     pytest.param("memory", id="memory"),
     pytest.param("file", id="file"),
     pytest.param("latency", id="file+latency"),
+    pytest.param("quorum", id="quorum"),
     pytest.param("s3", id="s3", marks=pytest.mark.s3),
 ]
 
@@ -35,6 +37,13 @@ def backend_url(request: pytest.FixtureRequest, backend: str, tmp_path: Path) ->
 @pytest.fixture(params=BACKENDS)
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ObjectStore]:
     """A bare (non-retrying) store of each backend, empty."""
+    if request.param == "quorum":  # the journal tier: 3 file buckets, 2 for a write
+        from objectstore.quorum import QuorumStore
+
+        buckets = [open_object_store(f"file://{tmp_path / f'j{i}'}", retry=False) for i in range(3)]
+        async with QuorumStore(buckets, 2) as q:
+            yield q
+        return
     url = backend_url(request, request.param, tmp_path)
     async with open_object_store(url, retry=False) as s:
         yield s
