@@ -83,8 +83,11 @@ def open_object_store(url: str, *, retry: bool | RetryPolicy = True, **opts: Any
 
     ``retry``: True wraps the store with the default :class:`RetryPolicy`, a
     policy instance customises it, False returns the bare backend (still with
-    the simulated latency if the URL asks for one).
+    the simulated latency if the URL asks for one). ``hedge=on`` (and
+    ``hedge_*``) puts :class:`~objectstore.hedge.HedgingStore` under the retries.
     """
+    from objectstore.hedge import HedgingStore, parse_hedge, split_hedge_url
+
     scheme = urlsplit(url).scheme.lower()
     try:
         opener = _REGISTRY[scheme]
@@ -95,10 +98,14 @@ def open_object_store(url: str, *, retry: bool | RetryPolicy = True, **opts: Any
     # parse them first so a bad profile fails before any client is built.
     opts = dict(opts)
     url, latency_opts = split_latency_url(url, opts)
+    url, hedge_opts = split_hedge_url(url, opts)
     profile, seed = parse_latency(latency_opts)
+    hedge = parse_hedge(hedge_opts)
     store = opener(url, opts)
     if not profile.is_zero:
         store = LatencyStore(store, profile, seed=seed)
+    if hedge is not None:  # under retries: a hedge answers a slow attempt, a retry a failed one
+        store = HedgingStore(store, hedge)
     if retry is False:
         return store
     return RetryingStore(store, RetryPolicy() if retry is True else retry)
