@@ -126,6 +126,22 @@ def _cpu_sum(pids: list[int]) -> float | None:
     return sum(v for v in vals if v is not None) if pids and all(v is not None for v in vals) else None
 
 
+# Public us-east-1 prices (aws.amazon.com/s3/pricing and the S3 FAQ's S3 Express One Zone
+# examples, as of 2026): S3 Standard PUT $0.005 per 1,000; S3 Express One Zone PUT
+# $0.00113 per 1,000 plus $0.0032 per GB uploaded. Journal storage (minutes per object at
+# $0.11/GB-month) and inter-zone transfer are left out.
+STANDARD_PUT_USD = 0.005 / 1000
+EXPRESS_PUT_USD = 0.00113 / 1000
+EXPRESS_UPLOAD_USD_PER_GB = 0.0032
+
+
+def usd_per_gib(standard_puts_per_gib: float, journal_puts_per_gib: float, copies: float) -> float:
+    """Request and upload dollars per GiB ingested: every journal copy of a GiB pays the
+    Express upload fee (``copies``: journal PUTs per journal object, about N)."""
+    usd = standard_puts_per_gib * STANDARD_PUT_USD + journal_puts_per_gib * EXPRESS_PUT_USD
+    return round(usd + EXPRESS_UPLOAD_USD_PER_GB * (GiB / 1e9) * copies, 5)
+
+
 def derive(result: dict[str, Any], cfg: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     d = result.get("agentMetrics", {}).get("diff", {})
     base = result.get("baselines", {})
@@ -154,6 +170,18 @@ def derive(result: dict[str, Any], cfg: dict[str, Any]) -> tuple[dict[str, Any],
         ratios["produce_MBps_over_loopback_MBps"] = (
             result["aggregatedPublishMBps"] / base["loopback_tcp"]["MBps"]
         )
+    journal_objects = _m(d, "floe_journal_objects_total")
+    journal_puts = sum(v for k, v in d.items() if k.startswith("floe_journal_puts_total{") and 'outcome="ok"' in k)
+    if produced and (journal_objects or cfg.get("journal")):
+        gib = produced / GiB
+        ratios["journal_objects_per_GiB_produced"] = journal_objects / gib
+        ratios["journal_puts_per_GiB_produced"] = journal_puts / gib
+        ratios["journal_fallbacks"] = _m(d, "floe_journal_fallbacks_total")
+    if produced:
+        ratios["usd_per_GiB_ingested_requests"] = usd_per_gib(
+            puts / (produced / GiB), journal_puts / (produced / GiB),
+            journal_puts / journal_objects if journal_objects else 0.0,
+        )
     ratios["agent_put_p99_ms_from_metrics"] = _hist_quantile(d, "floe_object_put_seconds", 0.99)
     ratios["agent_commit_p99_ms_from_metrics"] = _hist_quantile(
         d, "floe_metastore_commit_seconds", 0.99
@@ -181,6 +209,11 @@ def derive(result: dict[str, Any], cfg: dict[str, Any]) -> tuple[dict[str, Any],
         else "",
     }
     return ratios, goals
+
+
+def _parse_stall(spec: str) -> tuple[int, float, float]:
+    bucket, start, length = spec.split(":")
+    return int(bucket), float(start), float(length)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -222,7 +255,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         args.backend, flush_interval_ms=args.flush_interval_ms, flush_bytes=args.flush_bytes,
         flush_min_interval_ms=min_ms, workers=args.workers, virtual_brokers=args.virtual_brokers,
         admin_url=args.admin_url, keep=args.keep, store_latency=wl.store_latency,
+        journal=args.journal, journal_latency=args.journal_latency, journal_quorum=args.journal_quorum,
     )
+    cfg["journal"] = args.journal
+    cfg["journal_latency"] = backend.journal_latency
+    stall = _parse_stall(args.journal_stall) if args.journal_stall else None
+    if stall and not backend.journal_stall_files:
+        raise SystemExit("--journal-stall needs --journal N on a dev or postgres-s3 backend")
+    cfg["journal_stall"] = args.journal_stall
     # Every latency figure of this run was measured under this profile (None: none simulated).
     cfg["store_latency"] = backend.store_latency
     if wl.store_latency and backend.store_latency is None:
@@ -331,6 +371,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if live:
                 live.start()
             while len(coll.finals) < len(procs) and time.time() < hard_end:
+                if stall is not None:  # the journal bucket nemesis: stall file on, then off
+                    bucket, start, length = stall
+                    f = backend.journal_stall_files[bucket]
+                    now = time.time() - t0
+                    if start <= now < start + length and not f.exists():
+                        f.write_text("stalled by loadtest --journal-stall")
+                        say(f"journal bucket {bucket} stalled at {now:.1f} s")
+                    elif now >= start + length and f.exists():
+                        f.unlink()
+                        say(f"journal bucket {bucket} resumed at {now:.1f} s")
                 if (args.profile_seconds and profiler is None and server_pid
                         and time.time() >= t0 + wl.warmup_seconds):
                     profiler = subprocess.Popen(
@@ -591,6 +641,13 @@ def add_parser(sub: Any) -> None:
                    help="simulate S3 latency on the dev/postgres-s3 object store: s3-standard | "
                         "s3-express | none, or latency URL options "
                         "(latency=none&latency_put_p50_ms=20); default the workload's storeLatency")
+    p.add_argument("--journal", type=int, default=0, metavar="N",
+                   help="give the agent a journal tier of N buckets (dev, postgres-s3; issue 40)")
+    p.add_argument("--journal-quorum", type=int, default=2, help="journal buckets a write needs (default 2)")
+    p.add_argument("--journal-latency", default="s3-express", metavar="PROFILE",
+                   help="the journal buckets' latency profile (default s3-express)")
+    p.add_argument("--journal-stall", metavar="BUCKET:START_S:SECONDS",
+                   help="stall journal bucket BUCKET from START_S (run time, warm-up included) for SECONDS")
     p.add_argument("--no-baselines", action="store_true", help="skip the raw baselines")
     p.add_argument("--keep", action="store_true", help="keep the backend's temp dir")
     p.add_argument("--quiet", action="store_true", help="no progress display, no summary")

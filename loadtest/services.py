@@ -17,6 +17,10 @@ object store behind the simulated-latency wrapper: it is added to the
 opens that store (the raw baselines) runs under the same profile.
 ``Backend.store_latency`` describes the profile for the result files.
 
+``journal=N`` gives the dev and postgres-s3 agents a journal tier of N buckets
+(``file://`` directories under ``journal_latency``, default ``s3-express``);
+creating ``Backend.journal_stall_files[i]`` stalls bucket i until it is removed.
+
 Every agent is ``python -m floe_cli.main agent`` started directly (no wrapper),
 so ``Agent.pid`` is the Python process to point py-spy at.
 
@@ -128,11 +132,18 @@ def start_agent(
     name: str = "agent",
     workers: int = 1,
     virtual_brokers: int | None = None,
+    journal: str = "",
+    journal_quorum: int = 2,
+    command: str = "agent",  # or "dev" (floe dev: agent + in-process compactor)
+    extra_args: tuple[str, ...] | list[str] = (),
+    kafka_port: int | None = None,  # fixed ports: a restart on the same addresses
+    admin_port: int | None = None,
 ) -> Agent:
-    kport, aport = free_port(), free_port_run(workers)
+    kport = kafka_port or free_port()
+    aport = admin_port or free_port_run(workers)
     log_path = workdir / f"{name}.log"
     cmd = [
-        sys.executable, "-m", "floe_cli.main", "agent", "--host", "127.0.0.1",
+        sys.executable, "-m", "floe_cli.main", command, "--host", "127.0.0.1",
         "--port", str(kport), "--admin-port", str(aport),
         "--metastore", metastore, "--objects", objects, "--log-level", log_level,
         "--cluster-id", "floe-loadtest",
@@ -147,6 +158,9 @@ def start_agent(
     cmd += ["--workers", str(workers)]
     if virtual_brokers is not None:
         cmd += ["--virtual-brokers", str(virtual_brokers)]
+    if journal:
+        cmd += ["--journal", journal, "--journal-quorum", str(journal_quorum)]
+    cmd += list(extra_args)
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
     agent = Agent(proc, kport, aport, log_path, workers)
@@ -194,6 +208,8 @@ class Backend:
     postgres: Any = None  # metastore.pgserver.PostgresServer
     kafka_pid: int | None = None
     store_latency: dict[str, Any] | None = None  # the profile the object store runs under
+    journal_latency: dict[str, Any] | None = None  # the journal buckets' profile (None: no journal)
+    journal_stall_files: list[Path] = field(default_factory=list)  # exists: that bucket stalls
     _cleanups: list[Callable[[], None]] = field(default_factory=list)
 
     @property
@@ -228,6 +244,9 @@ def start_backend(
     admin_url: str | None = None,
     keep: bool = False,
     store_latency: str | None = None,
+    journal: int = 0,
+    journal_latency: str | None = "s3-express",
+    journal_quorum: int = 2,
 ) -> Backend:
     """``spec`` is ``dev``, ``postgres-s3``, ``kafka`` or ``bootstrap=HOST:PORT``.
 
@@ -293,10 +312,23 @@ def start_backend(
             b.objects_url = with_latency(b.objects_url, store_latency)
             profile, _ = parse_latency(split_latency_url(b.objects_url)[1])
             b.store_latency = profile.describe()
+        journal_urls = []
+        for i in range(journal):  # the journal tier: one directory per bucket (issue 40)
+            (tmp / f"journal{i}").mkdir()
+            b.journal_stall_files.append(tmp / f"stall-journal{i}")
+            # fsync off: the S3 Express profile stands for the bucket's latency, not this disk's
+            url = f"file://{tmp / f'journal{i}'}?fsync=false&latency_stall_file={tmp / f'stall-journal{i}'}"
+            if journal_latency:
+                from objectstore.latency import parse_latency, split_latency_url, with_latency
+
+                url = with_latency(url, journal_latency)
+                b.journal_latency = parse_latency(split_latency_url(url)[1])[0].describe()
+            journal_urls.append(url)
         agent = start_agent(
             b.metastore_url, b.objects_url, tmp,
             flush_interval_ms=flush_interval_ms, flush_bytes=flush_bytes,
             flush_min_interval_ms=flush_min_interval_ms, workers=workers, virtual_brokers=virtual_brokers,
+            journal=",".join(journal_urls), journal_quorum=journal_quorum,
         )
         b._cleanups.append(agent.stop)
         b.agents.append(agent)

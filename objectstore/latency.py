@@ -55,13 +55,15 @@ Custom profiles: ``latency_<op>_p50_ms`` / ``latency_<op>_p99_ms`` for op in
 put, get, head, delete, list override the base profile (``latency=``, default
 ``none``); one given alone keeps the base profile's p99/p50 ratio.
 ``latency_mbps`` sets the transfer rate (0 = no size term), ``latency_seed`` the
-RNG seed (default: fresh entropy per store).
+RNG seed (default: fresh entropy per store). ``latency_stall_file=PATH`` stalls
+every call while PATH exists, as a stopped endpoint would (benchmarks' nemesis).
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import os
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -106,6 +108,8 @@ class LatencyProfile:
     delete: OpLatency
     list: OpLatency
     mbps: float = 0.0
+    # While this file exists every call waits (a stalled endpoint, as SIGSTOP of its server).
+    stall_file: str = ""
 
     def op(self, name: str) -> OpLatency:
         lat: OpLatency = getattr(self, name)
@@ -113,7 +117,7 @@ class LatencyProfile:
 
     @property
     def is_zero(self) -> bool:
-        return all(self.op(o).p50_ms <= 0 for o in OPS) and self.mbps <= 0
+        return all(self.op(o).p50_ms <= 0 for o in OPS) and self.mbps <= 0 and not self.stall_file
 
     def transfer_s(self, nbytes: int) -> float:
         return nbytes / (self.mbps * 1e6) if self.mbps > 0 else 0.0
@@ -171,11 +175,13 @@ def parse_latency(options: Mapping[str, Any]) -> tuple[LatencyProfile, int | Non
             seed = int(_number(key, value))
         elif key == "latency_mbps":
             profile = replace(profile, mbps=_number(key, value))
+        elif key == "latency_stall_file":
+            profile = replace(profile, stall_file=str(value))
         else:
             parts = key.split("_")
             if len(parts) != 4 or parts[1] not in OPS or parts[2] not in ("p50", "p99") or parts[3] != "ms":
                 raise ValueError(
-                    f"unknown latency option {key!r} (latency, latency_seed, latency_mbps, "
+                    f"unknown latency option {key!r} (latency, latency_seed, latency_mbps, latency_stall_file, "
                     "latency_<put|get|head|delete|list>_<p50|p99>_ms)"
                 )
             given[(parts[1], parts[2])] = _number(key, value)
@@ -252,6 +258,9 @@ class LatencyStore(StoreBase):
         return self.profile.op(op).draw(self.rng) + self.profile.transfer_s(nbytes)
 
     async def _wait(self, seconds: float) -> None:
+        # (a stat per call, only with a stall file configured: benchmarks)
+        while self.profile.stall_file and os.path.exists(self.profile.stall_file):  # noqa: ASYNC240
+            await self._sleep(0.05)  # stalled from outside (a benchmark's nemesis)
         if seconds > 0:
             await self._sleep(seconds)
 

@@ -200,3 +200,23 @@ def test_one_mib_put_is_about_what_s3_standard_charges() -> None:
     assert pct_ms(d, 0.5) == pytest.approx(40 + (1 << 20) / 90e3, rel=0.05)
     assert pct_ms(d, 0.99) == pytest.approx(190 + (1 << 20) / 90e3, rel=0.10)
     assert math.isclose(PROFILES["none"].op("put").draw(store.rng), 0.0)
+
+
+async def test_a_stall_file_holds_every_call_until_it_is_removed(tmp_path: Path) -> None:
+    """The benchmarks' "bucket stalled" nemesis: while the file exists nothing answers."""
+    stall = tmp_path / "stalled"
+    stall.write_text("")
+    profile, _ = parse_latency({"latency_stall_file": str(stall)})
+    assert not profile.is_zero
+    waits: list[float] = []
+
+    async def sleep(s: float) -> None:
+        waits.append(s)
+        if len(waits) == 3:
+            stall.unlink()  # the nemesis ends after three polls
+
+    store = LatencyStore(MemoryStore(), profile, sleep=sleep)
+    await store.put("k", b"v")
+    assert waits == [0.05, 0.05, 0.05]
+    assert await store.get("k") == b"v"
+    assert len(waits) == 3
