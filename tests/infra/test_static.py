@@ -238,6 +238,29 @@ def test_object_access_is_limited_to_the_prefix(module: TfDir) -> None:
     )
 
 
+def test_journal_access_is_create_session_on_the_journal_buckets(module: TfDir) -> None:
+    """S3 Express authorises object requests through CreateSession's token: the task
+    roles get that one action, on the journal's directory buckets only, and only
+    when there is a journal."""
+    doc = module.resources()["data.aws_iam_policy_document.objects"]
+    (dyn,) = [
+        d["statement"]
+        for d in doc["dynamic"]
+        if d["statement"]["content"][0].get("sid") == "JournalSessions"
+    ]
+    assert dyn["for_each"] == '${local.journal_enabled ? ["journal"] : []}'
+    (st,) = dyn["content"]
+    assert st["actions"] == ["s3express:CreateSession"]
+    assert (
+        st["resources"]
+        == "${[for zone in var.journal_zones : aws_s3_directory_bucket.journal[zone].arn]}"
+    )
+    assert (
+        module.resources()["aws_s3_directory_bucket.journal"]["for_each"]
+        == "${toset(var.journal_zones)}"
+    )
+
+
 def test_secrets_are_read_only_by_the_execution_role(module: TfDir) -> None:
     doc = module.resources()["data.aws_iam_policy_document.execution"]
     (st,) = [s for s in doc["statement"] if s["sid"] == "ReadInjectedSecrets"]
@@ -306,6 +329,7 @@ def module_agent_env_names(module: TfDir) -> set[str]:
     names = set(locals_["agent_environment"])
     names |= set(re.findall(r"\b(FLOE_[A-Z_]+)\s*=", text_of(locals_["agent_zone_environment"])))
     names |= set(re.findall(r"\b(FLOE_[A-Z_]+)\s*=", text_of(locals_["agent_secrets"])))
+    names |= set(re.findall(r"\b(FLOE_[A-Z_]+)\s*=", text_of(locals_["journal_environment"])))
     return names
 
 
@@ -318,6 +342,8 @@ def test_agent_env_names_are_agent_config_fields(module: TfDir) -> None:
         "FLOE_OBJECTS",
         "FLOE_ADVERTISED_HOST",
         "FLOE_ADVERTISED_PORT",
+        "FLOE_JOURNAL",
+        "FLOE_JOURNAL_QUORUM",
     } <= names
     unknown = sorted(names - fields - set(PENDING_AGENT_FIELDS) - CLI_ENV_NAMES)
     assert not unknown, (
@@ -346,7 +372,15 @@ def test_task_definitions_use_the_environment_locals(module: TfDir) -> None:
         'command = ["compactor", "run", "--metrics-port", tostring(local.compactor_metrics_port)]'
         in compactor
     )
-    assert "environment = [for k, v in local.compactor_environment" in compactor
+    assert (
+        "environment = [for k, v in merge(local.compactor_environment, local.journal_environment)"
+        in compactor
+    )
+    lists = module.locals()["agent_environment_lists"]
+    assert (
+        "merge(local.agent_environment, local.journal_environment, local.agent_zone_environment[zone])"
+        in lists
+    )
     for name in re.findall(r"\bname = \"(FLOE_[A-Z_]+)\"", compactor):
         assert name in agent_config_env_names(), name
 

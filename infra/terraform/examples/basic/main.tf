@@ -36,6 +36,10 @@ module "floe" {
 
   kms_key_arn = var.kms_key_arn
 
+  # Journal tier (fast acknowledgement): one S3 Express One Zone bucket per zone ID.
+  journal_zones  = var.journal_zones
+  journal_quorum = var.journal_quorum
+
   enable_compactor = var.enable_compactor
   enable_sasl      = var.enable_sasl
   sasl_users_json  = var.sasl_users_json

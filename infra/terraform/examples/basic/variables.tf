@@ -185,3 +185,15 @@ variable "s3_endpoint_route_table_ids" {
   type        = list(string)
   default     = []
 }
+
+variable "journal_zones" {
+  description = "Availability zone IDs (e.g. [\"use1-az4\", \"use1-az5\", \"use1-az6\"]) of the journal tier's directory buckets; empty: no journal."
+  type        = list(string)
+  default     = []
+}
+
+variable "journal_quorum" {
+  description = "Journal buckets that must hold a journal object before produce is acknowledged."
+  type        = number
+  default     = 2
+}

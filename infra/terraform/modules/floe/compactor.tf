@@ -94,7 +94,8 @@ resource "aws_ecs_task_definition" "compactor" {
       essential = true
       command   = ["compactor", "run", "--metrics-port", tostring(local.compactor_metrics_port)]
 
-      environment = [for k, v in local.compactor_environment : { name = k, value = v }]
+      # With the journal tier, FLOE_JOURNAL/FLOE_JOURNAL_QUORUM as the agents get them (journal.tf).
+      environment = [for k, v in merge(local.compactor_environment, local.journal_environment) : { name = k, value = v }]
 
       # Liveness: the compactor finished a task or a pass within the last
       # compactor_max_stall_s (it also fails when the process stops answering).

@@ -2,7 +2,8 @@
 # * the task execution role (used by ECS itself) pulls the image, writes the log
 #   streams and reads exactly the secrets injected into the containers;
 # * the agent task role (used by Floe's code) reads and writes objects under
-#   <bucket>/<object_prefix>/ only, and lists only that prefix;
+#   <bucket>/<object_prefix>/ only, and lists only that prefix; with the journal
+#   tier, it may open S3 Express sessions on the journal buckets only;
 # * the compactor gets its own role with the same object permissions.
 
 locals {
@@ -99,6 +100,19 @@ data "aws_iam_policy_document" "objects" {
       test     = "StringLike"
       variable = "s3:prefix"
       values   = ["${local.object_prefix}/*"]
+    }
+  }
+
+  # The journal's directory buckets (journal.tf): S3 Express authorises every
+  # object request (PUT, GET, HEAD, DELETE, LIST) through the session token that
+  # CreateSession returns (the SDK creates and refreshes it), so this one action,
+  # on exactly these buckets, is all the object access the journal needs.
+  dynamic "statement" {
+    for_each = local.journal_enabled ? ["journal"] : []
+    content {
+      sid       = "JournalSessions"
+      actions   = ["s3express:CreateSession"]
+      resources = [for zone in var.journal_zones : aws_s3_directory_bucket.journal[zone].arn]
     }
   }
 

@@ -121,9 +121,11 @@ locals {
   )
 
   # ECS wants environment and secrets as sorted lists of {name, value|valueFrom}.
+  # The journal tier's FLOE_JOURNAL/FLOE_JOURNAL_QUORUM (journal.tf) join here,
+  # only when journal_zones is set.
   agent_environment_lists = {
     for zone in local.zones : zone => [
-      for k, v in merge(local.agent_environment, local.agent_zone_environment[zone]) : { name = k, value = v }
+      for k, v in merge(local.agent_environment, local.journal_environment, local.agent_zone_environment[zone]) : { name = k, value = v }
     ]
   }
   agent_secret_list = [for k, v in local.agent_secrets : { name = k, valueFrom = v }]

@@ -80,5 +80,15 @@ output "log_group_name" {
 
 output "agent_environment" {
   description = "Plain FLOE_* environment of the agents per zone (secrets excluded)."
-  value       = { for zone in local.zones : zone => merge(local.agent_environment, local.agent_zone_environment[zone]) }
+  value       = { for zone in local.zones : zone => merge(local.agent_environment, local.journal_environment, local.agent_zone_environment[zone]) }
+}
+
+output "journal_buckets" {
+  description = "Journal tier: directory bucket name per availability zone ID (empty without journal_zones)."
+  value       = { for zone, b in aws_s3_directory_bucket.journal : zone => b.bucket }
+}
+
+output "journal_urls" {
+  description = "Journal tier: FLOE_JOURNAL given to the agents and the compactor, as a list (empty without journal_zones)."
+  value       = local.journal_urls
 }

@@ -341,6 +341,56 @@ variable "tmp_expiration_days" {
   }
 }
 
+# -- journal tier (issue 40) -------------------------------------------------------
+
+variable "journal_zones" {
+  description = "Availability zone IDs (not names: e.g. [\"use1-az4\", \"use1-az5\", \"use1-az6\"]; `aws ec2 describe-availability-zones` maps names to IDs) of the journal tier: one S3 Express One Zone directory bucket per zone, named <journal_bucket_base>--<zone id>--x-s3. The agents write each journal object to all of them and acknowledge a produce once journal_quorum hold it (FLOE_JOURNAL, FLOE_JOURNAL_QUORUM). Empty: no journal (produce is acknowledged after the standard bucket's PUT)."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for z in var.journal_zones : can(regex("^[a-z]+[0-9]+-az[0-9]+$", z))])
+    error_message = "journal_zones must be availability zone IDs such as use1-az4 (not AZ names such as us-east-1a: directory buckets are placed by zone ID)."
+  }
+  validation {
+    condition     = length(distinct(var.journal_zones)) == length(var.journal_zones)
+    error_message = "journal_zones must be distinct: two journal buckets in one zone do not survive the loss of that zone, which is what the quorum is for."
+  }
+}
+
+variable "journal_quorum" {
+  description = "FLOE_JOURNAL_QUORUM: journal buckets that must hold a journal object before its produce requests are acknowledged. 1 to the number of journal_zones (2 of 3: one zone may be down or slow without stalling produce)."
+  type        = number
+  default     = 2
+
+  validation {
+    condition     = var.journal_quorum >= 1 && floor(var.journal_quorum) == var.journal_quorum && (length(var.journal_zones) == 0 || var.journal_quorum <= length(var.journal_zones))
+    error_message = "journal_quorum must be a whole number from 1 to the number of journal_zones: a quorum larger than the zones could never be reached, so no produce would ever be acknowledged."
+  }
+}
+
+variable "journal_bucket_base" {
+  description = "Name base of the journal directory buckets (<base>--<zone id>--x-s3; directory bucket names are unique per zone across AWS). null = <name>-journal-<8 hex characters derived from the object bucket's name>."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.journal_bucket_base == null || can(regex("^[a-z0-9]([a-z0-9-]{1,43}[a-z0-9])$", var.journal_bucket_base))
+    error_message = "journal_bucket_base must be 3-45 lowercase letters, digits and hyphens, starting and ending with a letter or digit (the zone suffix --<zone id>--x-s3 must still fit in 63 characters)."
+  }
+}
+
+variable "journal_expiration_days" {
+  description = "Lifecycle safety net of the journal buckets: expire objects under <object_prefix>/ this many days after creation. Floe deletes journal objects itself minutes after consolidating them, so this only removes what a crash left behind; it must exceed any consolidation outage, because until consolidated a journal object holds acknowledged data."
+  type        = number
+  default     = 7
+
+  validation {
+    condition     = var.journal_expiration_days >= 2 && floor(var.journal_expiration_days) == var.journal_expiration_days
+    error_message = "journal_expiration_days must be a whole number of days, at least 2: a shorter rule could delete journal objects that are not consolidated yet."
+  }
+}
+
 # -- metastore (PostgreSQL) ---------------------------------------------------------
 
 variable "database_engine" {
