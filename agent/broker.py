@@ -125,7 +125,8 @@ class Broker:
             )
             if journal
             else None,
-            upload_concurrency=config.upload_concurrency,
+            # journal objects are small and frequent: more of them in flight at once
+            upload_concurrency=max(config.upload_concurrency, 16) if journal else config.upload_concurrency,
             max_buffered_bytes=config.max_buffered_bytes,
             clock=self.clock,
             on_commit=self._on_commit,

@@ -40,6 +40,7 @@ class AgentMetrics:
     consolidations: Counter
     consolidated_bytes: Counter
     journal_unconsolidated_bytes: Gauge
+    consolidation_swap_seconds: Histogram
 
 
 def _make() -> AgentMetrics:
@@ -110,6 +111,12 @@ def _make() -> AgentMetrics:
         ),
         consolidated_bytes=Counter(
             "floe_consolidated_bytes", "Journal bytes rewritten into standard objects", registry=r
+        ),
+        consolidation_swap_seconds=Histogram(
+            "floe_consolidation_swap_seconds",
+            "Consolidation's metastore swap (commits to its partitions wait for it)",
+            buckets=lat,
+            registry=r,
         ),
         journal_unconsolidated_bytes=Gauge(
             "floe_journal_unconsolidated_bytes",

@@ -2,7 +2,11 @@
 takes from ``begin_transaction`` to ``commit_transaction`` returning.
 
 ``python -m loadtest.txn_latency [--transactions 200] [--records 100] [--partitions 6]
-[--flush-interval-ms 250] [--backend dev|postgres]``
+[--flush-interval-ms 250] [--backend dev|postgres|kafka] [--journal 3] [--store-latency s3-standard]``
+
+``--backend kafka`` runs the same client against Apache Kafka 4.1 (KRaft, one
+node); ``--journal N`` gives the agent a journal tier of N ``file://`` buckets
+under the S3 Express latency profile (issue 40).
 
 One agent process (SQLite + ``file://`` in a temp dir, or a throw-away Postgres
 with ``--backend postgres``) and one confluent-kafka transactional producer
@@ -28,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.services import start_agent
+from objectstore.latency import with_latency
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -44,23 +49,49 @@ def _summary(xs: list[float]) -> dict[str, float]:
     }
 
 
-def run(transactions: int, records: int, partitions: int, flush_ms: int, backend: str) -> dict[str, Any]:
+def _start(backend: str, workdir: Path, flush_ms: int, journal: int, store_latency: str | None) -> tuple[str, Any]:
+    """The system under test: (bootstrap, stop)."""
+    if backend == "kafka":
+        from loadtest.kafka_broker import KafkaBroker
+
+        kafka = KafkaBroker.start()
+        return kafka.bootstrap, kafka.stop
+    pg = None
+    if backend == "postgres":
+        from metastore.pgserver import PostgresServer
+
+        pg = PostgresServer().start()
+        metastore = pg.url("postgres")
+    else:
+        metastore = f"sqlite:///{workdir / 'meta.db'}"
+    objects = with_latency(f"file://{workdir / 'objects'}", store_latency)
+    journal_urls = []
+    for i in range(journal):  # as loadtest.services: file:// buckets under S3 Express latency
+        (workdir / f"journal{i}").mkdir()
+        journal_urls.append(with_latency(f"file://{workdir / f'journal{i}'}?fsync=false", "s3-express"))
+    agent = start_agent(
+        metastore, objects, workdir, flush_interval_ms=flush_ms, journal=",".join(journal_urls)
+    )
+
+    def stop() -> None:
+        agent.stop()
+        if pg is not None:
+            pg.stop()
+
+    return agent.bootstrap, stop
+
+
+def run(
+    transactions: int, records: int, partitions: int, flush_ms: int, backend: str,
+    journal: int = 0, store_latency: str | None = None,
+) -> dict[str, Any]:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     workdir = Path(tempfile.mkdtemp(prefix="floe-txnlat-"))
-    pg = None
     try:
-        if backend == "postgres":
-            from metastore.pgserver import PostgresServer
-
-            pg = PostgresServer().start()
-            metastore = pg.url("postgres")
-        else:
-            metastore = f"sqlite:///{workdir / 'meta.db'}"
-        agent = start_agent(metastore, f"file://{workdir / 'objects'}", workdir, flush_interval_ms=flush_ms)
+        bs, stop = _start(backend, workdir, flush_ms, journal, store_latency)
         try:
-            bs = agent.bootstrap
             admin = AdminClient({"bootstrap.servers": bs})
             for t in ("txnlat", "plainlat"):
                 admin.create_topics([NewTopic(t, partitions, 1)])[t].result(30)
@@ -92,14 +123,14 @@ def run(transactions: int, records: int, partitions: int, flush_ms: int, backend
                 plain.flush(30)
                 flushes.append(time.perf_counter() - t0)
         finally:
-            agent.stop()
+            stop()
     finally:
-        if pg is not None:
-            pg.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     target_ms = 2 * flush_ms + 100
     return {
         "backend": backend,
+        "journal_buckets": journal,
+        "store_latency": store_latency,
         "transactions": transactions,
         "records_per_txn": records,
         "partitions": partitions,
@@ -119,10 +150,13 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=100)
     ap.add_argument("--partitions", type=int, default=6)
     ap.add_argument("--flush-interval-ms", type=int, default=250)
-    ap.add_argument("--backend", choices=("dev", "postgres"), default="dev")
+    ap.add_argument("--backend", choices=("dev", "postgres", "kafka"), default="dev")
+    ap.add_argument("--journal", type=int, default=0, help="journal buckets (S3 Express latency; issue 40)")
+    ap.add_argument("--store-latency", help="the standard store's latency profile (e.g. s3-standard)")
     a = ap.parse_args()
     print("loadavg start", os.getloadavg(), flush=True)
-    print(json.dumps(run(a.transactions, a.records, a.partitions, a.flush_interval_ms, a.backend), indent=2))
+    out = run(a.transactions, a.records, a.partitions, a.flush_interval_ms, a.backend, a.journal, a.store_latency)
+    print(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":

@@ -161,7 +161,9 @@ class Consolidator:
             dataclasses.replace(r, object_key=key, byte_pos=e.byte_pos, byte_len=e.byte_len)
             for r, e in zip(rows, entries, strict=True)
         ]
+        t0 = time.perf_counter()
         swap = await self._meta.swap_batches(rows, replacements, [NewObject(key, len(data), 0)])  # type: ignore[attr-defined]
+        METRICS.consolidation_swap_seconds.observe(time.perf_counter() - t0)
         if not swap.ok:
             METRICS.consolidations.labels("conflict").inc()
             log.info("consolidation into %s conflicted (%s); the journal objects stay", key, swap.message)
