@@ -5,7 +5,10 @@ here what another agent needs to take a group over: the group row (generation,
 protocol, leader, state) with its members (metadata for the chosen protocol and
 assignment), and every committed offset. ``save_group`` replaces the members of
 a group in the same transaction as its row, so a reader never sees a generation
-with the previous generation's members. ``commit_offsets`` creates an ``Empty``
+with the previous generation's members; given ``expected_generation`` it is a
+compare-and-set on the stored generation (a missing row counts as generation 0),
+so two agents that both think they coordinate a group (a ring move) can never
+both write the same new generation: the loser learns it is stale and reloads. ``commit_offsets`` creates an ``Empty``
 group row when none exists (a "simple" group that only stores offsets), so every
 group with offsets can be listed and deleted.
 """
@@ -16,7 +19,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import and_, delete, or_, select
+from sqlalchemy import and_, delete, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -68,12 +71,17 @@ class GroupsMixin(SqlBase):
                 updated_at_ms=row.updated_at,
             )
 
-    async def save_group(self, group: GroupRecord) -> None:
-        """Insert or replace ``group`` and all of its members in one transaction."""
-        async with self._write() as conn:
-            await self._save_group(conn, group)
+    async def save_group(self, group: GroupRecord, expected_generation: int | None = None) -> bool:
+        """Insert or replace ``group`` and all of its members in one transaction.
 
-    async def _save_group(self, conn: AsyncConnection, group: GroupRecord) -> None:
+        With ``expected_generation`` the write happens only if the stored row is
+        at that generation (no row counts as 0); False when it did not happen."""
+        async with self._write() as conn:
+            return await self._save_group(conn, group, expected_generation)
+
+    async def _save_group(
+        self, conn: AsyncConnection, group: GroupRecord, expected_generation: int | None = None
+    ) -> bool:
         values = {
             "group_id": group.group_id,
             "protocol_type": group.protocol_type,
@@ -84,12 +92,21 @@ class GroupsMixin(SqlBase):
             "coordinator_agent": group.coordinator_agent,
             "updated_at": self.now_ms(),
         }
-        stmt = self._insert(s.groups).values(**values)
-        stmt = stmt.on_conflict_do_update(
-            index_elements=[s.groups.c.group_id],
-            set_={k: v for k, v in values.items() if k != "group_id"},
-        )
-        await conn.execute(stmt)
+        g = s.groups.c
+        changes = {k: v for k, v in values.items() if k != "group_id"}
+        if expected_generation is None or expected_generation == 0:
+            # An upsert; conditional on the row still being at generation 0 when asked.
+            stmt = self._insert(s.groups).values(**values)
+            stmt = stmt.on_conflict_do_update(
+                index_elements=[g.group_id],
+                set_=changes,
+                where=None if expected_generation is None else g.generation == 0,
+            )
+        else:
+            stmt = update(s.groups).where(g.group_id == group.group_id, g.generation == expected_generation)
+            stmt = stmt.values(**changes)
+        if (await conn.execute(stmt)).rowcount == 0:
+            return False
         await conn.execute(delete(s.group_members).where(s.group_members.c.group_id == group.group_id))
         if group.members:
             await conn.execute(
@@ -109,6 +126,7 @@ class GroupsMixin(SqlBase):
                     for mem in group.members
                 ],
             )
+        return True
 
     async def list_groups(self) -> list[GroupListing]:
         """Every persisted group (state and protocol type only), by id."""

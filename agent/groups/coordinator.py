@@ -19,7 +19,14 @@ heartbeat nor wait in a join/sync for ``session.timeout.ms`` are removed.
 
 All state changes are synchronous (no ``await`` in the middle of a transition),
 so the asyncio loop is the only lock needed. Persisting a group is a background
-write per group that always saves the latest state.
+write per group that always saves the latest state, but, as in Kafka, a
+JoinGroup or SyncGroup is answered only once the state it hands out (generation,
+members, assignment) is in the metastore. Each save is a compare-and-set on the
+stored generation, so when a ring move has two agents serving the group for a
+moment, only one of them can write a given new generation: the other drops its
+copy (its waiting members get NOT_COORDINATOR and look the coordinator up
+again), and a request naming a generation newer than the in-memory one reloads
+the group. Generations handed out therefore only grow, even across a move.
 """
 
 from __future__ import annotations
@@ -180,6 +187,9 @@ class GroupCoordinator:
             self._prepare_rebalance(g, "group loaded mid-rebalance")
 
     def _persist(self, g: Group) -> None:
+        if self._groups.get(g.group_id) is not g:
+            return  # dropped (moved, fenced, deleted): its owner writes it now
+        g.changes += 1
         g.dirty = True
         if g.persist_task is None or g.persist_task.done():
             g.persist_task = asyncio.get_running_loop().create_task(
@@ -187,10 +197,11 @@ class GroupCoordinator:
             )
 
     async def _persist_loop(self, g: Group) -> None:
-        while g.dirty and g.state is not DEAD:
+        while g.dirty and g.state is not DEAD and self._groups.get(g.group_id) is g:
             g.dirty = False
+            changes, rec = g.changes, g.to_record(self.config.agent_id)
             try:
-                await self.meta.save_group(g.to_record(self.config.agent_id))
+                saved = await self.meta.save_group(rec, expected_generation=g.stored_generation)
             except Exception as e:
                 if metastore_unavailable(e):
                     log.warning("could not persist group %r (next change retries): metastore unavailable: %s: %s",
@@ -198,6 +209,64 @@ class GroupCoordinator:
                 else:
                     log.exception("could not persist group %r (next change retries)", g.group_id)
                 return
+            if saved is False:
+                # Another agent wrote the group since we loaded it (a ring move).
+                log.warning("group %r: generation %s is no longer the stored one; dropping the local copy",
+                            g.group_id, g.stored_generation)  # fmt: skip
+                self._drop(g)
+                return
+            g.saved, g.stored_generation = changes, rec.generation
+
+    async def _durable(self, g: Group) -> int:
+        """Wait until the group's state as of now is in the metastore (once more
+        if the last save failed); the error to answer with when it is not."""
+        target, retried = g.changes, False
+        while g.saved < target:
+            if self._groups.get(g.group_id) is not g or g.state is DEAD:
+                return ErrorCode.NOT_COORDINATOR  # dropped: the member asks again
+            task = g.persist_task
+            if task is None or task.done():
+                if retried:
+                    return ErrorCode.COORDINATOR_NOT_AVAILABLE
+                retried = True
+                self._persist(g)
+                task = g.persist_task
+            assert task is not None
+            await asyncio.shield(task)
+        return ErrorCode.NONE
+
+    def _drop(self, g: Group) -> None:
+        """Forget ``g``: it is stale (another agent wrote a newer state). Members
+        waiting in its barrier get NOT_COORDINATOR; the next request loads it."""
+        if self._groups.get(g.group_id) is g:
+            del self._groups[g.group_id]
+        g.dirty = False
+        for m in g.members.values():
+            _resolve(m.join_future, JoinResult(ErrorCode.NOT_COORDINATOR, m.member_id))
+            _resolve(m.sync_future, SyncResult(ErrorCode.NOT_COORDINATOR))
+            m.join_future = m.sync_future = None
+        self.timers.cancel_where(lambda key: isinstance(key, tuple) and len(key) > 1 and key[1] == g.group_id)
+
+    async def _fresh(self, g: Group | None, generation: int) -> Group | None:
+        """``g``, or the stored group when ``generation`` is newer than ours (another
+        agent ran the group meanwhile): our copy is stale, theirs is the truth."""
+        if g is None or generation <= g.generation or g.state is DEAD:
+            return g
+        try:
+            rec = await self.meta.load_group(g.group_id)
+        except MetastoreError as e:
+            log.warning("group %r: could not reload: %s", g.group_id, e)
+            return g
+        if self._groups.get(g.group_id) is not g:
+            return self._groups.get(g.group_id)
+        if rec is None or rec.generation <= g.generation:
+            return g
+        log.info("group %r: generation %d stored by another agent (ours: %d); reloading",
+                 g.group_id, rec.generation, g.generation)  # fmt: skip
+        self._drop(g)
+        fresh = self._groups[g.group_id] = Group.from_record(rec)
+        self._adopt(fresh)
+        return fresh
 
     # -- timers ---------------------------------------------------------------------
 
@@ -338,7 +407,12 @@ class GroupCoordinator:
         if g is None:
             return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, req.member_id)
         out = self._join(g, req)
-        return out if isinstance(out, JoinResult) else await out
+        res = out if isinstance(out, JoinResult) else await out
+        if res.error == ErrorCode.NONE:
+            error = await self._durable(g)  # never hand out a generation a successor may not see
+            if error:
+                return JoinResult(error, res.member_id)
+        return res
 
     def _join(self, g: Group, req: JoinRequest) -> JoinResult | asyncio.Future[JoinResult]:
         if g.state is DEAD:
@@ -473,11 +547,16 @@ class GroupCoordinator:
         protocol_type: str | None = None,
         protocol_name: str | None = None,
     ) -> SyncResult:
-        g = await self._group(group_id, create=False)
+        g = await self._fresh(await self._group(group_id, create=False), generation)
         if g is None:
             return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
         out = self._sync(g, generation, member_id, group_instance_id, assignments, protocol_type, protocol_name)
-        return out if isinstance(out, SyncResult) else await out
+        res = out if isinstance(out, SyncResult) else await out
+        if res.error == ErrorCode.NONE:
+            error = await self._durable(g)  # the assignment is stored before anyone gets it
+            if error:
+                return SyncResult(error)
+        return res
 
     def _sync(
         self,
@@ -533,7 +612,7 @@ class GroupCoordinator:
     # -- Heartbeat / LeaveGroup -----------------------------------------------------
 
     async def heartbeat(self, group_id: str, generation: int, member_id: str, group_instance_id: str | None) -> int:
-        g = await self._group(group_id, create=False)
+        g = await self._fresh(await self._group(group_id, create=False), generation)
         if g is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
         if g.state is DEAD:
@@ -596,7 +675,7 @@ class GroupCoordinator:
     ) -> int:
         """Validate the committer and store ``offsets``; returns an error code. The
         offsets are in the metastore when this returns NONE."""
-        g = await self._group(group_id, create=generation < 0)
+        g = await self._fresh(await self._group(group_id, create=generation < 0), generation)
         if g is None:
             return ErrorCode.ILLEGAL_GENERATION  # a member of a generation that no longer exists
         if g.state is DEAD:
@@ -766,6 +845,7 @@ class GroupCoordinator:
         """A consumer group became this classic group (downgrade): its members
         keep their assignments and (``rebalance``) are asked to rejoin."""
         g.state = STABLE
+        g.stored_generation = None  # the downgrade writes the row unconditionally
         self._handed_over.discard(g.group_id)
         self._groups[g.group_id] = g
         for m in g.members.values():

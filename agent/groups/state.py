@@ -118,6 +118,11 @@ class Group:
     # Persistence: a single writer task per group always saves the latest state.
     dirty: bool = False
     persist_task: asyncio.Task[None] | None = None
+    changes: int = 0  # bumped by every change to persist
+    saved: int = 0  # the ``changes`` count the last successful save covered
+    #: The generation stored in the metastore as far as this coordinator knows:
+    #: saves are a compare-and-set on it (None: unconditional, after a downgrade).
+    stored_generation: int | None = 0
 
     def candidate_protocols(self, extra: list[str] | None = None) -> set[str]:
         sets = [set(m.names()) for m in self.members.values()]
@@ -192,6 +197,7 @@ class Group:
             protocol_type=rec.protocol_type,
             protocol=rec.protocol,
             leader_id=rec.leader_id,
+            stored_generation=rec.generation,
         )
         try:
             g.state = GroupState(rec.state)

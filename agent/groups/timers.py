@@ -45,6 +45,11 @@ class Timers:
     def cancel(self, key: Hashable) -> None:
         self._live.pop(key, None)
 
+    def cancel_where(self, match: Callable[[Hashable], bool]) -> None:
+        """Cancel every key ``match`` accepts (a group's timers when it is dropped)."""
+        for key in [k for k in self._live if match(k)]:
+            del self._live[key]
+
     def is_scheduled(self, key: Hashable) -> bool:
         return key in self._live
 

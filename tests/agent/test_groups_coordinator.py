@@ -76,7 +76,7 @@ async def run_delay(coord: GroupCoordinator, clock: ManualClock, tasks: list[Any
     for _ in range(5):
         advance(coord, clock, DELAY_MS / 1000)
         await settle()
-    assert all(t.done() for t in tasks)
+    await until(lambda: all(t.done() for t in tasks))  # answered once the generation is stored
 
 
 async def new_member(coord: GroupCoordinator, **kw: Any) -> str:

@@ -104,3 +104,41 @@ async def test_delete_offsets_and_group(ms: Metastore) -> None:
     # Other groups are untouched.
     assert [o.offset for o in await ms.fetch_offsets("h")] == [9]
     assert [x.group_id for x in await ms.list_groups()] == ["h"]
+
+
+async def test_group_save_compare_and_set_on_generation(ms: Metastore) -> None:
+    """Two coordinators of one group (a ring move) race to write generation 2:
+    only the one that saw generation 1 stored wins; the other learns it is stale."""
+    def at(gen: int, mid: str) -> GroupRecord:
+        return GroupRecord("g", "CompletingRebalance", gen, "consumer", "range", mid, [member(mid)], f"agent-{mid}")
+
+    # No row counts as generation 0: a second creator of the group loses.
+    assert await ms.save_group(at(1, "a"), expected_generation=0) is True
+    assert await ms.save_group(at(1, "b"), expected_generation=0) is False
+    loaded = await ms.load_group("g")
+    assert loaded is not None and loaded.leader_id == "a" and [m.member_id for m in loaded.members] == ["a"]
+
+    # Both loaded generation 1; the first to write 2 wins, the late one changes nothing.
+    assert await ms.save_group(at(2, "b"), expected_generation=1) is True
+    assert await ms.save_group(at(2, "a"), expected_generation=1) is False
+    loaded = await ms.load_group("g")
+    assert loaded is not None and (loaded.generation, loaded.leader_id) == (2, "b")
+    assert [m.member_id for m in loaded.members] == ["b"] and loaded.coordinator_agent == "agent-b"
+
+    # Same generation (the SyncGroup's assignment) from the holder of generation 2.
+    assert await ms.save_group(at(2, "b"), expected_generation=2) is True
+    # A group created by an offset commit (generation 0) can be taken with 0.
+    await ms.commit_offsets("simple", [])
+    topic = await make_topic(ms, "t", 1)
+    await ms.commit_offsets("simple", [GroupOffset(topic.id, 0, 5)])
+    simple = GroupRecord("simple", "CompletingRebalance", 1, "consumer", "range", "m", [member("m")])
+    assert await ms.save_group(simple, expected_generation=0) is True
+    assert await ms.save_group(simple, expected_generation=0) is False
+    # A deleted group is not written back by a stale coordinator.
+    assert await ms.delete_group("g") is True
+    assert await ms.save_group(at(3, "b"), expected_generation=2) is False
+    assert await ms.load_group("g") is None
+    # Unconditional saves still overwrite (the migration's and older callers').
+    assert await ms.save_group(at(7, "c")) is True
+    loaded = await ms.load_group("g")
+    assert loaded is not None and loaded.generation == 7
