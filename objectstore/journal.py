@@ -104,6 +104,21 @@ class JournaledStore(StoreBase):
 
         return await presign_ranges(self.standard, key, expires_s, ranges)
 
+    async def client(self) -> None:
+        """Build every bucket's HTTP client now (the agent calls this at start): the
+        first journal PUT must not pay botocore's model loading against its quorum
+        deadline."""
+        for store in (self.standard, *(b.store for b in self.journal.buckets)):
+            inner: Any = store
+            for _ in range(8):
+                make = getattr(inner, "client", None)
+                if callable(make):
+                    await make()
+                    break
+                inner = getattr(inner, "inner", None)
+                if inner is None:
+                    break
+
     async def close(self) -> None:
         await self.journal.close()
         await self.standard.close()
