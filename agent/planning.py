@@ -27,10 +27,27 @@ topics, so it is never presigned whole. The plan presigns, per segment
 object, one ranged GET per run of adjacent planned batches
 (:mod:`agent.planning_grants`; SigV4 signs the ``Range`` header, so S3
 refuses the URL for any other bytes); Parquet objects (one partition each)
-are presigned whole. A lease renewal presigns again only ranges the caller
+are presigned whole; a journal object (issue 40, ``journal/`` keys: the last
+seconds before consolidation) against one journal bucket that holds a copy. A
+lease renewal presigns again only ranges the caller
 may read now: each range must lie within batches of topics it holds READ on
 (the segment's own footer; a Parquet object's batch rows), anything else is
 refused with 403.
+
+The journal tier (issue 40): the last seconds of a partition (longer if an
+agent died before consolidating) are batches under ``journal/`` keys, held
+only by the journal buckets. Until then ``JournaledStore.presign_get`` answered
+None for them and :func:`~agent.planning_grants.presign_grants` dropped every
+URL of the plan, so credential-free executors failed on all of its objects, and
+executors with credentials looked for journal keys in the standard bucket. The
+plan now serves every offset asked for, journal ones included: a journal
+object is presigned against a journal bucket that holds a copy, and the plan
+names the journal buckets (``journal_urls``, credentials stripped as for
+``objects_url``) for executors that read with their own credentials. Stopping
+plans at the first journal batch instead was rejected: a micro-batch's end
+offset is fixed before it is planned (Spark's offset log), so the cut would
+have to move into the partition listing, and a dead agent's journal objects
+would then hold every reader back until the compactor merged them.
 
 Routes (JSON in, JSON out; errors ``{"error": {"type", "message"}}`` with 4xx/5xx)::
 
@@ -38,7 +55,8 @@ Routes (JSON in, JSON out; errors ``{"error": {"type", "message"}}`` with 4xx/5x
     POST   /floe/plan/v1/partitions           {subscribe|pattern|assign} -> partitions
     POST   /floe/plan/v1/offsets-for-times    {queries: [{topic_id, partition, timestamp}]}
     POST   /floe/plan/v1/read-plan            {ranges, lease?, presign?} -> batches, objects
-                                              objects: {key: {size, url?, ranges?: [[s, e, url]]}}
+                                              objects: {key: {size, url?, ranges?: [[s, e, url]]}},
+                                              objects_url, journal_urls (journal/ keys)
     PUT    /floe/plan/v1/leases/{id}          {keys, ttl_ms, presign?, ranges?: {key: [[s, e]]}}
                                               renew (+ fresh URLs: urls, ranges)
     DELETE /floe/plan/v1/leases/{id}          release
@@ -61,6 +79,7 @@ from metastore.types import BatchLocation, MetastoreError
 from objectstore import public_url
 from objectstore.byte_grants import Range
 from objectstore.errors import ObjectStoreError
+from objectstore.journal import parse_journal_urls
 from objectstore.parquet import is_parquet_key, read_offset_range
 from objectstore.timestamps import first_offset_in_batch, first_offset_in_rows
 
@@ -290,6 +309,8 @@ class PlanningService:
                     for k in keys
                 },
                 "objects_url": public_url(self.broker.config.objects),
+                # Unpresigned journal/ keys: executors read them from these buckets in turn.
+                "journal_urls": [public_url(u) for u in parse_journal_urls(self.broker.config.journal)],
                 "lease_expires_ms": plan.expires_at_ms,
             }
 

@@ -9,6 +9,19 @@ the ``Range`` header (:func:`presign_grants`, :mod:`objectstore.byte_grants`).
 Parquet objects hold one partition of one topic (the compactor writes them per
 partition) and are presigned whole.
 
+Journal objects (issue 40: ``journal/`` keys, the last seconds of a partition
+before consolidation, or longer if their agent died) live in at least
+``journal_quorum`` of the journal buckets, not in the standard one, and the
+journal store cannot say which copy a URL should name
+(``JournaledStore.presign_get`` is None). Left at that, one journal key in a plan
+would leave the whole plan unsigned (credential-free executors then fail on
+every object, not only that one). So a journal object's runs are presigned
+against one journal bucket that holds a copy *now* (a HEAD, in bucket order):
+the copy stays while the lease holds the object, since the GC deletes a journal
+object from every bucket only once it is unreferenced and unleased. Executors
+with credentials read journal keys without URLs, from the journal URLs the plan
+names (``journal_urls``), trying each bucket in turn.
+
 A lease renewal (an executor whose task starts after its plan's URLs expired)
 names the runs it wants presigned again. :func:`renewal_grants` checks each run
 against what the object holds (:func:`readable_spans`) and the caller's ACLs
@@ -20,6 +33,7 @@ runs is leased but never presigned.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -27,7 +41,8 @@ from typing import Any
 from metastore.types import BatchLocation
 from objectstore import ObjectStore, presign_get, presign_ranges
 from objectstore.byte_grants import Range, covered, merge_ranges
-from objectstore.errors import ObjectNotFound, SegmentFormatError
+from objectstore.errors import ObjectNotFound, ObjectStoreError, SegmentFormatError
+from objectstore.journal import JournaledStore, is_journal_key
 from objectstore.parquet import is_parquet_key
 from objectstore.segment import read_index
 
@@ -69,17 +84,48 @@ async def presign_grants(
     expires = max(60, ttl_ms // 1000)
     urls: dict[str, str] = {}
     ranged: dict[str, list[list[Any]]] = {}
+    keys = [*parquet, *runs]
+    signers = dict(zip(keys, await asyncio.gather(*(_signer(store, k) for k in keys)), strict=True))
     for k in parquet:
-        url = await presign_get(store, k, expires)
+        url = await presign_get(signers[k], k, expires)
         if url is None:
             return {}, {}
         urls[k] = url
     for k, spans in runs.items():
-        signed = await presign_ranges(store, k, expires, spans)
+        signed = await presign_ranges(signers[k], k, expires, spans)
         if signed is None:
             return {}, {}
         ranged[k] = [[lo, hi, url] for (lo, hi), url in zip(spans, signed, strict=True)]
     return urls, ranged
+
+
+def _journaled(store: ObjectStore) -> JournaledStore | None:
+    """The journal tier under ``store``'s wrappers, if it has one."""
+    inner: Any = store
+    for _ in range(8):
+        if isinstance(inner, JournaledStore):
+            return inner
+        inner = getattr(inner, "inner", None)
+        if inner is None:
+            break
+    return None
+
+
+async def _signer(store: ObjectStore, key: str) -> ObjectStore:
+    """The store whose URL for ``key`` a reader can use: for a journal key, a journal
+    bucket that holds a copy (the first that answers a HEAD); else ``store`` itself."""
+    journaled = _journaled(store) if is_journal_key(key) else None
+    if journaled is None:
+        return store
+    errors = []
+    for bucket in journaled.journal.buckets:
+        try:
+            await bucket.store.head(key)
+        except ObjectStoreError as e:  # missing here, or the bucket failing: the next one
+            errors.append(f"bucket {bucket.index}: {e}")
+            continue
+        return bucket.store
+    raise ObjectNotFound(f"{key}: no journal bucket holds it ({'; '.join(errors)})")
 
 
 TopicName = Callable[[uuid.UUID], Awaitable[str | None]]

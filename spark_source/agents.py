@@ -273,7 +273,12 @@ class AgentBackend:
             body["lease"] = {"id": lease.lease_id, "ttl_ms": lease.ttl_ms, "owner": lease.owner}
         got = await self._call("POST", "/read-plan", body)
         objects_url = self.opts.objects or got["objects_url"]
-        plan = ReadPlan(objects_url=objects_url, lease_expires_ms=got.get("lease_expires_ms"))
+        plan = ReadPlan(
+            objects_url=objects_url,
+            # Batches still in the journal tier: read from its buckets (unless presigned).
+            journal_urls=self.opts.journal or tuple(str(u) for u in got.get("journal_urls") or ()),
+            lease_expires_ms=got.get("lease_expires_ms"),
+        )
         for tp, r in zip(tps, got["ranges"], strict=True):
             if r.get("lost"):
                 lo, hi = r["lost"]

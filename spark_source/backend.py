@@ -62,6 +62,7 @@ class ReadPlan:
     objects: dict[str, ObjectRef] = field(default_factory=dict)
     starts: dict[TopicPartition, int] = field(default_factory=dict)
     objects_url: str | None = None  # where executors read (None: the source's 'objects')
+    journal_urls: tuple[str, ...] = ()  # the journal buckets, for ``journal/`` keys
     lease_expires_ms: int | None = None
 
 

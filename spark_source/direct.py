@@ -4,6 +4,8 @@ Where it sits: one :class:`~spark_source.backend.Backend`, beside the agents'
 planning API (:mod:`spark_source.agents`). The driver needs database (or
 ``floe metastore serve``) access and, to resolve timestamps to the exact
 record, read access to the object store; executors still read objects only.
+With the journal tier (option ``journal``, the agents' ``FLOE_JOURNAL``) the
+plan carries the journal bucket URLs, where executors read ``journal/`` keys.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from collections.abc import Mapping
 from metastore import Metastore, open_metastore
 from metastore.reads import PlanConflict, batch_at_time, plan_ranges, select_partitions
 from metastore.types import BatchLocation, MetastoreError
-from objectstore import ObjectStore, open_object_store
+from objectstore import ObjectStore
+from objectstore.journal import open_journaled_store
 from objectstore.parquet import is_parquet_key, read_offset_range
 from objectstore.timestamps import first_offset_in_batch, first_offset_in_rows
 from spark_source.backend import (
@@ -35,15 +38,17 @@ log = logging.getLogger("spark_source")
 
 
 class MetastoreBackend:
-    def __init__(self, ms: Metastore, objects_url: str) -> None:
+    def __init__(self, ms: Metastore, objects_url: str, journal: tuple[str, ...] = ()) -> None:
         self.ms = ms
         self.objects_url = objects_url
+        self.journal = journal
         self._store: ObjectStore | None = None
 
     @classmethod
     async def open(cls, opts: SourceOptions) -> MetastoreBackend:
         assert opts.metastore is not None and opts.objects is not None
-        return cls(await open_metastore(opts.metastore, auto_migrate=False), opts.objects)
+        ms = await open_metastore(opts.metastore, auto_migrate=False)
+        return cls(ms, opts.objects, opts.journal)
 
     async def close(self) -> None:
         if self._store is not None:
@@ -52,7 +57,8 @@ class MetastoreBackend:
 
     def _objects(self) -> ObjectStore:
         if self._store is None:
-            self._store = open_object_store(self.objects_url)
+            # Timestamp lookups may land on a batch still in the journal tier.
+            self._store = open_journaled_store(self.objects_url, self.journal)
         return self._store
 
     async def partition_state(self, opts: SourceOptions) -> State:
@@ -115,7 +121,11 @@ class MetastoreBackend:
             raise PlanningError(str(e)) from e
         except LookupError as e:
             raise DataLossError(str(e)) from e
-        plan = ReadPlan(objects_url=self.objects_url, lease_expires_ms=leased.expires_at_ms)
+        plan = ReadPlan(
+            objects_url=self.objects_url,
+            journal_urls=self.journal,
+            lease_expires_ms=leased.expires_at_ms,
+        )
         for tp, r in zip(tps, leased.ranges, strict=True):
             if r.lost is not None:
                 data_loss(

@@ -50,6 +50,7 @@ _KNOWN = {
     # Floe's own
     "metastore",
     "objects",
+    "journal",
     "pushdownfilters",
     "maxbytespersplit",
     "leasetimeout",
@@ -118,6 +119,9 @@ class SourceOptions:
     bootstrap_servers: str | None = None
     metastore: str | None = None
     objects: str | None = None
+    # The journal tier's bucket URLs (as the agents' FLOE_JOURNAL): where executors read
+    # batches still under ``journal/`` keys. Agents mode: the plan names them unless given.
+    journal: tuple[str, ...] = ()
     subscribe: tuple[str, ...] = ()
     subscribe_pattern: str | None = None
     assign: dict[str, tuple[int, ...]] | None = None
@@ -303,6 +307,13 @@ def parse_options(
         )
     if metastore is not None and not objects:
         raise OptionError("option 'objects' (the object store URL) is required with 'metastore'")
+    journal = tuple(u.strip() for u in opts.get("journal", "").split(",") if u.strip())
+    for u in journal:
+        if not u.lower().startswith(("file://", "s3://")):
+            raise OptionError(
+                f"option 'journal': {u!r} is not a file:// or s3:// object store URL "
+                "(give comma-separated URLs, one per journal bucket)"
+            )
     if metastore is not None and bootstrap is not None and warn:
         log.warning(
             "floe source: 'metastore' given, so the driver plans from the metastore directly "
@@ -411,6 +422,7 @@ def parse_options(
         bootstrap_servers=bootstrap,
         metastore=metastore,
         objects=objects,
+        journal=journal,
         subscribe=subscribe,
         subscribe_pattern=pattern,
         assign=assign,

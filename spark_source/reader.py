@@ -18,18 +18,27 @@ as byte runs, each URL signing its exact ``Range`` (the agent authorized those
 bytes and no others): a span is assembled from the runs it overlaps, each run
 fetched whole (and kept while the next span reads it too), and a batch outside
 every run is an error, never a read of the whole object.
+
+The journal tier (issue 40): batch rows may name ``journal/`` keys, objects that
+live only in the journal buckets (at least ``journal_quorum`` of them) until
+consolidation or the compactor rewrites them into the standard bucket. Such a
+key, when the plan holds no presigned URL for it, is read from the journal URLs
+(the ``journal`` option, or those the agents' plan names) in turn: a missing
+copy or a failing bucket moves on to the next one, as the agents'
+``QuorumStore`` reads do.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from kafka_protocol.records import ATTR_CONTROL, RecordBatchView, patch_base_offset
 from objectstore.byte_grants import covered
+from objectstore.journal import is_journal_key
 from objectstore.local import key_path
 from objectstore.parquet import kafka_schema
 from objectstore.rangefile import RangeFile
@@ -63,9 +72,16 @@ class Storage:
     range GETs and need no credentials at all.
     """
 
-    def __init__(self, url: str, *, timeout_ms: int = 120_000) -> None:
+    def __init__(
+        self, url: str, *, timeout_ms: int = 120_000, journal: Sequence[str] = ()
+    ) -> None:
         self.url = url
         self.timeout_s = timeout_ms / 1000.0
+        # The journal buckets, tried in turn for ``journal/`` keys (each holds a copy or not).
+        self.journal = [Storage(u, timeout_ms=timeout_ms) for u in journal]
+        self.in_journal = False  # this is one journal bucket: it holds journal keys itself
+        for bucket in self.journal:
+            bucket.in_journal = True
         parts = urlsplit(url)
         self.scheme = parts.scheme.lower()
         self._query: dict[str, str] = {}
@@ -123,6 +139,8 @@ class Storage:
             return self._read_granted(key, pos, length, ref.ranges)
         if ref is not None and ref.url:
             return _http_range(ref.url, pos, length, self.timeout_s)
+        if is_journal_key(key) and not self.in_journal:
+            return self._from_journal(key, lambda s: s.read_range(key, pos, length))
         if self.scheme == "file":
             fd = os.open(self.path(key), os.O_RDONLY)
             try:
@@ -143,6 +161,21 @@ class Storage:
             Bucket=self.bucket, Key=self.prefix + key, Range=f"bytes={pos}-{pos + length - 1}"
         )
         return bytes(r["Body"].read())
+
+    def _from_journal(self, key: str, read: Callable[[Storage], bytes]) -> bytes:
+        """``read`` on the first journal bucket that holds a readable copy of ``key``."""
+        if not self.journal:
+            raise OSError(
+                f"object {key} is in Floe's journal tier: give the source the journal bucket "
+                "URLs (option 'journal', as the agents' FLOE_JOURNAL)"
+            )
+        errors = []
+        for bucket in self.journal:
+            try:
+                return read(bucket)
+            except Exception as e:  # a missing copy or a failing bucket: try the next one
+                errors.append(f"{bucket.url}: {type(e).__name__}: {e}")
+        raise OSError(f"object {key}: no journal bucket could serve it ({'; '.join(errors)})")
 
     def _read_granted(
         self, key: str, pos: int, length: int, runs: Sequence[tuple[int, int, str]]
@@ -168,7 +201,9 @@ class Storage:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        if self.scheme == "file" and (ref is None or not ref.presigned):
+        if self.scheme == "file" and (ref is None or not ref.presigned) and (
+            self.in_journal or not is_journal_key(key)
+        ):
             return pq.ParquetFile(self.path(key))
         size = ref.size if ref is not None else -1
         if size < 0:
@@ -388,8 +423,9 @@ def read_tasks(
     row_filter: RowFilter | None = None,
     refs: Mapping[str, ObjectRef] | None = None,
     timeout_ms: int = 120_000,
+    journal: Sequence[str] = (),
 ) -> Iterator[pa.RecordBatch]:
-    storage = Storage(objects_url, timeout_ms=timeout_ms)
+    storage = Storage(objects_url, timeout_ms=timeout_ms, journal=journal)
     for task in tasks:
         yield from read_task(
             task, storage, include_headers=include_headers, row_filter=row_filter, refs=refs

@@ -80,6 +80,7 @@ class FloePartition(InputPartition):
         row_filter: RowFilter | None = None,
         refs: dict[str, ObjectRef] | None = None,
         lease: TaskLease | None = None,
+        journal: Sequence[str] = (),
     ) -> None:
         super().__init__(index)
         self.index = index
@@ -89,6 +90,7 @@ class FloePartition(InputPartition):
         self.row_filter = row_filter
         self.refs = refs or {}
         self.lease = lease
+        self.journal = tuple(journal)  # journal bucket URLs, for ``journal/`` keys
 
     def __repr__(self) -> str:
         ranges = ", ".join(f"{t.topic}-{t.partition}[{t.start},{t.end})" for t in self.tasks)
@@ -112,6 +114,7 @@ def _read(opts: SourceOptions, partition: InputPartition) -> Iterator[Any]:
             row_filter=partition.row_filter,
             refs=refs,
             timeout_ms=opts.poll_timeout_ms,
+            journal=partition.journal,
         ):
             yield batch
             keeper.tick()
@@ -127,11 +130,14 @@ def _partitions(
     lease: TaskLease | None = None,
 ) -> list[FloePartition]:
     objects = plan.objects_url or opts.objects
+    journal = opts.journal or plan.journal_urls
     out = []
     for i, t in enumerate(tasks):
         keys = {sp.key for sp in t.spans}
         refs = {k: plan.objects[k] for k in sorted(keys) if k in plan.objects}
-        out.append(FloePartition(i, [t], objects, opts.include_headers, flt, refs, lease))
+        out.append(
+            FloePartition(i, [t], objects, opts.include_headers, flt, refs, lease, journal)
+        )
     if not out:
         # An empty read (empty or missing topic, start == end): one partition, no rows.
         out.append(FloePartition(0, [], objects, opts.include_headers))
