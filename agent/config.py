@@ -302,6 +302,12 @@ class AgentConfig(BaseSettings):
     ready_stall_ms: int = Field(
         30_000, gt=0, description="Not ready when a sealed segment waits longer than this for upload + commit"
     )
+    shutdown_timeout_ms: int = Field(
+        30_000,
+        gt=0,
+        description="SIGTERM/SIGINT: the process exits within this, drained or not (buffered produce"
+        " data committed and in-flight requests answered first when they make it)",
+    )
 
     authorizer: str = Field(
         "none",

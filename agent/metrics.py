@@ -41,6 +41,7 @@ class AgentMetrics:
     consolidated_bytes: Counter
     journal_unconsolidated_bytes: Gauge
     consolidation_swap_seconds: Histogram
+    producer_epoch_bumps: Counter
 
 
 def _make() -> AgentMetrics:
@@ -121,6 +122,13 @@ def _make() -> AgentMetrics:
         journal_unconsolidated_bytes=Gauge(
             "floe_journal_unconsolidated_bytes",
             "Committed journal bytes this agent holds for consolidation",
+            registry=r,
+        ),
+        producer_epoch_bumps=Counter(
+            "floe_producer_epoch_bumps",
+            "InitProducerId requests (v3+, KIP-360) that named a producer and got a new epoch"
+            " or id, by kind (idempotent, transactional)",
+            ["kind"],
             registry=r,
         ),
     )

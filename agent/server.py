@@ -15,7 +15,9 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from typing import Any
 
@@ -45,6 +47,12 @@ log = logging.getLogger(__name__)
 GC_GEN0_THRESHOLD = 20_000
 # The interpreter's GIL switch interval in an agent process (CPython's default 5 ms).
 SWITCH_INTERVAL_S = 0.001
+# Shutdown (run_agent): the share of shutdown_timeout_ms spent draining (commit what is
+# buffered, answer what was read); the rest closes the parts, each step at most
+# CLOSE_STEP_S. EXIT_FORCED is the exit status when the bound was reached.
+DRAIN_SHARE = 0.7
+CLOSE_STEP_S = 5.0
+EXIT_FORCED = 1
 
 
 class AgentServer:
@@ -265,9 +273,20 @@ class AgentServer:
         if server is not None and server.sockets:
             self.admin_port = server.sockets[0].getsockname()[1]
 
-    async def close(self, drain_timeout: float = 10.0) -> None:
+    async def close(self, drain_timeout: float = 10.0, close_timeout: float = CLOSE_STEP_S) -> None:
         """Graceful shutdown: stop accepting and reading, flush and commit what is
-        buffered, answer the requests waiting for it, then close connections."""
+        buffered, answer the requests waiting for it, then close connections.
+
+        Bounded: the drain (commit what is buffered, answer what was read) gets
+        ``drain_timeout`` in all, each step after it (closing the admin port, the
+        broker's parts: metastore pool, object store, coordinators) at most
+        ``close_timeout``; a step past its bound is abandoned with a warning."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + drain_timeout
+
+        def left() -> float:
+            return max(0.0, deadline - loop.time())
+
         for srv in (self._server, self._shared, *self._extra):
             if srv is not None:
                 srv.close()
@@ -275,23 +294,31 @@ class AgentServer:
         await self.readiness.stop()
         if self.emf is not None:
             await self.emf.stop()
-        await self.broker.cluster.stop()  # leave the ring at once
+        await _bounded(self.broker.cluster.stop(), min(close_timeout, left()), "leaving the ring")
         for c in list(self._conns):
             c.stop_reading()
         self.broker.pipeline.seal()
-        try:
-            await asyncio.wait_for(self.broker.pipeline.drain(), drain_timeout)
-        except TimeoutError:
-            log.warning("produce pipeline did not drain within %.0f s", drain_timeout)
-        await asyncio.gather(*(c.wait_answered(drain_timeout) for c in list(self._conns)))
+        await _bounded(self.broker.pipeline.drain(), left(), "draining the produce pipeline")
+        await asyncio.gather(*(c.wait_answered(left()) for c in list(self._conns)))
         for c in list(self._conns):
             c.close()
         if self._server is not None:
-            with suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 5)
+            await _bounded(self._server.wait_closed(), min(close_timeout, 5.0), "closing the listener")
         if self._admin is not None:
-            await self._admin.cleanup()
-        await self.broker.close()
+            await _bounded(self._admin.cleanup(), close_timeout, "closing the admin port")
+        await _bounded(self.broker.close(), close_timeout, "closing the broker")
+
+
+async def _bounded(aw: Awaitable[object], timeout: float, what: str) -> bool:  # noqa: ASYNC109
+    """Await ``aw`` for at most ``timeout`` s; False (logged) when it did not finish or failed."""
+    try:
+        await asyncio.wait_for(aw, max(timeout, 0.001))
+        return True
+    except TimeoutError:
+        log.warning("shutdown: %s took longer than %.1f s; going on without it", what, timeout)
+    except Exception as e:
+        log.warning("shutdown: %s failed: %s", what, e)
+    return False
 
 
 def tune_runtime() -> None:
@@ -317,17 +344,52 @@ def tune_runtime() -> None:
     sys.setswitchinterval(SWITCH_INTERVAL_S)
 
 
-async def run_agent(config: AgentConfig, *, ready: asyncio.Event | None = None) -> None:
+def arm_exit_deadline(seconds: float, hard_exit: Callable[[int], object] = os._exit) -> threading.Timer:
+    """Exit the process ``seconds`` from now whatever still runs: a daemon timer
+    thread, so neither a stuck await nor a blocked event loop nor the interpreter's
+    exit (joining executor threads) can keep the process, or its ports, alive."""
+
+    def fire() -> None:
+        log.error("shutdown did not finish within %.1f s: exiting now", seconds)
+        for stream in (sys.stdout, sys.stderr):
+            with suppress(Exception):
+                stream.flush()
+        hard_exit(EXIT_FORCED)
+
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+async def run_agent(
+    config: AgentConfig,
+    *,
+    ready: asyncio.Event | None = None,
+    hard_exit: Callable[[int], object] = os._exit,
+) -> None:
     """Run until SIGINT/SIGTERM; flush and commit buffered produce data on the way out.
 
     The signal handlers go in before anything starts: the listeners serve (and
     buffer produce data) while the start still awaits the object-store client and
-    the ring, and a SIGTERM then must drain like any other, not kill the process."""
+    the ring, and a SIGTERM then must drain like any other, not kill the process.
+
+    The shutdown is bounded by ``shutdown_timeout_ms`` from the first signal: the
+    drain gets most of it (``DRAIN_SHARE``), closing the rest; past it the process
+    exits through ``hard_exit`` (:func:`arm_exit_deadline`), drained or not."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    budget = config.shutdown_timeout_ms / 1000
+    deadline: list[threading.Timer] = []
+
+    def on_signal() -> None:
+        if not deadline:
+            deadline.append(arm_exit_deadline(budget, hard_exit))
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
         with suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, on_signal)
     broker = await Broker.open(config)
     server = AgentServer(broker)
     await server.start()
@@ -338,4 +400,8 @@ async def run_agent(config: AgentConfig, *, ready: asyncio.Event | None = None) 
     try:
         await stop.wait()
     finally:
-        await server.close()
+        t0 = loop.time()
+        drain = budget * DRAIN_SHARE
+        step = max(0.1, min(CLOSE_STEP_S, (budget - drain) / 3))
+        await _bounded(server.close(drain, step), budget, "the shutdown")
+        log.info("shut down in %.1f s (bound %.0f s)", loop.time() - t0, budget)

@@ -71,6 +71,11 @@ def _agent_flags(p: argparse.ArgumentParser, workers_default: str = "auto") -> N
              f" (env FLOE_WORKERS, default {workers_default})",
     )
     p.add_argument(
+        "--worker-port-base", type=int, default=os.environ.get("FLOE_WORKER_PORT_BASE") or "0",
+        help="with --workers N: worker i binds its own Kafka port at BASE+i, for firewall rules"
+             " (env FLOE_WORKER_PORT_BASE; default 0: any free port)",
+    )
+    p.add_argument(
         "--auto-create-topics", dest="auto_create_topics", action="store_true", default=None,
         help="create unknown topics on Metadata/Produce (env FLOE_AUTO_CREATE_TOPICS; floe dev: on, floe agent: off)",
     )
@@ -193,6 +198,20 @@ def _run(kw: dict[str, Any], log_level: str) -> int:
     return 0
 
 
+# floe dev's shutdown: how long its compactor may take to stop after the agents have.
+COMPACTOR_STOP_S = 2.0
+
+
+def _exit_within(seconds: float) -> None:
+    """Exit (status 1) ``seconds`` from now if the process is still there: the
+    interpreter's exit joins executor threads a stuck compactor pass may hold."""
+    import threading
+
+    timer = threading.Timer(seconds, os._exit, (1,))
+    timer.daemon = True
+    timer.start()
+
+
 def _workers(args: argparse.Namespace, kw: dict[str, Any]) -> int:
     w = str(args.workers)
     if w == "auto":
@@ -236,7 +255,7 @@ def _run_or_supervise(args: argparse.Namespace, kw: dict[str, Any]) -> int:
             except ValueError as e:
                 print(f"floe: --workers {n}: {e}", file=sys.stderr)
                 return 2
-        return run_workers(kw, n, args.log_level)
+        return run_workers(kw, n, args.log_level, port_base=args.worker_port_base)
     return _run(kw, args.log_level)
 
 
@@ -339,7 +358,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         try:
             return _run_or_supervise(args, kw)
         finally:
-            compactor.stop()
+            # Bounded (issue 43): the compactor is crash-safe (every step a metastore
+            # compare-and-swap, orphans collected), so a pass still running is left to
+            # die with its daemon thread; the interpreter's exit may not wait on it either.
+            _exit_within(COMPACTOR_STOP_S + 1)
+            compactor.stop(COMPACTOR_STOP_S)
     if args.command == "agent":
         return _run_or_supervise(args, kw)
     if args.command == "topics":

@@ -20,6 +20,12 @@ gets PRODUCER_FENCED (INVALID_PRODUCER_EPOCH before v4).
 (INVALID_TRANSACTION_TIMEOUT otherwise). v6 two-phase commit (``enable2_pc``)
 gets INVALID_REQUEST; ``keep_prepared_txn`` reports no ongoing transaction.
 
+Metric: ``floe_producer_epoch_bumps_total{kind}`` counts the v3+ requests that
+named their producer (KIP-360) and were answered with a new epoch or id
+(``idempotent``: always a new id; ``transactional``: the bump, or the current
+epoch when a retry names the one before it). A climbing count means producers
+keep losing their sequence state (UNKNOWN_PRODUCER_ID, delivery timeouts).
+
 Versions: 0-6 (v2+ flexible).
 """
 
@@ -30,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from agent.connection import Deferred
 from agent.handlers.registry import handler
+from agent.metrics import METRICS
 from agent.security.authorizer import RT, Op, allowed, allowed_any, cluster_allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import InitProducerIdRequest, InitProducerIdResponse
@@ -40,6 +47,9 @@ if TYPE_CHECKING:
     from agent.connection import RequestContext
 
 log = logging.getLogger(__name__)
+
+_BUMPS_IDEMPOTENT = METRICS.producer_epoch_bumps.labels("idempotent")
+_BUMPS_TRANSACTIONAL = METRICS.producer_epoch_bumps.labels("transactional")
 
 
 def _error(code: int) -> InitProducerIdResponse:
@@ -82,6 +92,8 @@ async def handle(
     res = await broker.meta.init_producer_id(None, req.transaction_timeout_ms)
     if res.error:
         return _error(int(res.error))
+    if v >= 3 and req.producer_id != -1:
+        _BUMPS_IDEMPOTENT.inc()
     return InitProducerIdResponse(
         throttle_time_ms=0,
         error_code=0,
@@ -106,6 +118,8 @@ async def _transactional(
         if code == ErrorCode.PRODUCER_FENCED and v < 4:
             code = ErrorCode.INVALID_PRODUCER_EPOCH
         return _error(code)
+    if pid != -1 and (res.txn.producer_id, res.txn.producer_epoch) != (pid, epoch):
+        _BUMPS_TRANSACTIONAL.inc()
     return InitProducerIdResponse(
         throttle_time_ms=0,
         error_code=0,

@@ -125,12 +125,21 @@ def assert_same(
 # -- admin ----------------------------------------------------------------------------
 
 
+# Topics of these helpers keep their records: make_records stamps them in Nov 2023
+# (TS_BASE), older than the default retention.ms (7 days), and floe dev's compactor
+# applies retention every pass (10 s), as Kafka does every log.retention.check.interval.ms
+# (5 min): a pass between the acks and the read removed them (issue 43).
+TOPIC_CONFIG = {"retention.ms": "-1"}
+
+
 def create_topic(bootstrap: str, name: str, partitions: int, timeout: float = 30) -> None:
-    """CreateTopics through librdkafka's AdminClient, then wait until Metadata shows it."""
+    """CreateTopics through librdkafka's AdminClient (``TOPIC_CONFIG``), then wait until
+    Metadata shows it."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(name, partitions, 1)], request_timeout=timeout)
+    topic = NewTopic(name, partitions, 1, config=TOPIC_CONFIG)
+    futures = admin.create_topics([topic], request_timeout=timeout)
     futures[name].result(timeout)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
