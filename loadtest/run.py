@@ -248,6 +248,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "producer_defaults": wl.producer_defaults,
         "interval_s": args.interval,
         "cpus": os.cpu_count(),
+        # floe dev runs NORMAL (durable across a crash, not a power loss); floe agent FULL
+        "sqlite_synchronous": os.environ.get("FLOE_SQLITE_SYNCHRONOUS", "FULL"),
         "note": "agent, load-generator processes and services share this machine's CPUs",
     }
     say = print if not args.quiet else (lambda *a, **k: None)
