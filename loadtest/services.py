@@ -193,6 +193,29 @@ def free_port_run(n: int) -> int:
     raise RuntimeError(f"no run of {n} free ports")
 
 
+def journal_buckets(
+    workdir: Path, n: int, latency: str | None = "s3-express"
+) -> tuple[list[str], list[Path], dict[str, Any] | None]:
+    """A journal tier of ``n`` ``file://`` buckets under ``workdir`` (issue 40): their
+    URLs, the files that stall each bucket while they exist, and the latency profile
+    they run under (None without buckets or latency)."""
+    urls: list[str] = []
+    stalls: list[Path] = []
+    described: dict[str, Any] | None = None
+    for i in range(n):
+        (workdir / f"journal{i}").mkdir()
+        stalls.append(workdir / f"stall-journal{i}")
+        # fsync off: the S3 Express profile stands for the bucket's latency, not this disk's
+        url = f"file://{workdir / f'journal{i}'}?fsync=false&latency_stall_file={stalls[-1]}"
+        if latency:
+            from objectstore.latency import parse_latency, split_latency_url, with_latency
+
+            url = with_latency(url, latency)
+            described = parse_latency(split_latency_url(url)[1])[0].describe()
+        urls.append(url)
+    return urls, stalls, described
+
+
 @dataclass
 class Backend:
     """A running system under test plus what is needed to measure its baselines."""
@@ -312,18 +335,7 @@ def start_backend(
             b.objects_url = with_latency(b.objects_url, store_latency)
             profile, _ = parse_latency(split_latency_url(b.objects_url)[1])
             b.store_latency = profile.describe()
-        journal_urls = []
-        for i in range(journal):  # the journal tier: one directory per bucket (issue 40)
-            (tmp / f"journal{i}").mkdir()
-            b.journal_stall_files.append(tmp / f"stall-journal{i}")
-            # fsync off: the S3 Express profile stands for the bucket's latency, not this disk's
-            url = f"file://{tmp / f'journal{i}'}?fsync=false&latency_stall_file={tmp / f'stall-journal{i}'}"
-            if journal_latency:
-                from objectstore.latency import parse_latency, split_latency_url, with_latency
-
-                url = with_latency(url, journal_latency)
-                b.journal_latency = parse_latency(split_latency_url(url)[1])[0].describe()
-            journal_urls.append(url)
+        journal_urls, b.journal_stall_files, b.journal_latency = journal_buckets(tmp, journal, journal_latency)
         agent = start_agent(
             b.metastore_url, b.objects_url, tmp,
             flush_interval_ms=flush_interval_ms, flush_bytes=flush_bytes,

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loadtest.services import start_agent
+from loadtest.services import journal_buckets, start_agent
 from objectstore.latency import with_latency
 
 
@@ -65,10 +65,7 @@ def _start(backend: str, workdir: Path, flush_ms: int, journal: int, store_laten
     else:
         metastore = f"sqlite:///{workdir / 'meta.db'}"
     objects = with_latency(f"file://{workdir / 'objects'}", store_latency)
-    journal_urls = []
-    for i in range(journal):  # as loadtest.services: file:// buckets under S3 Express latency
-        (workdir / f"journal{i}").mkdir()
-        journal_urls.append(with_latency(f"file://{workdir / f'journal{i}'}?fsync=false", "s3-express"))
+    journal_urls, _, _ = journal_buckets(workdir, journal)
     agent = start_agent(
         metastore, objects, workdir, flush_interval_ms=flush_ms, journal=",".join(journal_urls)
     )

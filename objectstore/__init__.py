@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from objectstore.base import ObjectInfo, ObjectStore
+from objectstore.base import ObjectInfo, ObjectStore, store_chain
 from objectstore.errors import (
     ObjectExists,
     ObjectNotFound,
@@ -121,15 +121,11 @@ async def presign_get(
     it, for the whole object (only ever for an object the reader may read whole).
     Looks through wrappers (retries, fault injection) for a backend with
     ``presign_get``."""
-    seen = 0
-    inner: Any = store
-    while inner is not None and seen < 8:
+    for inner in store_chain(store):
         fn = getattr(inner, "presign_get", None)
         if fn is not None:
             url: str = await fn(key, expires_s, byte_range)
             return url
-        inner = getattr(inner, "inner", None)
-        seen += 1
     return None
 
 
@@ -138,9 +134,7 @@ async def presign_ranges(
 ) -> list[str] | None:
     """:func:`presign_get` of each byte range of ``key`` (backends may batch the
     signing), or None if the store cannot presign."""
-    seen = 0
-    inner: Any = store
-    while inner is not None and seen < 8:
+    for inner in store_chain(store):
         many = getattr(inner, "presign_ranges", None)
         if many is not None:
             urls: list[str] = await many(key, expires_s, ranges)
@@ -153,8 +147,6 @@ async def presign_ranges(
                     return None
                 out.append(url)
             return out
-        inner = getattr(inner, "inner", None)
-        seen += 1
     return None
 
 

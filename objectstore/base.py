@@ -21,11 +21,15 @@ Semantics every implementation follows (checked by one contract suite):
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import hashlib
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
-from typing import Protocol, Self, runtime_checkable
+from typing import Any, Protocol, Self, runtime_checkable
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from objectstore.errors import ObjectNotFound
 
 MAX_KEY_BYTES = 1024  # S3's limit; enforced everywhere so stores stay interchangeable.
 
@@ -122,3 +126,46 @@ def clamp_range(start: int, end: int | None, size: int) -> tuple[int, int]:
 def key_sort(key: str) -> bytes:
     """Sort key giving S3's listing order (UTF-8 bytes, not code points)."""
     return key.encode("utf-8")
+
+
+def split_url_options(url: str, name: str, opts: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    """Remove the options ``name`` and ``name_*`` (a wrapper's, e.g. ``latency``,
+    ``hedge``) from ``url``'s query and from ``opts`` (in place).
+
+    Returns the URL the backend should see and the options found (``opts`` wins)."""
+
+    def mine(key: str) -> bool:
+        return key == name or key.startswith(name + "_")
+
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    found: dict[str, Any] = {k: v for k, v in query if mine(k)}
+    if found:
+        rest = [(k, v) for k, v in query if not mine(k)]
+        url = urlunsplit(parts._replace(query=urlencode(rest, safe=":/")))
+    for k in [k for k in (opts or {}) if mine(k)]:
+        found[k] = (opts or {}).pop(k)
+    return url, found
+
+
+def store_chain(store: Any, depth: int = 8) -> Iterator[Any]:
+    """``store`` and the stores it wraps (each wrapper names its store ``inner``)."""
+    while store is not None and depth > 0:
+        yield store
+        store = getattr(store, "inner", None)
+        depth -= 1
+
+
+async def holds(store: ObjectStore, key: str, data: bytes | memoryview) -> bool:
+    """Whether ``key`` in ``store`` holds exactly ``data``: after an ambiguous
+    create-only PUT (a lost response, a hedged copy) ObjectExists may be our own."""
+    try:
+        info = await store.head(key)
+    except ObjectNotFound:
+        return False
+    if info.size != memoryview(data).nbytes:
+        return False
+    if info.etag and info.etag == hashlib.md5(data, usedforsecurity=False).hexdigest():
+        return True
+    # No usable ETag (file store, SSE-KMS, multipart): compare the bytes.
+    return await store.get(key) == data

@@ -45,16 +45,14 @@ URL options: ``hedge=on|off`` (default off) and ``hedge_<field>`` for each
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from objectstore.base import ObjectInfo, ObjectStore, StoreBase
-from objectstore.errors import ObjectExists, ObjectNotFound, ObjectStoreError, Throttled
+from objectstore.base import ObjectInfo, ObjectStore, StoreBase, holds, split_url_options
+from objectstore.errors import ObjectExists, ObjectStoreError, Throttled
 
 T = TypeVar("T")
 
@@ -262,22 +260,10 @@ class HedgingStore(StoreBase):
             if check is not None and not check.done():
                 check.cancel()
 
-    async def _is_ours(self, key: str, data: bytes | memoryview) -> bool:
-        """Whether ``key`` holds ``data`` (as RetryingStore checks a lost-response PUT)."""
-        try:
-            info = await self.inner.head(key)
-        except ObjectNotFound:
-            return False
-        if info.size != memoryview(data).nbytes:
-            return False
-        if info.etag and info.etag == hashlib.md5(data, usedforsecurity=False).hexdigest():
-            return True
-        return await self.inner.get(key) == data  # no usable ETag: compare the bytes
-
     async def put(self, key: str, data: bytes | memoryview) -> None:
         size_class = self._size_class(memoryview(data).nbytes)
         await self._hedged(
-            "put", size_class, lambda: self.inner.put(key, data), lambda: self._is_ours(key, data)
+            "put", size_class, lambda: self.inner.put(key, data), lambda: holds(self.inner, key, data)
         )
 
     async def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
@@ -303,23 +289,10 @@ class HedgingStore(StoreBase):
         await self.inner.close()
 
 
-def _is_option(key: str) -> bool:
-    return key == "hedge" or key.startswith("hedge_")
-
-
 def split_hedge_url(url: str, opts: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-    """Remove the ``hedge*`` options from ``url``'s query and from ``opts`` (in place).
-
-    Returns the URL the backend should see and the options found (``opts`` wins)."""
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    found: dict[str, Any] = {k: v for k, v in query if _is_option(k)}
-    if found:
-        rest = [(k, v) for k, v in query if not _is_option(k)]
-        url = urlunsplit(parts._replace(query=urlencode(rest, safe=":/")))
-    for k in [k for k in (opts or {}) if _is_option(k)]:
-        found[k] = (opts or {}).pop(k)
-    return url, found
+    """Remove the ``hedge*`` options from ``url``'s query and from ``opts`` (in place):
+    :func:`objectstore.base.split_url_options`."""
+    return split_url_options(url, "hedge", opts)
 
 
 _FIELDS = {f.name: f.type for f in fields(HedgePolicy)}

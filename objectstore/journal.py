@@ -25,7 +25,7 @@ import builtins
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from objectstore.base import ObjectInfo, ObjectStore, StoreBase, key_sort
+from objectstore.base import ObjectInfo, ObjectStore, StoreBase, key_sort, store_chain
 from objectstore.quorum import PutObserver, QuorumStore
 
 JOURNAL_PREFIX = "journal/"
@@ -109,15 +109,9 @@ class JournaledStore(StoreBase):
         first journal PUT must not pay botocore's model loading against its quorum
         deadline."""
         for store in (self.standard, *(b.store for b in self.journal.buckets)):
-            inner: Any = store
-            for _ in range(8):
-                make = getattr(inner, "client", None)
-                if callable(make):
-                    await make()
-                    break
-                inner = getattr(inner, "inner", None)
-                if inner is None:
-                    break
+            make = next((m for s in store_chain(store) if callable(m := getattr(s, "client", None))), None)
+            if make is not None:
+                await make()
 
     async def close(self) -> None:
         await self.journal.close()

@@ -71,7 +71,7 @@ from statistics import NormalDist
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from objectstore.base import ObjectInfo, ObjectStore, StoreBase
+from objectstore.base import ObjectInfo, ObjectStore, StoreBase, split_url_options
 from objectstore.errors import ObjectStoreError
 
 OPS = ("put", "get", "head", "delete", "list")
@@ -142,10 +142,6 @@ PROFILES: dict[str, LatencyProfile] = {
 }
 
 
-def _is_option(key: str) -> bool:
-    return key == "latency" or key.startswith("latency_")
-
-
 def _number(key: str, value: Any) -> float:
     try:
         x = float(value)
@@ -205,18 +201,9 @@ def parse_latency(options: Mapping[str, Any]) -> tuple[LatencyProfile, int | Non
 
 
 def split_latency_url(url: str, opts: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-    """Remove the ``latency*`` options from ``url``'s query and from ``opts`` (in place).
-
-    Returns the URL the backend should see and the options found (``opts`` wins)."""
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    found: dict[str, Any] = {k: v for k, v in query if _is_option(k)}
-    if found:
-        rest = [(k, v) for k, v in query if not _is_option(k)]
-        url = urlunsplit(parts._replace(query=urlencode(rest, safe=":/")))
-    for k in [k for k in (opts or {}) if _is_option(k)]:
-        found[k] = (opts or {}).pop(k)
-    return url, found
+    """Remove the ``latency*`` options from ``url``'s query and from ``opts`` (in place):
+    :func:`objectstore.base.split_url_options`."""
+    return split_url_options(url, "latency", opts)
 
 
 def with_latency(url: str, spec: str | None) -> str:

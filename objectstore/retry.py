@@ -24,15 +24,14 @@ A first-attempt ``ObjectExists`` is always a real conflict.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import random as _random
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from objectstore.base import ObjectInfo, ObjectStore, StoreBase
-from objectstore.errors import ObjectExists, ObjectNotFound, ObjectStoreError
+from objectstore.base import ObjectInfo, ObjectStore, StoreBase, holds
+from objectstore.errors import ObjectExists, ObjectStoreError
 
 log = logging.getLogger(__name__)
 
@@ -125,17 +124,7 @@ class RetryingStore(StoreBase):
                 await self._backoff("put", attempt, e)
 
     async def _is_ours(self, key: str, data: bytes | memoryview) -> bool:
-        try:
-            info = await self.head(key)
-        except ObjectNotFound:
-            return False
-        size = memoryview(data).nbytes
-        if info.size != size:
-            return False
-        if info.etag and info.etag == hashlib.md5(data, usedforsecurity=False).hexdigest():
-            return True
-        # No usable ETag (file store, SSE-KMS, multipart): compare the bytes.
-        return await self.get(key) == data
+        return await holds(self, key, data)  # its head and get retried like any call
 
     async def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
         return await self._call("get", lambda: self.inner.get(key, start, end))

@@ -16,11 +16,10 @@ upload starts at once, and it joins the commit queue in seal order.
 from __future__ import annotations
 
 import asyncio
-import os
-import time
 
 from agent.metrics import METRICS
 from agent.produce.autobatch import ProduceFlow
+from agent.produce.keys import object_key
 from agent.produce.segment import ProduceItem, Segment, Waiter
 from agent.produce.upload import Uploader
 from metastore.types import CommitResult
@@ -138,6 +137,4 @@ class Batcher(Uploader):
         self._sealed.put_nowait(seg)
 
     def _object_key(self) -> str:
-        # Time-ordered, unique, and spread over prefixes by the random tail.
-        ms = time.time_ns() // 1_000_000
-        return f"{self._prefix}{ms:013d}-{self._agent_id[:12]}-{self._seq:08d}-{os.urandom(6).hex()}"
+        return object_key(self._prefix, self._agent_id, f"{self._seq:08d}")

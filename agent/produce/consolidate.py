@@ -31,12 +31,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
 import time
 from collections.abc import Callable
 
 from agent.clock import Clock
 from agent.metrics import METRICS
+from agent.produce.keys import object_key
 from metastore.types import NewObject, StoredBatch
 from objectstore.base import ObjectStore
 from objectstore.errors import ObjectStoreError
@@ -176,5 +176,4 @@ class Consolidator:
 
     def _key(self) -> str:
         self._seq += 1
-        ms = time.time_ns() // 1_000_000
-        return f"{self._prefix}{ms:013d}-{self._agent_id[:12]}-c{self._seq:07d}-{os.urandom(6).hex()}"
+        return object_key(self._prefix, self._agent_id, f"c{self._seq:07d}")
