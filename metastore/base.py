@@ -1,9 +1,10 @@
 """Shared plumbing of the SQL metastores: engine, injected clock, transactions.
 
 Every operation runs in one transaction from ``_read()`` or ``_write()``. Writes
-on SQLite are serialised in-process by a lock and take the database write lock
-up front (``BEGIN IMMEDIATE``), so concurrent writers queue instead of failing
-with SQLITE_BUSY. Database exceptions become ``MetastoreError`` here, at the
+on SQLite are serialised in-process by a lock, across processes by a file lock
+(:mod:`metastore.sqlite_wlock`), and take the database write lock up front
+(``BEGIN IMMEDIATE``), so concurrent writers queue instead of failing with
+SQLITE_BUSY. Database exceptions become ``MetastoreError`` here, at the
 boundary (SQLAlchemy's, and sqlite3's from the raw statements run on the
 connection: ``metastore.sqlite_log``, ``metastore.sqlite_commit``); business
 outcomes never raise.
@@ -23,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from metastore.engine import IMMEDIATE
 from metastore.sqlite_checkpoint import WalCheckpointer
+from metastore.sqlite_wlock import write_lock_for
 from metastore.types import MetastoreError
 
 
@@ -56,13 +58,17 @@ class SqlBase:
         self.now_ms: Clock = now_ms or system_clock_ms
         self.dialect = engine.dialect.name
         self._write_lock: asyncio.Lock | None = asyncio.Lock() if self.dialect == "sqlite" else None
+        # Across processes (floe dev's workers and compactor share the file): a lock
+        # the kernel hands over at once, instead of SQLite's sleeping busy handler.
+        self._file_lock = write_lock_for(engine.url.database) if self.dialect == "sqlite" else None
         self.checkpointer: WalCheckpointer | None = None  # file-backed SQLite (open_metastore)
 
     @asynccontextmanager
     async def _write(self) -> AsyncIterator[AsyncConnection]:
         lock: Any = self._write_lock if self._write_lock is not None else nullcontext()
+        flock: Any = self._file_lock if self._file_lock is not None else nullcontext()
         try:
-            async with lock, self.engine.connect() as conn:
+            async with lock, flock, self.engine.connect() as conn:
                 conn = await conn.execution_options(**{IMMEDIATE: True})
                 async with conn.begin():
                     yield conn
@@ -84,6 +90,8 @@ class SqlBase:
         if self.read_engine is not self.engine:
             await self.read_engine.dispose()
         await self.engine.dispose()
+        if self._file_lock is not None:
+            self._file_lock.close()
 
     async def __aenter__(self) -> SqlBase:
         return self

@@ -28,7 +28,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, delete, func, insert, or_, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from metastore import runs
+from metastore import runs, sqlite_swap
 from metastore import schema as s
 from metastore.base import SqlBase, chunks
 from metastore.types import (
@@ -302,14 +302,23 @@ class CompactionMixin(SqlBase):
     ) -> SwapResult:
         """Replace ``expected`` rows by ``replacements`` (compare-and-swap, one transaction).
 
-        Replacements name their object by key (one of ``new_objects``); rows in
-        ``expected`` without a replacement at the same ``last_offset`` are removed
-        (e.g. a compacted batch that kept no record).
+        Replacements name their object by key: one of ``new_objects``, or a live
+        object an earlier swap registered (the journal's consolidation swaps one
+        new object's rows in several short transactions; a key that is no longer
+        live is a conflict). Rows in ``expected`` without a replacement at the same
+        ``last_offset`` are removed (e.g. a compacted batch that kept no record).
         """
         now = self.now_ms()
+        if (
+            self.dialect == "sqlite"
+            and not parquet_files
+            and sqlite_swap.is_move(expected, replacements)
+        ):
+            moved = await self._sqlite_move(expected, replacements, new_objects, now)
+            if moved is not None:
+                return moved
         by_key = {o.key: o for o in new_objects}
-        if any(r.object_key not in by_key for r in replacements):
-            raise ValueError("a replacement names an object that is not among new_objects")
+        earlier = sorted({r.object_key for r in replacements} - by_key.keys())
         want = {(b.topic_id, b.partition, b.last_offset): b for b in expected}
         if len(want) != len(expected):
             raise ValueError("duplicate rows in expected")
@@ -353,8 +362,15 @@ class CompactionMixin(SqlBase):
                 ):
                     conflict = f"batch {k[0]}/{k[1]}@{k[2]} changed"
                     break
+            ids: dict[str, int] = {}
+            if conflict is None and earlier:
+                found = await conn.execute(
+                    select(_O.key, _O.id).where(_O.key.in_(earlier), _O.state == "live")
+                )
+                ids.update({r.key: int(r.id) for r in found})
+                if len(ids) != len(earlier):
+                    conflict = f"object {sorted(set(earlier) - ids.keys())[0]} is not live"
             if conflict is None:
-                ids: dict[str, int] = {}
                 for o in new_objects:
                     ids[o.key] = await self._insert_compacted_object(conn, o, now, live=True)
                 for where in _row_keys(want):
@@ -403,6 +419,37 @@ class CompactionMixin(SqlBase):
             return SwapResult(False, conflict)
         return SwapResult(True, None, deleting)
 
+    async def _sqlite_move(
+        self,
+        expected: Sequence[StoredBatch],
+        replacements: Sequence[StoredBatch],
+        new_objects: Sequence[NewObject],
+        now: int,
+    ) -> SwapResult | None:
+        """A pure move on SQLite in one call on the writer's thread (metastore.sqlite_swap);
+        None when a run row is involved (the general path does it)."""
+        try:
+            async with self._write() as conn:
+                raw = await conn.get_raw_connection()
+                aio: Any = raw.driver_connection
+                done: SwapResult = await aio._execute(
+                    sqlite_swap.sqlite_move,
+                    aio._conn,
+                    expected,
+                    replacements,
+                    new_objects,
+                    COMPACTOR_AGENT_ID,
+                    now,
+                )
+                return done
+        except sqlite_swap.NotAMove:
+            return None
+        except sqlite_swap.Conflict as e:
+            async with self._write() as conn:
+                for o in new_objects:
+                    await self._insert_compacted_object(conn, o, now, live=False)
+            return SwapResult(False, str(e))
+
     async def _runs_of(
         self, conn: AsyncConnection, object_ids: set[int]
     ) -> tuple[list[int], set[tuple[uuid.UUID, int]]]:
@@ -444,7 +491,9 @@ class CompactionMixin(SqlBase):
             ]
             for part in chunks(rows, _CHUNK):
                 await conn.execute(insert(s.batches), part)
-            await conn.execute(update(s.objects).where(_O.run_head.in_(chunk)).values(run_head=None))
+            await conn.execute(
+                update(s.objects).where(_O.run_head.in_(chunk)).values(run_head=None)
+            )
 
     async def _lock_partitions(
         self, conn: AsyncConnection, tps: Sequence[tuple[uuid.UUID, int]]

@@ -12,9 +12,10 @@ PUT. Once answered, a committed journal object's bytes are handed to the
    (``batches_in_object_keys``: offsets, append times, run rows unpacked);
 2. lays the batches out as one standard segment from the bytes it kept (no GET)
    and PUTs it to the standard bucket (create-only key);
-3. repoints the rows in ONE compare-and-swap (``swap_batches``, the compactor's
-   merge): offsets never change, so readers see neither a gap nor a duplicate
-   across the switch; the journal objects, no longer referenced, become
+3. repoints the rows by compare-and-swap (``swap_batches``, the compactor's
+   merge), a few journal objects per transaction so that no swap holds the
+   commits back for long: offsets never change, so readers see neither a gap
+   nor a duplicate across the switch; the journal objects, no longer referenced, become
    ``deleting`` and the GC removes them from every journal bucket after its
    grace period (readers holding old lookups still find them until then).
 
@@ -45,6 +46,7 @@ from objectstore.segment import BatchMeta, SegmentBuilder
 log = logging.getLogger(__name__)
 
 _HOLD_FACTOR = 4  # held bytes beyond consolidate_bytes x this are left to the compactor
+_SWAP_OBJECTS = 16  # journal objects whose rows move in one swap transaction
 
 
 class Consolidator:
@@ -113,7 +115,10 @@ class Consolidator:
             except TimeoutError:
                 pass
             self._wake.clear()
-            due = self._first_at is not None and self._clock.monotonic() >= self._first_at + self._interval
+            due = (
+                self._first_at is not None
+                and self._clock.monotonic() >= self._first_at + self._interval
+            )
             if not (due or self._closing or self._held_bytes >= self._max_bytes):
                 continue
             take: list[tuple[str, bytes]] = []
@@ -130,7 +135,12 @@ class Consolidator:
                     await self.consolidate(take)
                 except Exception as e:  # the journal keeps them; the compactor merges them
                     METRICS.consolidations.labels("failed").inc()
-                    log.warning("consolidation of %d journal objects failed: %s: %s", len(take), type(e).__name__, e)
+                    log.warning(
+                        "consolidation of %d journal objects failed: %s: %s",
+                        len(take),
+                        type(e).__name__,
+                        e,
+                    )
             if self._closing and not self._held:
                 return
 
@@ -161,13 +171,31 @@ class Consolidator:
             dataclasses.replace(r, object_key=key, byte_pos=e.byte_pos, byte_len=e.byte_len)
             for r, e in zip(rows, entries, strict=True)
         ]
-        t0 = time.perf_counter()
-        swap = await self._meta.swap_batches(rows, replacements, [NewObject(key, len(data), 0)])  # type: ignore[attr-defined]
-        METRICS.consolidation_swap_seconds.observe(time.perf_counter() - t0)
-        if not swap.ok:
-            METRICS.consolidations.labels("conflict").inc()
-            log.info("consolidation into %s conflicted (%s); the journal objects stay", key, swap.message)
-            return None
+        # The rows move in several short swaps, a few journal objects each (the first
+        # registers the new object): each swap holds the partitions' lock (Postgres)
+        # or the database's (SQLite) for a few ms, so commits on the journal's
+        # critical path are not held up behind one long swap. Offsets never change,
+        # so a reader sees either copy of a batch, never a gap.
+        new_objects = [NewObject(key, len(data), 0)]
+        order = {k: i // _SWAP_OBJECTS for i, (k, _) in enumerate(items)}
+        parts: dict[int, list[int]] = {}
+        for i, r in enumerate(rows):
+            parts.setdefault(order[r.object_key], []).append(i)
+        for idx in parts.values():
+            t0 = time.perf_counter()
+            swap = await self._meta.swap_batches(  # type: ignore[attr-defined]
+                [rows[i] for i in idx], [replacements[i] for i in idx], new_objects
+            )
+            METRICS.consolidation_swap_seconds.observe(time.perf_counter() - t0)
+            if not swap.ok:
+                METRICS.consolidations.labels("conflict").inc()
+                log.info(
+                    "consolidation into %s conflicted (%s); the journal objects stay",
+                    key,
+                    swap.message,
+                )
+                return None
+            new_objects = []
         METRICS.consolidations.labels("ok").inc()
         METRICS.consolidated_bytes.inc(len(data))
         if self._on_uploaded is not None:
