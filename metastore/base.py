@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from metastore.engine import IMMEDIATE
 from metastore.sqlite_checkpoint import WalCheckpointer
 from metastore.sqlite_wlock import write_lock_for
+from metastore.sqlite_writer import SqliteWriter
 from metastore.types import MetastoreError
 
 
@@ -33,6 +34,7 @@ def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
     each (SQLite allows 32,766 bound variables per statement)."""
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
 
 Clock = Callable[[], int]
 
@@ -49,7 +51,11 @@ class SqlBase:
     """Holds the engine and the clock; mixins add the operations."""
 
     def __init__(
-        self, engine: AsyncEngine, now_ms: Clock | None = None, *, read_engine: AsyncEngine | None = None
+        self,
+        engine: AsyncEngine,
+        now_ms: Clock | None = None,
+        *,
+        read_engine: AsyncEngine | None = None,
     ) -> None:
         self.engine = engine
         # Read transactions (``_read``): a file-backed SQLite metastore reads on the
@@ -61,6 +67,12 @@ class SqlBase:
         # Across processes (floe dev's workers and compactor share the file): a lock
         # the kernel hands over at once, instead of SQLite's sleeping busy handler.
         self._file_lock = write_lock_for(engine.url.database) if self.dialect == "sqlite" else None
+        # The hot writes (commits, consolidation moves) in one hop (metastore.sqlite_writer).
+        self._raw_writer = (
+            SqliteWriter(str(engine.url.database), self._file_lock)
+            if self._file_lock is not None
+            else None
+        )
         self.checkpointer: WalCheckpointer | None = None  # file-backed SQLite (open_metastore)
 
     @asynccontextmanager
@@ -74,6 +86,21 @@ class SqlBase:
                     yield conn
         except DB_ERRORS as e:
             raise MetastoreError(f"metastore write failed: {e}") from e
+
+    async def _write_raw(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(db, *args)`` in one write transaction on a raw sqlite3 connection: one
+        hop to the writer's thread when the database is a file, else on aiosqlite's
+        connection inside :meth:`_write`."""
+        if self._raw_writer is not None and self._write_lock is not None:
+            try:
+                async with self._write_lock:
+                    return await self._raw_writer.run(fn, *args)
+            except DB_ERRORS as e:
+                raise MetastoreError(f"metastore write failed: {e}") from e
+        async with self._write() as conn:
+            raw = await conn.get_raw_connection()
+            aio: Any = raw.driver_connection
+            return await aio._execute(fn, aio._conn, *args)
 
     @asynccontextmanager
     async def _read(self) -> AsyncIterator[AsyncConnection]:
@@ -90,6 +117,9 @@ class SqlBase:
         if self.read_engine is not self.engine:
             await self.read_engine.dispose()
         await self.engine.dispose()
+        if self._raw_writer is not None:
+            await self._raw_writer.close()
+            self._raw_writer = None
         if self._file_lock is not None:
             self._file_lock.close()
 

@@ -429,19 +429,15 @@ class CompactionMixin(SqlBase):
         """A pure move on SQLite in one call on the writer's thread (metastore.sqlite_swap);
         None when a run row is involved (the general path does it)."""
         try:
-            async with self._write() as conn:
-                raw = await conn.get_raw_connection()
-                aio: Any = raw.driver_connection
-                done: SwapResult = await aio._execute(
-                    sqlite_swap.sqlite_move,
-                    aio._conn,
-                    expected,
-                    replacements,
-                    new_objects,
-                    COMPACTOR_AGENT_ID,
-                    now,
-                )
-                return done
+            done: SwapResult = await self._write_raw(
+                sqlite_swap.sqlite_move,
+                expected,
+                replacements,
+                new_objects,
+                COMPACTOR_AGENT_ID,
+                now,
+            )
+            return done
         except sqlite_swap.NotAMove:
             return None
         except sqlite_swap.Conflict as e:

@@ -73,19 +73,16 @@ class LogMixin(SqlBase):
         call on the writer's thread, metastore.sqlite_commit)."""
         now = self.now_ms()
         if self.dialect == "sqlite":
-            async with self._write() as conn:
-                raw = await conn.get_raw_connection()
-                aio: Any = raw.driver_connection
-                done: list[ObjectCommitResult] = await aio._execute(sqlite_commit, aio._conn, list(objects), now)
-                return done
+            done: list[ObjectCommitResult] = await self._write_raw(
+                sqlite_commit, list(objects), now
+            )
+            return done
         p = s.partitions.c
         async with self._write() as conn:
             keys = [o.key for o in objects]
             registered: set[str] = set()
             for chunk in chunks(sorted(set(keys)), _CHUNK):
-                rows = await conn.execute(
-                    select(s.objects.c.key).where(s.objects.c.key.in_(chunk))
-                )
+                rows = await conn.execute(select(s.objects.c.key).where(s.objects.c.key.in_(chunk)))
                 registered.update(row.key for row in rows)
             fresh = fresh_objects(keys, registered)
             batches = [b for o, ok in zip(objects, fresh, strict=True) if ok for b in o.batches]
@@ -109,7 +106,9 @@ class LogMixin(SqlBase):
             plan = plan_commit(batches, states, producers, now)
             spans = object_spans(objects, fresh, plan.accepted)
             object_ids = [
-                None if sp is None else await self._insert_object(conn, o.key, o.size, o.agent_id, now, sp.live)
+                None
+                if sp is None
+                else await self._insert_object(conn, o.key, o.size, o.agent_id, now, sp.live)
                 for o, sp in zip(objects, spans, strict=True)
             ]
             out, batch_rows = group_outcome(spans, object_ids, batches, plan, _batch_row, now)
@@ -227,21 +226,25 @@ class LogMixin(SqlBase):
                 # The raw sqlite3 path even for one partition (a Fetch naming one
                 # partition; more go through find_batches_many): SQLAlchemy's query
                 # building cost ~5x more.
-                (res,) = await sqlite_find(conn, [(topic_id, partition, offset, max_bytes)], max_batches)
+                (res,) = await sqlite_find(
+                    conn, [(topic_id, partition, offset, max_bytes)], max_batches
+                )
                 return res
-            return await self._find_batches(conn, topic_id, partition, offset, max_bytes, max_batches)
+            return await self._find_batches(
+                conn, topic_id, partition, offset, max_bytes, max_batches
+            )
 
     async def find_batches_many(
-        self, wants: Sequence[tuple[uuid.UUID, int, int, int]], max_batches: int = DEFAULT_MAX_BATCHES
+        self,
+        wants: Sequence[tuple[uuid.UUID, int, int, int]],
+        max_batches: int = DEFAULT_MAX_BATCHES,
     ) -> list[FindResult]:
         """``find_batches`` of each ``(topic_id, partition, offset, max_bytes)``, in
         order, in one read (a Fetch naming many partitions)."""
         async with self._read() as conn:
             if conn.dialect.name == "sqlite":
                 return await sqlite_find(conn, wants, max_batches)
-            return [
-                await self._find_batches(conn, t, p, o, m, max_batches) for t, p, o, m in wants
-            ]
+            return [await self._find_batches(conn, t, p, o, m, max_batches) for t, p, o, m in wants]
 
     async def _find_batches(
         self,

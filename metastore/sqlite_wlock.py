@@ -37,6 +37,9 @@ class FileWriteLock:
         self.path = path
         self._fd: int | None = None
 
+    def fileno(self) -> int:
+        return self._fileno()
+
     def _fileno(self) -> int:
         if self._fd is None:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
