@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from agent.cache import BlockCache
 from agent.clock import Clock, SystemClock
 from agent.cluster import Cluster, ClusteredGroupCoordinator, ClusterSettings, Peer, node_id_for
+from agent.cluster.isolation import IsolationSettings
 from agent.config import AgentConfig
 from agent.fetch.reader import FetchReader, make_reader
 from agent.fetch.session import FetchSessionCache
@@ -165,6 +166,14 @@ class Broker:
                 peer_token=peer_token(config.peer_token, config.internal_token),
                 virtual_brokers=config.virtual_brokers,
                 peer_tls=PeerTls.from_config(config),
+                isolation=IsolationSettings(
+                    enabled=config.isolation,
+                    slow_ms=config.isolate_slow_ms,
+                    factor=config.isolate_slow_factor,
+                    isolate_for_s=config.isolate_for_s,
+                    max_fraction=config.isolate_max_fraction,
+                    probe_timeout_s=config.isolate_probe_timeout_ms / 1000,
+                ),
             ),
         )
         self.cluster.attach_groups(self.groups)

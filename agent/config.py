@@ -102,7 +102,43 @@ class AgentConfig(BaseSettings):
         8 * MiB, gt=0, description="With a journal: rewrite into a standard object once this much is gathered"
     )
     max_buffered_bytes: int = Field(
-        256 * MiB, gt=0, description="Produce memory budget: requests wait above this"
+        256 * MiB,
+        gt=0,
+        description=(
+            "Produce bytes admitted but not yet acknowledged, at most (a cap within"
+            " memory_budget_bytes): above it a Produce waits produce_admission_wait_ms,"
+            " then is refused with a retriable error"
+        ),
+    )
+    memory_budget_bytes: int | None = Field(
+        None,
+        gt=0,
+        description=(
+            "One memory budget per agent process for produce data waiting to be acknowledged"
+            " plus unread responses, planned Fetch bytes and request frames being received;"
+            " unset: the larger of max_buffered_bytes and queued_max_request_bytes"
+        ),
+    )
+    produce_admission_wait_ms: int = Field(
+        50,
+        ge=0,
+        description=(
+            "How long a Produce over the memory budget may wait for room before it is refused"
+            " with NOT_ENOUGH_REPLICAS (retriable, never appended: clients retry with the same"
+            " epoch and sequence)"
+        ),
+    )
+    produce_fail_fast_ms: int = Field(
+        5000,
+        ge=0,
+        description=(
+            "A Produce arriving while the oldest unacknowledged segment has waited longer than"
+            " this for its upload and commit (a slow store) is refused at once with"
+            " NOT_ENOUGH_REPLICAS; 0: never"
+        ),
+    )
+    produce_reject_throttle_ms: int = Field(
+        100, ge=0, description="throttle_time_ms (a back-off hint) in a ProduceResponse refused for overload"
     )
     max_request_bytes: int = Field(
         100 * MiB, gt=0, description="Largest Kafka frame accepted (socket.request.max.bytes)"
@@ -132,6 +168,16 @@ class AgentConfig(BaseSettings):
     fetch_cache_writes: bool = Field(
         True,
         description="Put the objects this agent writes in its block cache: reads at the tail of its writes make no GET",
+    )
+    readahead: bool = Field(
+        True, description="Read ahead of sequential readers behind the tail into the block cache (AIMD window)"
+    )
+    readahead_max_bytes: int = Field(
+        64 * MiB, gt=0, description="Read-ahead bytes loaded and not yet read, per agent (at most half the cache)"
+    )
+    readahead_concurrency: int = Field(8, gt=0, description="Read-ahead ranged GETs in flight at once, per agent")
+    readahead_expiry_ms: int = Field(
+        30_000, gt=0, description="A read-ahead block unread this long counts as waste (halves the window)"
     )
     metadata_cache_ms: int = Field(100, ge=0, description="Batch lookup cache lifetime")
     tail_index_ms: int = Field(
@@ -295,6 +341,24 @@ class AgentConfig(BaseSettings):
         1, ge=1, le=64, description="Kafka node ids (brokers) each agent is listed as, all at its address: clients"
         " keep a connection and an in-flight limit per node id (ARCHITECTURE.md); equal on every agent",
     )  # fmt: skip
+    # Slow-agent isolation (issue 43, agent.cluster.isolation): agents probe each other and
+    # take a slow one out of leadership and coordinator placement for isolate_for_s.
+    isolation: bool = Field(True, description="Probe peers and isolate slow agents (docs/operations.md)")
+    isolate_slow_ms: int = Field(
+        500, gt=0, description="A peer whose median probe latency exceeds this (and isolate_slow_factor x the"
+        " fastest agent's) is slow; an error or timeout counts as isolate_probe_timeout_ms",
+    )  # fmt: skip
+    isolate_slow_factor: float = Field(3.0, ge=1.0, description="... and this multiple of the fastest agent's median")
+    isolate_for_s: float = Field(60.0, gt=0, description="How long an isolation lasts (renewed while still slow)")
+    isolate_max_fraction: float = Field(
+        0.3, ge=0, le=1, description="At most max(1, floor(fraction x agents)) agents isolated at once (never all)"
+    )
+    isolate_probe_timeout_ms: int = Field(
+        1000, gt=0, description="A peer probe not answered within this fails (and counts as this long)"
+    )
+    debug_faults: bool = Field(
+        False, description="Serve POST /debug/delay?ms=N on the admin port (tests, benchmarks; agent.faults)"
+    )
     ready_interval_ms: int = Field(1000, gt=0, description="How often /readyz probes the metastore and object store")
     ready_deadline_ms: int = Field(
         3000, gt=0, description="A readiness probe not answered within this long fails (agent not ready)"

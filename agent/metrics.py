@@ -42,6 +42,10 @@ class AgentMetrics:
     journal_unconsolidated_bytes: Gauge
     consolidation_swap_seconds: Histogram
     producer_epoch_bumps: Counter
+    readahead_bytes: Counter
+    readahead_used_bytes: Counter
+    readahead_wasted_bytes: Counter
+    readahead_window: Gauge
 
 
 def _make() -> AgentMetrics:
@@ -130,6 +134,20 @@ def _make() -> AgentMetrics:
             " or id, by kind (idempotent, transactional)",
             ["kind"],
             registry=r,
+        ),
+        readahead_bytes=Counter(
+            "floe_readahead_bytes", "Bytes read ahead into the block cache (agent.fetch.readahead)", registry=r
+        ),
+        readahead_used_bytes=Counter(
+            "floe_readahead_used_bytes", "Read-ahead bytes a Fetch then read from the cache", registry=r
+        ),
+        readahead_wasted_bytes=Counter(
+            "floe_readahead_wasted_bytes",
+            "Read-ahead bytes evicted or expired unread (each halves its partitions' windows)",
+            registry=r,
+        ),
+        readahead_window=Gauge(
+            "floe_readahead_window_bytes", "Read-ahead windows of the partitions read, summed", registry=r
         ),
     )
 

@@ -29,11 +29,14 @@ from agent.cluster.peer_cache import resolve_peer_address
 from agent.config import AgentConfig
 from agent.connection import KafkaConnection
 from agent.emf import EmfReporter
+from agent.faults import Faults, add_fault_routes, wrap_dispatch
 from agent.handlers import make_dispatcher
 from agent.health import Readiness
 from agent.metrics import METRICS
 from agent.planning import PREFIX as PLANNING_PREFIX
 from agent.planning import add_planning_routes
+from agent.produce.admission import memory_budget_of
+from agent.produce.budget import share
 from agent.security.limits import ConnectionLimits, DeadlineSweeper, ResponseBudget
 from agent.security.listeners import Listener
 from agent.security.setup import Security
@@ -69,6 +72,8 @@ class AgentServer:
         cfg0 = broker.config
         self.limits = ConnectionLimits(cfg0.max_connections, cfg0.max_connections_per_ip)
         self.response_budget = ResponseBudget(cfg0.queued_max_request_bytes)
+        # One memory budget per process for produce and responses (issue 43).
+        share(broker.pipeline.budget, self.response_budget, memory_budget_of(cfg0))
         self.handshakes = PendingHandshakes(cfg0.max_pending_tls_handshakes)
         self.sweeper = DeadlineSweeper(
             lambda: self._conns,
@@ -78,6 +83,7 @@ class AgentServer:
         )
         self.port = 0
         self.admin_port = 0
+        self.faults = Faults()  # debug_faults: POST /debug/delay (agent.faults)
         cfg = broker.config
         self.readiness = Readiness(
             broker.meta,
@@ -102,6 +108,8 @@ class AgentServer:
     async def start(self) -> None:
         cfg = self.broker.config
         dispatch = make_dispatcher(self.broker)
+        if cfg.debug_faults:  # tests and benchmarks only: every answer can be made late
+            dispatch = wrap_dispatch(dispatch, self.faults)
         loop = asyncio.get_running_loop()
 
         sec = self.security
@@ -256,6 +264,7 @@ class AgentServer:
         app.router.add_get("/healthz", healthz)
         app.router.add_get("/readyz", readyz)
         self.broker.cluster.add_routes(app, self.broker.cache, dispatch)
+        add_fault_routes(app, self.faults, enabled=cfg.debug_faults)
         add_planning_routes(app, self.broker)
         # aiohttp closes a connection still waiting for a complete request header
         # keepalive_timeout after its accept or its last response; its default is an

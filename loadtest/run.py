@@ -39,6 +39,7 @@ from loadtest.driver import consumer_main, producer_main
 from loadtest.proc import cpu_seconds, stat_fields
 from loadtest.report import Collector, plot
 from loadtest.services import Backend, diff, scrape_all, start_backend
+from loadtest.slow_agent import SlowAgents
 from loadtest.workload import Workload, load
 
 MiB = 1 << 20
@@ -243,6 +244,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "producer_client": wl.producer_client,
         "consumer_client": wl.consumer_client,
         "workers": args.workers,
+        "agents": args.agents,
         "virtual_brokers": args.virtual_brokers,
         "load_generator_nice": args.nice,
         "producer_defaults": wl.producer_defaults,
@@ -258,7 +260,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         flush_min_interval_ms=min_ms, workers=args.workers, virtual_brokers=args.virtual_brokers,
         admin_url=args.admin_url, keep=args.keep, store_latency=wl.store_latency,
         journal=args.journal, journal_latency=args.journal_latency, journal_quorum=args.journal_quorum,
+        agents=args.agents, debug_faults=bool(args.slow_agent),
     )
+    try:  # the slow-agent nemesis (loadtest.slow_agent); a bad --slow-agent stops the backend
+        slow = SlowAgents([a.admin_url for a in backend.agents], [str(i + 1) for i in range(len(backend.agents))],
+                          args.slow_agent or [], args.slow_agent_ms, say=say)
+    except BaseException:
+        backend.close()
+        raise
+    cfg["slow_agent"], cfg["slow_agent_ms"] = args.slow_agent, args.slow_agent_ms
     cfg["journal"] = args.journal
     cfg["journal_latency"] = backend.journal_latency
     stall = _parse_stall(args.journal_stall) if args.journal_stall else None
@@ -383,6 +393,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     elif now >= start + length and f.exists():
                         f.unlink()
                         say(f"journal bucket {bucket} resumed at {now:.1f} s")
+                if slow.faults:  # the slow-agent nemesis (issue 43): delay on, then off
+                    slow.tick(time.time() - t0)
                 if (args.profile_seconds and profiler is None and server_pid
                         and time.time() >= t0 + wl.warmup_seconds):
                     profiler = subprocess.Popen(
@@ -449,6 +461,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "config": cfg,
         }
         result |= coll.build(wl.warmup_seconds, wl.test_seconds, subs, wl.message_size)
+        if slow.faults:
+            result["slowAgents"] = slow.summary(result)
         if backlog_mode:
             result["backlogReachedAtSeconds"] = backlog_reached_at
             drained = [t for t, b, w in zip(result["timeSeconds"], result["backlog"], result["warmup"], strict=True)
@@ -479,6 +493,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if p.is_alive():
                 p.terminate()
                 p.join(5)
+        slow.stop()
         backend.close()
 
 
@@ -650,6 +665,11 @@ def add_parser(sub: Any) -> None:
                    help="the journal buckets' latency profile (default s3-express)")
     p.add_argument("--journal-stall", metavar="BUCKET:START_S:SECONDS",
                    help="stall journal bucket BUCKET from START_S (run time, warm-up included) for SECONDS")
+    p.add_argument("--agents", type=int, default=1, help="agents on one metastore and store (dev, postgres-s3)")
+    p.add_argument("--slow-agent", action="append", metavar="INDEX:START_S:SECONDS",
+                   help="slow agent INDEX (0-based) from START_S (run time, warm-up included) for SECONDS"
+                        " through its /debug/delay hook (issue 43); repeat to slow several")
+    p.add_argument("--slow-agent-ms", type=int, default=2000, help="delay added to each request (default 2000)")
     p.add_argument("--no-baselines", action="store_true", help="skip the raw baselines")
     p.add_argument("--keep", action="store_true", help="keep the backend's temp dir")
     p.add_argument("--quiet", action="store_true", help="no progress display, no summary")

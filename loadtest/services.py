@@ -138,6 +138,7 @@ def start_agent(
     extra_args: tuple[str, ...] | list[str] = (),
     kafka_port: int | None = None,  # fixed ports: a restart on the same addresses
     admin_port: int | None = None,
+    env: dict[str, str] | None = None,  # extra environment (FLOE_AGENT_ID, FLOE_DEBUG_FAULTS, ...)
 ) -> Agent:
     kport = kafka_port or free_port()
     aport = admin_port or free_port_run(workers)
@@ -162,7 +163,7 @@ def start_agent(
         cmd += ["--journal", journal, "--journal-quorum", str(journal_quorum)]
     cmd += list(extra_args)
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
     agent = Agent(proc, kport, aport, log_path, workers)
     if not all(wait_http(f"{u}/healthz", 60, proc) for u in agent.admin_urls):
         agent.stop()
@@ -270,8 +271,13 @@ def start_backend(
     journal: int = 0,
     journal_latency: str | None = "s3-express",
     journal_quorum: int = 2,
+    debug_faults: bool = False,
 ) -> Backend:
     """``spec`` is ``dev``, ``postgres-s3``, ``kafka`` or ``bootstrap=HOST:PORT``.
+
+    ``agents`` > 1 starts that many agents on one metastore and object store
+    (agent ids 1..N; the bootstrap lists them all); ``debug_faults`` lets the
+    harness slow an agent down through its admin port (``agent.faults``).
 
     ``store_latency`` applies to the backends started here with an object store
     (dev, postgres-s3); the others ignore it (``Backend.store_latency`` stays None).
@@ -290,8 +296,8 @@ def start_backend(
         return b
     if spec not in ("dev", "postgres-s3"):
         raise ValueError(f"unknown backend {spec!r}: dev | postgres-s3 | kafka | bootstrap=HOST:PORT")
-    if agents != 1:
-        raise NotImplementedError("multi-agent clusters: hook only, start one agent for now")
+    if agents < 1 or (agents > 1 and journal):
+        raise ValueError("agents >= 1; several agents with a journal tier are not wired here")
     import shutil
 
     tmp = Path(tempfile.mkdtemp(prefix="floe-bench-"))
@@ -336,16 +342,21 @@ def start_backend(
             profile, _ = parse_latency(split_latency_url(b.objects_url)[1])
             b.store_latency = profile.describe()
         journal_urls, b.journal_stall_files, b.journal_latency = journal_buckets(tmp, journal, journal_latency)
-        agent = start_agent(
-            b.metastore_url, b.objects_url, tmp,
-            flush_interval_ms=flush_interval_ms, flush_bytes=flush_bytes,
-            flush_min_interval_ms=flush_min_interval_ms, workers=workers, virtual_brokers=virtual_brokers,
-            journal=",".join(journal_urls), journal_quorum=journal_quorum,
-        )
-        b._cleanups.append(agent.stop)
-        b.agents.append(agent)
-        b.admin_urls.extend(agent.admin_urls)
-        b.bootstrap = agent.bootstrap
+        for i in range(agents):
+            env = {"FLOE_DEBUG_FAULTS": "true"} if debug_faults else {}
+            if agents > 1:
+                env["FLOE_AGENT_ID"] = str(i + 1)
+            agent = start_agent(
+                b.metastore_url, b.objects_url, tmp,
+                flush_interval_ms=flush_interval_ms, flush_bytes=flush_bytes,
+                flush_min_interval_ms=flush_min_interval_ms, workers=workers, virtual_brokers=virtual_brokers,
+                journal=",".join(journal_urls), journal_quorum=journal_quorum,
+                name="agent" if agents == 1 else f"agent{i + 1}", env=env,
+            )
+            b._cleanups.append(agent.stop)
+            b.agents.append(agent)
+            b.admin_urls.extend(agent.admin_urls)
+        b.bootstrap = ",".join(a.bootstrap for a in b.agents)
         return b
     except BaseException:
         b.close()

@@ -210,7 +210,9 @@ class RegistryMixin(SqlBase):
         a = s.agents.c
         where: Any = None
         if instance is not None and live_since_ms is not None:
-            where = (a.instance.is_(None)) | (a.instance == instance) | (a.heartbeat_at < live_since_ms)
+            where = (
+                (a.instance.is_(None)) | (a.instance == instance) | (a.heartbeat_at < live_since_ms)
+            )
         stmt: Any = (pg_insert if self.dialect == "postgresql" else sqlite_insert)(s.agents).values(
             id=agent_id, **values
         )
@@ -223,14 +225,19 @@ class RegistryMixin(SqlBase):
             row = (await conn.execute(select(*_AGENT_COLUMNS).where(a.id == agent_id))).first()
         return _agent_info(row) if row is not None else None
 
-    async def heartbeat(self, agent_id: str, instance: str | None = None) -> bool:
-        """Record a heartbeat; False when the agent is not registered (by ``instance``)."""
+    async def heartbeat(
+        self, agent_id: str, instance: str | None = None, observations: str | None = None
+    ) -> bool:
+        """Record a heartbeat; False when the agent is not registered (by ``instance``).
+        ``observations`` (agent.cluster.isolation's JSON) replaces the published one
+        when given; None leaves it as it is."""
         a = s.agents.c
         where = [a.id == agent_id] + ([a.instance == instance] if instance is not None else [])
+        values: dict[str, Any] = {"heartbeat_at": self.now_ms()}
+        if observations is not None:
+            values["observations"] = observations
         async with self._write() as conn:
-            result = await conn.execute(
-                update(s.agents).where(*where).values(heartbeat_at=self.now_ms())
-            )
+            result = await conn.execute(update(s.agents).where(*where).values(**values))
             return bool(result.rowcount)
 
     async def deregister_agent(self, agent_id: str, instance: str | None = None) -> None:
@@ -258,7 +265,9 @@ class RegistryMixin(SqlBase):
         ``None`` asks without storing. Returns ``None`` when none is stored yet."""
         c = s.cluster.c
         async with self._write() as conn:
-            stored = (await conn.execute(select(c.cluster_id).where(c.id == 1))).scalar_one_or_none()
+            stored = (
+                await conn.execute(select(c.cluster_id).where(c.id == 1))
+            ).scalar_one_or_none()
             if stored is not None or cluster_id is None:
                 return stored
             ins: Any = pg_insert if self.dialect == "postgresql" else sqlite_insert
@@ -280,10 +289,20 @@ _AGENT_COLUMNS = (
     s.agents.c.peer_port,
     s.agents.c.instance,
     s.agents.c.endpoints,
+    s.agents.c.observations,
 )
 
 
 def _agent_info(r: Any) -> AgentInfo:
     return AgentInfo(
-        r.id, r.host, r.port, r.zone, r.heartbeat_at, r.peer_host, r.peer_port, r.instance, r.endpoints
+        r.id,
+        r.host,
+        r.port,
+        r.zone,
+        r.heartbeat_at,
+        r.peer_host,
+        r.peer_port,
+        r.instance,
+        r.endpoints,
+        r.observations,
     )

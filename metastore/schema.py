@@ -230,6 +230,9 @@ agents = Table(
     Column("instance", String(64), nullable=True),
     # 0011: every listener's advertised endpoint "NAME://host:port,..." (NULL: one listener).
     Column("endpoints", Text, nullable=True),
+    # 0018: this agent's probes of its peers and the isolations it applies, JSON
+    # written with each heartbeat (agent.cluster.isolation; NULL: none published).
+    Column("observations", Text, nullable=True),
 )
 Index("ix_agents_heartbeat_at", agents.c.heartbeat_at)
 
@@ -429,7 +432,13 @@ acls = Table(
     Column("permission", SmallInteger, nullable=False),
     Column("created_at", BigInteger, nullable=False),
     UniqueConstraint(
-        "resource_type", "resource_name", "pattern_type", "principal", "host", "operation", "permission",
+        "resource_type",
+        "resource_name",
+        "pattern_type",
+        "principal",
+        "host",
+        "operation",
+        "permission",
         name="uq_acls_binding",
     ),
 )

@@ -196,6 +196,8 @@ class AgentInfo:
     peer_port: int | None = None
     instance: str | None = None
     endpoints: str | None = None  # "NAME://host:port,..." of every listener (None: one)
+    # JSON of its peer probes and isolations (agent.cluster.isolation); None: none published
+    observations: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -566,6 +568,7 @@ class ShareGroupRecord:
     group_id: str
     group_epoch: int
     updated_at_ms: int = 0
+
 
 # -- ACLs (issue 15) ---------------------------------------------------------------------
 # Kafka's codes, stored and sent as they are on the wire (the agent's

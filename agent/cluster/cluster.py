@@ -11,31 +11,39 @@ Handlers ask it for routing decisions:
   agents of the client's zone (``floe_az=`` in client.id), all agents when the
   zone has none or the client gave no hint;
 * :meth:`Cluster.coordinator` — a group's ring owner over all agents;
+* :attr:`Cluster.placement` — the rings those three use: the live agents minus
+  the ones isolated as slow (:mod:`agent.cluster.isolation`); membership,
+  Metadata's broker list and the peer cache keep every live agent;
 * :meth:`Cluster.load` — the block-cache loader (peer cache, then object store).
 
 Produce and Fetch are accepted by every agent: the "leader" only steers clients
-so that a partition's reads land where its blocks are cached. Until
+so that a partition's reads land where its blocks are cached (one exception: an
+agent isolated as slow turns Produce away, :meth:`Cluster.turns_away`). Until
 :meth:`start` runs (unit tests, embedded use) the cluster is this agent alone.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 
 from agent.clock import Clock
 from agent.cluster.forward import GroupForwarder, add_forward_route
 from agent.cluster.groups import ClusteredGroupCoordinator
+from agent.cluster.isolation import Isolation, IsolationSettings
 from agent.cluster.membership import Membership
 from agent.cluster.peer_cache import PeerBlockLoader, StoreGet, add_block_route
+from agent.cluster.probes import PeerProber, add_probe_route
 from agent.cluster.ring import Peer, Rings
 from agent.cluster.virtual import VirtualNodes
 from agent.cluster.wakeups import Key, PgWakeups, PollWakeups, Wakeups
 from agent.notify import CommitNotifier
 from agent.security.tls import PeerTls
+from agent.tasks import cancel_and_wait
 from metastore import Metastore, is_postgres
 from metastore.engine import asyncpg_dsn
 
@@ -54,6 +62,7 @@ class ClusterSettings:
     virtual_brokers: int = 1  # Kafka node ids per agent (agent.cluster.virtual)
     # admin_tls (issue 42): peers' admin ports are https, verified with this (agent.security.tls).
     peer_tls: PeerTls | None = None
+    isolation: IsolationSettings = field(default_factory=IsolationSettings)  # issue 43
 
 
 class Cluster:
@@ -88,11 +97,19 @@ class Cluster:
         self.groups: ClusteredGroupCoordinator | None = None
         self.ring_listeners: list[Callable[[], None]] = []  # called after each ring change
         self._virtual: tuple[Rings, VirtualNodes] | None = None
+        self.clock = clock
+        self.isolation = Isolation(me.agent_id, s.isolation)
+        self.membership.report = self.isolation.report
+        self.prober = PeerProber(self.admin_url, token=s.peer_token, tls=s.peer_tls)
+        self._placement: tuple[Rings, frozenset[str], Rings] | None = None
+        self._isolating: asyncio.Task[None] | None = None
+        self._probes: set[asyncio.Task[None]] = set()
 
     # -- life cycle -------------------------------------------------------------------
 
     def set_me(self, me: Peer) -> None:
         self.membership.set_me(me)
+        self.isolation.me = me.agent_id
         self.peers.zone = me.zone
 
     @property
@@ -115,6 +132,7 @@ class Cluster:
         add_block_route(app, cache)  # type: ignore[arg-type]
         if dispatch is not None:
             add_forward_route(app, dispatch)  # type: ignore[arg-type]
+            add_probe_route(app, dispatch)  # type: ignore[arg-type]
 
     async def start(self) -> None:
         await self.membership.start()
@@ -130,8 +148,15 @@ class Cluster:
                 active=lambda: len(self.rings.all) > 1,
             )
         await self.wakeups.start()
+        if self.settings.isolation.enabled:
+            loop = asyncio.get_running_loop()
+            self._isolating = loop.create_task(self._isolate(), name="isolation")
 
     async def stop(self) -> None:
+        await cancel_and_wait(self._isolating)
+        self._isolating = None
+        await cancel_and_wait(*self._probes)
+        await self.prober.close()
         await self.wakeups.stop()
         await self.membership.stop()
         await self.peers.close()
@@ -142,6 +167,64 @@ class Cluster:
             self.groups.release_unowned()
         for listener in self.ring_listeners:
             listener()  # other coordinators (KIP-848 groups) drop what they no longer own
+
+    # -- slow-agent isolation (agent.cluster.isolation) ------------------------------------
+
+    async def isolation_round(self) -> bool:
+        """Start one probe of every live peer (not awaited: a slow peer's probe ends at
+        its timeout, while the next ones are already on their way), then judge from
+        the registry's last rows; True when the isolated set (and so placement) changed."""
+        me = self.me.agent_id
+        others = [p for p in self.rings.peers if p.agent_id != me]
+        loop = asyncio.get_running_loop()
+        for p in others:
+            task = loop.create_task(self._probe(p), name=f"probe {p.agent_id}")
+            self._probes.add(task)
+            task.add_done_callback(self._probes.discard)
+        self.isolation.forget(p.agent_id for p in others)
+        live = [p.agent_id for p in self.rings.peers]
+        changed = self.isolation.apply(self.membership.rows, live, self.clock.now_ms())
+        if changed:
+            self._changed(self.rings)  # coordinators release what moved, as on a ring change
+        return changed
+
+    async def _probe(self, peer: Peer) -> None:
+        ms, error = await self.prober.probe(peer, self.settings.isolation.probe_timeout_s)
+        if any(p.agent_id == peer.agent_id for p in self.rings.peers):
+            self.isolation.record(peer.agent_id, ms, error)
+
+    async def _isolate(self) -> None:
+        interval = self.settings.heartbeat_s / 2  # probes twice a beat: slow is seen in ~2 s
+        while True:
+            started = self.clock.monotonic()
+            try:
+                await self.isolation_round()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug here must not stop the probes
+                log.exception("isolation round failed")
+            spent = self.clock.monotonic() - started
+            await asyncio.sleep(max(0.05, interval - spent))
+
+    @property
+    def placement(self) -> Rings:
+        """The rings of partition leaders and coordinators: live agents minus isolated ones."""
+        rings, isolated = self.rings, self.isolation.isolated
+        hit = self._placement
+        if hit is not None and hit[0] is rings and hit[1] == isolated:
+            return hit[2]
+        keep = [p for p in rings.peers if p.agent_id not in isolated]
+        placed = Rings(keep) if isolated and keep else rings
+        self._placement = (rings, isolated, placed)
+        return placed
+
+    def turns_away(self) -> bool:
+        """This agent is isolated and clients can reach the others at their own
+        addresses: Produce is answered NOT_LEADER_OR_FOLLOWER (agent.handlers._isolated)."""
+        me = self.me
+        if me.agent_id not in self.isolation.isolated:
+            return False
+        return any((p.host, p.port) != (me.host, me.port) for p in self.placement.peers)
 
     # -- routing ----------------------------------------------------------------------
 
@@ -162,15 +245,15 @@ class Cluster:
         return self.virtual.nodes
 
     def leader(self, topic_id: object, partition: int, zone: str | None) -> Peer:
-        owner = self.rings.zone(zone).owner(f"{topic_id}:{partition}")
+        owner = self.placement.zone(zone).owner(f"{topic_id}:{partition}")
         return owner or self.me
 
     def leaders(self, topic_id: object, partitions: int, zone: str | None) -> list[int]:
         """Each partition's leader node id: a virtual id of its ring owner in ``zone``."""
-        return self.virtual.leaders(self.rings.zone(zone), topic_id, partitions, self.me)
+        return self.virtual.leaders(self.placement.zone(zone), topic_id, partitions, self.me)
 
     def coordinator(self, key: str) -> Peer:
-        return self.rings.all.owner(f"group:{key}") or self.me
+        return self.placement.all.owner(f"group:{key}") or self.me
 
     def owns_group(self, group_id: str) -> bool:
         return self.coordinator(group_id).agent_id == self.me.agent_id

@@ -61,9 +61,7 @@ log = logging.getLogger(__name__)
 HOLD = 4  # a peer silent for HOLD * dead_after (late beats credited) leaves, whatever our health
 WINDOW_MS = 600_000  # rows read: heartbeats this recent (older ones: agents long gone)
 LATE = 1.5  # our own beat is late when it completes more than LATE * heartbeat after the last
-LATE_MIN_S = (
-    0.5  # ... and more than this after it was due (short heartbeats: a hiccup is not starvation)
-)
+LATE_MIN_S = 0.5  # ... and this much after it was due (short beats: a hiccup is not starvation)
 
 MEMBERSHIP_CHANGES = Counter(
     "floe_membership_changes",
@@ -193,6 +191,8 @@ class Membership:
         self.evictions = 0  # times this agent found itself dropped from the registry
         self._refreshed_at = float("-inf")  # clock.monotonic() when the applied read began
         self._reads = self._applied = 0  # registry reads begun; the newest one applied
+        self.report: Callable[[], str | None] = lambda: None  # published with each beat (isolation)
+        self.rows: list[AgentInfo] = []  # the registry's rows as last applied
 
     @property
     def rid(self) -> str:
@@ -257,7 +257,7 @@ class Membership:
 
     async def tick(self) -> None:
         """One heartbeat and refresh (the background task calls this every interval)."""
-        if not await self.meta.heartbeat(self.rid, self.instance):
+        if not await self.meta.heartbeat(self.rid, self.instance, self.report()):
             self.evictions += 1
             log.warning("agent %s was dropped from the registry; registering again", self.rid)
             await self._register()
@@ -292,7 +292,7 @@ class Membership:
         # replace, when it ends, the rings a later read has already applied.
         if read < self._applied:
             return self.rings
-        self._applied, self._refreshed_at = read, started
+        self._applied, self._refreshed_at, self.rows = read, started, rows
         old = {p.agent_id for p in self.rings.peers}
         others = [a for a in rows if a.id != self.rid]
         live, left = self.liveness.judge(others, now, old)

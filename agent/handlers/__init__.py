@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent.cluster.forward import GROUP_APIS
 from agent.connection import Deferred, Reply, RequestContext
+from agent.handlers._isolated import PRODUCE, redirect_produce
 from agent.handlers._unavailable import unavailable_response
 from agent.handlers.registry import REGISTRY, HandlerSpec
 from agent.metrics import METRICS
@@ -81,6 +82,9 @@ def make_dispatcher(broker: Broker) -> Any:
                 return Deferred(
                     fw.relay(owner, bytes(frame), ctx.client_host, local, principal=str(ctx.conn.principal))
                 )
+        if h.api_key == PRODUCE and broker.cluster.turns_away():  # isolated as slow (issue 43)
+            if (redirect := redirect_produce(request)) is not None:
+                return redirect
         try:
             result = await spec.func(broker, ctx, request)
         except Exception as e:

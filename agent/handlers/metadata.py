@@ -118,7 +118,7 @@ async def handle(broker: Broker, ctx: RequestContext, req: MetadataRequest) -> E
     # brokers after it let a membership change in between list a leader that is not
     # among the brokers (an agent that had just left), and librdkafka then failed the
     # partition as "Unknown partition" (CI, test_txn_jepsen, after an agent restart).
-    broker.metadata.check_rings(broker.cluster.rings)
+    broker.metadata.check_rings(broker.cluster.placement)  # leaders: live minus isolated
     encoded = [t if isinstance(t, bytes) else topic_bytes(broker, t, zone, v) for t in topics]
     node = broker.advertised
     head = MetadataResponse(

@@ -81,10 +81,10 @@ async def test_an_observer_whose_heartbeat_write_is_slow_evicts_nobody(registry:
     obs, _peer, changes = await pair(clock, ms)
     real = ms.heartbeat
 
-    async def slow(agent_id: str, instance: str | None = None) -> bool:
+    async def slow(agent_id: str, instance: str | None = None, report: str | None = None) -> bool:
         if agent_id == "obs":
             clock.advance(7)
-        return await real(agent_id, instance)
+        return await real(agent_id, instance, report)
 
     ms.heartbeat = slow  # type: ignore[method-assign]
     clock.advance(1)

@@ -724,6 +724,23 @@ async def test_agent_registry(ms: Metastore, clock: FakeClock) -> None:
     assert [a.id for a in await ms.live_agents(since_ms=0)] == ["a2"]
 
 
+async def test_heartbeat_publishes_observations(ms: Metastore, clock: FakeClock) -> None:
+    """Slow-agent isolation (issue 43): a heartbeat may carry the agent's peer
+    observations; every agent reads them back with the registry; a heartbeat
+    without them keeps the last ones; a fresh registration starts with none."""
+    await ms.register_agent("a1", "h", 9092, instance="i-1")
+    await ms.register_agent("a2", "h", 9093, instance="i-2")
+    assert [a.observations for a in await ms.live_agents(0)] == [None, None]
+    doc = '{"p": {"a2": [2100, 5]}, "i": {"a2": 12345}}'
+    assert await ms.heartbeat("a1", "i-1", doc)
+    clock.advance(1_000)
+    assert await ms.heartbeat("a1", "i-1")  # nothing new to say: the last document stays
+    got = {a.id: a.observations for a in await ms.live_agents(0)}
+    assert got == {"a1": doc, "a2": None}
+    assert not await ms.heartbeat("a1", "i-x", "{}")  # another process's row is not touched
+    assert {a.id: a.observations for a in await ms.live_agents(0)}["a1"] == doc
+
+
 async def test_cluster_id_is_claimed_once(ms: Metastore) -> None:
     """The first agent with a cluster id stores it; asking without one reads it;
     a racing second claim with another id gets the first one back (the agent then
