@@ -23,7 +23,10 @@ A compacted topic (``cleanup.policy`` containing ``compact``) refuses a batch wi
 record without a key: INVALID_RECORD, as Kafka. A request whose batches are not
 committed within its ``timeout_ms`` is answered REQUEST_TIMED_OUT for them (the
 commit may still land; an idempotent producer's retry gets its original offsets).
-Validation: :mod:`agent.produce.validate`.
+Validation: :mod:`agent.produce.validate`. Under overload (the memory budget full
+past ``produce_admission_wait_ms``, or a store slower than ``produce_fail_fast_ms``)
+a request is refused at once, never appended: NOT_ENOUGH_REPLICAS (retriable, same
+epoch and sequence) with ``throttle_time_ms`` set (:mod:`agent.produce.admission`).
 
 A topic with ``message.timestamp.type=LogAppendTime`` gets its batches stamped
 with the append time (timestamp-type attribute, max timestamp, CRC rewritten)
@@ -37,6 +40,7 @@ UNSUPPORTED_FOR_MESSAGE_FORMAT per partition. v13 addresses topics by id.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from agent.connection import Deferred
@@ -44,6 +48,7 @@ from agent.handlers.registry import handler
 from agent.metrics import METRICS
 from agent.produce import ProduceItem
 from agent.produce.ack import expire_after
+from agent.produce.admission import OVERLOADED, REJECTED
 from agent.produce.validate import check_batch, compacted, fast_meta, keyless
 from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
@@ -63,6 +68,7 @@ TopicResponse = ProduceResponse.TopicProduceResponse
 # Produce v12+ comes from clients on transaction version 2 (KIP-890 part 2): they
 # send no AddPartitionsToTxn, the partition joins the transaction on its first batch.
 IMPLICIT_ADD_VERSION = 12
+REJECTED_SEQUENCE = REJECTED.labels("sequence")
 # What an implicit add that cannot happen now answers: retriable for the producer,
 # as Kafka answers it (NOT_ENOUGH_REPLICAS for a coordinator that is busy or away).
 _ADD_RETRIABLE = {ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR}
@@ -113,6 +119,24 @@ def _refuse_all(req: ProduceRequest, code: int) -> ProduceResponse:
         for t in req.topic_data
     ]
     return ProduceResponse(responses=out)
+
+
+def _refuse(
+    items: list[ProduceItem], pending: list[PartitionResponse], which: Iterable[int]
+) -> tuple[list[ProduceItem], list[PartitionResponse], int]:
+    """Answer the batches at ``which`` NOT_ENOUGH_REPLICAS (overloaded: not appended,
+    retriable with the same sequence); the rest, in order, and their bytes."""
+    drop = set(which)
+    for i in drop:
+        pending[i].error_code = OVERLOADED
+        pending[i].log_append_time_ms = -1
+    keep = [i for i in range(len(items)) if i not in drop]
+    kept = [items[i] for i in keep]
+    return kept, [pending[i] for i in keep], sum(len(it.batch) for it in kept)
+
+
+def _overloaded(req: ProduceRequest, responses: list[TopicResponse], throttle_ms: int) -> ProduceResponse | None:
+    return None if req.acks == 0 else ProduceResponse(responses=responses, throttle_time_ms=throttle_ms)
 
 
 @handler(ProduceRequest)
@@ -190,11 +214,27 @@ async def handle(broker: Broker, ctx: RequestContext, req: ProduceRequest) -> An
     if not items:
         return None if req.acks == 0 else ProduceResponse(responses=responses)
 
+    # Admission happens here, before the next request of this connection is read, so
+    # batches from one connection enter the log in order; under overload it refuses at
+    # once (retriable, never appended) instead of queueing: agent.produce.admission.
+    admission = broker.pipeline.admission
+    cfg = broker.config
+    throttle = 0
+    if fenced := admission.fenced(items):
+        REJECTED_SEQUENCE.inc()
+        throttle = cfg.produce_reject_throttle_ms
+        items, pending, nbytes = _refuse(items, pending, fenced)
+        if not items:
+            return _overloaded(req, responses, throttle)
+    reason = "slow_store" if admission.slow_store(cfg.produce_fail_fast_ms) else None
+    if reason is None and not await admission.admit(nbytes, cfg.produce_admission_wait_ms / 1000):
+        reason = "budget"
+    if reason is not None:
+        REJECTED.labels(reason).inc()
+        admission.fence(items)
+        _refuse(items, pending, range(len(items)))
+        return _overloaded(req, responses, cfg.produce_reject_throttle_ms)
     METRICS.produced_bytes.inc(nbytes)
-    # Admission control happens here, before the next request of this connection
-    # is read, so batches from one connection enter the log in order.
-    if not broker.pipeline.budget.try_acquire(nbytes):
-        await broker.pipeline.reserve(nbytes)
     fut = broker.pipeline.append(items, nbytes, getattr(ctx.conn, "produce_flow", None))
 
     def finish(results: list[CommitResult]) -> ProduceResponse | None:
@@ -206,7 +246,7 @@ async def handle(broker: Broker, ctx: RequestContext, req: ProduceRequest) -> An
             pr.log_start_offset = res.log_start_offset
         if req.acks == 0:
             return None
-        return ProduceResponse(responses=responses)
+        return ProduceResponse(responses=responses, throttle_time_ms=throttle)
 
     if req.acks != 0 and req.timeout_ms > 0:
         # As Kafka: not committed within the request's timeout -> REQUEST_TIMED_OUT, so

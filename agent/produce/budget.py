@@ -1,9 +1,14 @@
-"""The produce pipeline's byte budget: back-pressure instead of a growing heap.
+"""The produce pipeline's byte budget, and the one memory budget it shares with responses.
 
-Where it sits: the produce handler reserves a request's bytes
-(:meth:`ProducePipeline.reserve <agent.produce.pipeline.ProducePipeline.reserve>`)
-before appending it, and the ack step releases them once the request is answered.
-A request over the budget waits instead of growing the heap.
+Where it sits: the produce handler admits a request's bytes
+(:mod:`agent.produce.admission`: at once, after a short grace wait, or not at
+all: a retriable error) before appending it, and the ack step releases them once
+the request is answered. :func:`share` ties this budget to the connections'
+:class:`~agent.security.limits.ResponseBudget` (unread responses, planned Fetch
+bytes, request frames being received) under one ``memory_budget_bytes`` per
+agent process: produce is admitted only while produce + responses stay under
+it, and a Fetch is planned into what produce leaves. Each side keeps its own
+cap (``max_buffered_bytes``, ``queued_max_request_bytes``).
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from collections.abc import Callable
+from typing import Protocol
 
 
 class ByteBudget:
@@ -23,10 +30,17 @@ class ByteBudget:
         self.capacity = capacity
         self.used = 0
         self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+        # The shared budget (see :func:`share`): total, and the bytes held by the other side.
+        self.total: int | None = None
+        self._others: Callable[[], int] = _nothing
 
     def _fits(self, n: int) -> bool:
         # An oversized request is admitted alone so it cannot wait forever.
-        return self.used == 0 or self.used + n <= self.capacity
+        if self.used == 0:
+            return True
+        if self.used + n > self.capacity:
+            return False
+        return self.total is None or self.used + n + self._others() <= self.total
 
     def try_acquire(self, n: int) -> bool:
         if not self._waiters and self._fits(n):
@@ -68,3 +82,23 @@ class ByteBudget:
 
     async def release(self, n: int) -> None:
         self.release_nowait(n)
+
+
+def _nothing() -> int:
+    return 0
+
+
+class SharedSide(Protocol):
+    """The response side of the shared budget (:class:`~agent.security.limits.ResponseBudget`)."""
+
+    used: int
+
+    def share(self, total: int, others: Callable[[], int]) -> None: ...
+
+
+def share(produce: ByteBudget, responses: SharedSide, total: int) -> None:
+    """Put ``produce`` and ``responses`` under one budget of ``total`` bytes: each
+    side sees what the other holds. Called once per agent process (the server)."""
+    produce.total = total
+    produce._others = lambda: responses.used
+    responses.share(total, lambda: produce.used)

@@ -11,7 +11,9 @@ commits in seal order, at most ``max_commits_in_flight`` overlapping when the
 metastore sequences in call order) and :class:`~agent.produce.ack.Acker`
 (answers in seal order). This module sets their shared state up and runs their
 background tasks (the committer and the flush ticker). A byte budget
-(:mod:`agent.produce.budget`) bounds the memory held by requests waiting here.
+(:mod:`agent.produce.budget`) bounds the memory held by requests waiting here;
+:mod:`agent.produce.admission` refuses a request at once (retriable) when it
+does not fit or the store is slow, rather than queueing it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import uuid
 from collections.abc import Callable, Iterable
 
 from agent.clock import Clock, SystemClock
+from agent.produce.admission import Admission
 from agent.produce.append import Batcher
 from agent.produce.autobatch import SealPolicy
 from agent.produce.budget import ByteBudget
@@ -82,6 +85,7 @@ class ProducePipeline(Batcher, Committer):
         self._order = CommitOrder() if self._max_commits > 1 else None
         self._upload_sem = asyncio.Semaphore(upload_concurrency)
         self.budget = ByteBudget(max_buffered_bytes)
+        self.admission = Admission(self.budget, self._clock, self.oldest_pending_s)
         self._open: Segment | None = None
         self._sealed: asyncio.Queue[Segment | None] = asyncio.Queue()
         self._seq = 0

@@ -21,7 +21,9 @@ Where it sits: owned by :class:`~agent.server.AgentServer`, consulted by every
   received request frames are counted in the same budget (issue 42): beyond
   their first 64 KiB they grow only while it has room, else their connection
   stops reading until it has. Over TLS the bytes counted are those queued in
-  the TCP transport under the TLS layer too.
+  the TCP transport under the TLS layer too. Responses share the agent's one
+  ``memory_budget_bytes`` with produce (:func:`agent.produce.budget.share`): a
+  Fetch is planned into what produce leaves of it.
 * :class:`DeadlineSweeper` — one task for all connections: closes those idle for
   ``connections_max_idle_ms``, those that started a request and did not
   finish sending it within ``request_timeout_ms`` (a slowloris holding a
@@ -150,17 +152,33 @@ class ResponseBudget:
     """
 
     def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
+        self.limit = capacity  # queued_max_request_bytes: frames and unread responses
         self.used = 0
         # Connections waiting for room, oldest first: key -> takes its room.
         self._waiters: dict[object, Callable[[], None]] = {}
+        # The agent's one memory budget, shared with produce (agent.produce.budget.share).
+        self._total: int | None = None
+        self._others: Callable[[], int] | None = None
+
+    def share(self, total: int, others: Callable[[], int]) -> None:
+        self._total, self._others = total, others
+
+    @property
+    def capacity(self) -> int:
+        """What responses may plan into (a Fetch is built to what is left): the
+        limit, less what produce holds of the shared memory budget. Frames are
+        gated by the limit alone, so a Produce is always read (and, over budget,
+        refused at once) rather than left unread in its socket."""
+        if self._others is None or self._total is None:
+            return self.limit
+        return max(0, min(self.limit, self._total - self._others()))
 
     def add(self, n: int) -> None:
         self.used += n
 
     def try_reserve(self, n: int) -> bool:
         """Take ``n`` bytes if the budget is not used up and nobody waits before us."""
-        if self.used >= self.capacity or self._waiters:
+        if self.used >= self.limit or self._waiters:
             return False
         self.used += n
         return True
@@ -176,7 +194,7 @@ class ResponseBudget:
         """Frames of up to 64 KiB are granted at once unless the budget is twice
         over: beyond that (thousands of clients each holding part of a small
         frame) they wait their turn like large ones."""
-        return self.used < 2 * self.capacity
+        return self.used < 2 * self.limit
 
     @property
     def waiting(self) -> int:
@@ -184,13 +202,13 @@ class ResponseBudget:
 
     def sub(self, n: int) -> None:
         self.used -= n
-        while self._waiters and self.used < self.capacity:  # grant in order
+        while self._waiters and self.used < self.limit:  # grant in order
             key = next(iter(self._waiters))
             self._waiters.pop(key)()
 
     @property
     def exceeded(self) -> bool:
-        return self.used > self.capacity
+        return self.used > self.limit
 
     def available(self) -> int:
         return max(0, self.capacity - self.used)
