@@ -5,6 +5,13 @@ aligned to ``block_size`` so that neighbouring fetches of the same object share
 a GET; concurrent misses on one block wait for the same load (request
 coalescing). Capacity is in bytes. The objects the agent uploads are put in as
 they are written (:meth:`BlockCache.put_object`, from the produce pipeline).
+
+Read-ahead (:mod:`agent.fetch.readahead`) loads blocks through
+:meth:`BlockCache.prefetch`: such a block is *watched* until a read first uses
+it (a hit, or a read joining its load) or it leaves the cache unread; either is
+reported to ``on_watched`` (``"used"`` / ``"wasted"``), which is how the
+read-ahead window learns. Read-ahead blocks live in the same LRU, so they count
+against the same capacity.
 """
 
 from __future__ import annotations
@@ -41,6 +48,13 @@ class BlockCache:
         self._size = 0
         self._inflight: dict[tuple[str, int], asyncio.Future[bytes]] = {}
         self.stats = CacheStats()
+        # Read-ahead blocks not yet read (agent.fetch.readahead); reported once each.
+        self.watched: set[tuple[str, int]] = set()
+        self.on_watched: Callable[[tuple[str, int], str], None] | None = None
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
 
     async def read(self, key: str, start: int, end: int, object_size: int | None = None) -> bytes:
         """Bytes ``[start, end)`` of object ``key``.
@@ -55,7 +69,9 @@ class BlockCache:
         if first == last:
             block = await self._block(key, first, object_size)
             return block[start - first * bs : end - first * bs]
-        blocks = await asyncio.gather(*(self._block(key, i, object_size) for i in range(first, last + 1)))
+        blocks = await asyncio.gather(
+            *(self._block(key, i, object_size) for i in range(first, last + 1))
+        )
         joined = b"".join(blocks)
         off = first * bs
         return joined[start - off : end - off]
@@ -72,12 +88,15 @@ class BlockCache:
             if data is not None:
                 cached.move_to_end(k)
                 self.stats.hits += 1
+                if self.watched and k in self.watched:
+                    self._report(k, "used")
             else:
                 misses.append(len(out))
             out.append(data)
         if misses:
             loaded = await asyncio.gather(
-                *(self._block(wanted[i][0], wanted[i][1], None) for i in misses), return_exceptions=True
+                *(self._block(wanted[i][0], wanted[i][1], None) for i in misses),
+                return_exceptions=True,
             )
             for i, got in zip(misses, loaded, strict=True):
                 out[i] = got
@@ -99,18 +118,58 @@ class BlockCache:
         self.stats.bytes_loaded += len(data)
         return data
 
+    def has(self, key: str, index: int) -> bool:
+        """Whether block ``(key, index)`` is cached or being loaded (no LRU touch)."""
+        k = (key, index)
+        return k in self._blocks or k in self._inflight
+
+    async def prefetch(self, key: str, index: int) -> int:
+        """Load block ``(key, index)`` ahead of any read and watch it (see the module
+        docstring); the bytes loaded, 0 when it was cached or in flight already.
+        A failed load raises and is not watched."""
+        k = (key, index)
+        if k in self._blocks or k in self._inflight:
+            return 0
+        self.watched.add(k)
+        try:
+            data = await self._load(k, None)
+        except BaseException:
+            self.watched.discard(k)
+            raise
+        return len(data)
+
+    def unwatch(self, k: tuple[str, int]) -> bool:
+        """Stop watching ``k`` without a report (read-ahead gave it up); whether it was watched."""
+        if k in self.watched:
+            self.watched.discard(k)
+            return True
+        return False
+
+    def _report(self, k: tuple[str, int], outcome: str) -> None:
+        self.watched.discard(k)
+        if self.on_watched is not None:
+            self.on_watched(k, outcome)
+
     async def _block(self, key: str, index: int, object_size: int | None) -> bytes:
         k = (key, index)
         data = self._blocks.get(k)
         if data is not None:
             self._blocks.move_to_end(k)
             self.stats.hits += 1
+            if self.watched and k in self.watched:
+                self._report(k, "used")
             return data
         fut = self._inflight.get(k)
         if fut is not None:
             self.stats.hits += 1
+            if self.watched and k in self.watched:
+                self._report(k, "used")  # a read joined a read-ahead load
             return await asyncio.shield(fut)
         self.stats.misses += 1
+        return await self._load(k, object_size)
+
+    async def _load(self, k: tuple[str, int], object_size: int | None) -> bytes:
+        key, index = k
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         self._inflight[k] = fut
@@ -141,6 +200,8 @@ class BlockCache:
         self._blocks[k] = data
         self._size += len(data)
         while self._size > self._capacity:
-            _, old = self._blocks.popitem(last=False)
+            old_k, old = self._blocks.popitem(last=False)
             self._size -= len(old)
             self.stats.evictions += 1
+            if self.watched and old_k in self.watched:
+                self._report(old_k, "wasted")

@@ -19,7 +19,9 @@ look takes the steps below in this order, each its own module or function:
    holding the fetch offset first (clients skip the leading records), and the
    first partition with data at least one whole batch, however large (KIP-74,
    :func:`select_batches`);
-5. :func:`agent.fetch.read.read_all` reads the chosen batches' bytes.
+5. :func:`agent.fetch.read.read_all` reads the chosen batches' bytes;
+6. :meth:`agent.fetch.readahead.ReadAhead.after_read` loads ahead of readers
+   behind the tail (in the background).
 
 A storage failure while looking up or reading a partition answers
 KAFKA_STORAGE_ERROR for that partition (retriable) instead of closing the
@@ -132,6 +134,8 @@ async def fetch_once(
     if reservation is not None:
         reservation.take(sum(pf.nbytes for pf in found))
     await read_all(reader, wants, found)
+    if reader.readahead is not None:
+        reader.readahead.after_read(wants, found)
     return found
 
 

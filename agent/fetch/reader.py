@@ -5,7 +5,8 @@ by :func:`make_reader` on first use), handed to every step of a Fetch that
 touches storage: :mod:`agent.fetch.width` (watermark views, tail index),
 :mod:`agent.fetch.lookup` (:class:`~agent.fetch.lookup.Lookups`, the cached
 ``find_batches``) and :mod:`agent.fetch.read`
-(:class:`~agent.fetch.read.BatchReads`, block cache -> patched bytes). ListOffsets
+(:class:`~agent.fetch.read.BatchReads`, block cache -> patched bytes), and
+:mod:`agent.fetch.readahead` after it. ListOffsets
 by time and share groups read batches through it too.
 """
 
@@ -20,6 +21,7 @@ from agent.fetch.leases import FetchLeases
 from agent.fetch.lookup import Lookups
 from agent.fetch.parquet import ParquetFetcher
 from agent.fetch.read import READ_SLOTS, BatchReads
+from agent.fetch.readahead import ReadAhead
 from agent.fetch.watermark_views import WatermarkViews
 
 if TYPE_CHECKING:
@@ -46,6 +48,7 @@ class FetchReader(Lookups, BatchReads):
         self.tail: TailIndex | None = None  # this agent's own latest commits (agent.fetch.tail_index)
         self.views: WatermarkViews | None = None  # topic watermarks shared between commits
         self.read_slots = asyncio.Semaphore(READ_SLOTS)  # Fetches reading at once (agent.fetch.read)
+        self.readahead: ReadAhead | None = None  # ahead of readers behind the tail (agent.fetch.readahead)
 
 
 def make_reader(
@@ -61,4 +64,13 @@ def make_reader(
     r.leases = FetchLeases(meta, config.agent_id)
     r.tail = tail
     r.views = WatermarkViews(meta, clock, lambda: notifier.generation, ttl_ms=config.metadata_cache_ms)
+    if config.readahead:
+        r.readahead = ReadAhead(
+            r,
+            cache,
+            clock,
+            max_bytes=config.readahead_max_bytes,
+            concurrency=config.readahead_concurrency,
+            expiry_s=config.readahead_expiry_ms / 1000,
+        )
     return r
