@@ -31,6 +31,7 @@ from agent.metadata_cache import MetadataCache
 from agent.metrics import METRICS
 from agent.notify import CommitNotifier
 from agent.produce import ProducePipeline
+from agent.produce.admission import cache_bytes_of
 from agent.produce.consolidate import Consolidator
 from agent.security.authorizer import Authorizer, parse_super_users
 from agent.security.tls import PeerTls
@@ -103,7 +104,7 @@ class Broker:
         self.primary_listener = "PLAINTEXT"
         # Where this agent's own commits put the latest batches (agent.fetch.tail_index).
         self.tail = TailIndex(self.clock, ttl_ms=config.tail_index_ms)
-        self.cache = BlockCache(self._load_range, capacity_bytes=config.fetch_cache_bytes, block_size=config.fetch_block_bytes)
+        self.cache = BlockCache(self._load_range, capacity_bytes=cache_bytes_of(config), block_size=config.fetch_block_bytes)
         journal = bool(parse_journal_urls(config.journal))
         write_through = self.cache.put_object if config.fetch_cache_writes else None
         self.pipeline = ProducePipeline(

@@ -114,9 +114,11 @@ class AgentConfig(BaseSettings):
         None,
         gt=0,
         description=(
-            "One memory budget per agent process for produce data waiting to be acknowledged"
-            " plus unread responses, planned Fetch bytes and request frames being received;"
-            " unset: the larger of max_buffered_bytes and queued_max_request_bytes"
+            "One memory budget per agent process: the block cache (fetch_cache_bytes, at"
+            " most half of it) plus produce data waiting to be acknowledged, unread"
+            " responses, planned Fetch bytes and request frames being received (the rest);"
+            " unset: fetch_cache_bytes plus the larger of max_buffered_bytes and"
+            " queued_max_request_bytes"
         ),
     )
     produce_admission_wait_ms: int = Field(

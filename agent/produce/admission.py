@@ -62,13 +62,25 @@ class Settings(Protocol):
     max_buffered_bytes: int
     queued_max_request_bytes: int
     memory_budget_bytes: int | None
+    fetch_cache_bytes: int
+
+
+def cache_bytes_of(cfg: Settings) -> int:
+    """The block cache's share of the process's budget: ``fetch_cache_bytes``, at most
+    half of ``memory_budget_bytes`` when that is set."""
+    if cfg.memory_budget_bytes is not None:
+        return max(1, min(cfg.fetch_cache_bytes, cfg.memory_budget_bytes // 2))
+    return cfg.fetch_cache_bytes
 
 
 def memory_budget_of(cfg: Settings) -> int:
-    """The agent process's one memory budget: ``memory_budget_bytes``, or when unset
-    the larger of the two older knobs (which stay as caps of their side)."""
+    """What produce data and responses share of the agent process's one memory budget:
+    ``memory_budget_bytes`` less the block cache's share (:func:`cache_bytes_of`), or
+    when unset the larger of the two older knobs (which stay as caps of their side).
+    So ``memory_budget_bytes`` bounds the cache, the produce data waiting for its
+    acknowledgement and the responses together (unset: fetch_cache_bytes + that)."""
     if cfg.memory_budget_bytes is not None:
-        return cfg.memory_budget_bytes
+        return max(1, cfg.memory_budget_bytes - cache_bytes_of(cfg))
     return max(cfg.max_buffered_bytes, cfg.queued_max_request_bytes)
 
 

@@ -17,7 +17,14 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from agent.clock import ManualClock
 from agent.metrics import METRICS
-from agent.produce.admission import FENCE_TTL_S, OVERLOADED, REJECTED, Admission, memory_budget_of
+from agent.produce.admission import (
+    FENCE_TTL_S,
+    OVERLOADED,
+    REJECTED,
+    Admission,
+    cache_bytes_of,
+    memory_budget_of,
+)
 from agent.produce.budget import ByteBudget, share
 from agent.produce.segment import ProduceItem
 from agent.security.limits import ResponseBudget
@@ -120,7 +127,12 @@ def test_the_budget_defaults_to_the_larger_of_the_old_knobs() -> None:
 
     cfg = AgentConfig(max_buffered_bytes=64 << 20, queued_max_request_bytes=128 << 20)
     assert memory_budget_of(cfg) == 128 << 20
-    assert memory_budget_of(cfg.with_overrides(memory_budget_bytes=300 << 20)) == 300 << 20
+    assert cache_bytes_of(cfg) == cfg.fetch_cache_bytes
+    # One budget set: the block cache gets at most half, produce and responses the rest.
+    one = cfg.with_overrides(memory_budget_bytes=300 << 20)
+    assert cache_bytes_of(one) == 150 << 20 and memory_budget_of(one) == 150 << 20
+    small_cache = cfg.with_overrides(memory_budget_bytes=300 << 20, fetch_cache_bytes=64 << 20)
+    assert cache_bytes_of(small_cache) == 64 << 20 and memory_budget_of(small_cache) == 236 << 20
 
 
 # -- the handler --------------------------------------------------------------------
