@@ -212,6 +212,11 @@ def derive(result: dict[str, Any], cfg: dict[str, Any]) -> tuple[dict[str, Any],
     return ratios, goals
 
 
+def _parse_store_stall(spec: str) -> tuple[float, float, float]:
+    start, length, *period = spec.split(":")
+    return float(start), float(length), float(period[0]) if period else 1e12
+
+
 def _parse_stall(spec: str) -> tuple[int, float, float]:
     bucket, start, length = spec.split(":")
     return int(bucket), float(start), float(length)
@@ -275,6 +280,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if stall and not backend.journal_stall_files:
         raise SystemExit("--journal-stall needs --journal N on a dev or postgres-s3 backend")
     cfg["journal_stall"] = args.journal_stall
+    store_stall = _parse_store_stall(args.store_stall) if args.store_stall else None
+    if store_stall and backend.store_stall_file is None:
+        raise SystemExit("--store-stall needs --store-latency on a dev or postgres-s3 backend")
+    cfg["store_stall"] = args.store_stall
+    store_stalls: list[tuple[float, float]] = []  # (from, to) run seconds, as they happened
     # Every latency figure of this run was measured under this profile (None: none simulated).
     cfg["store_latency"] = backend.store_latency
     if wl.store_latency and backend.store_latency is None:
@@ -393,6 +403,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     elif now >= start + length and f.exists():
                         f.unlink()
                         say(f"journal bucket {bucket} resumed at {now:.1f} s")
+                if store_stall is not None:  # the S3 nemesis: stalled START+k*PERIOD for SECONDS
+                    sf, now = backend.store_stall_file, time.time() - t0
+                    assert sf is not None
+                    first, length, period = store_stall
+                    on = now >= first and (now - first) % period < length
+                    if on and not sf.exists():
+                        sf.write_text("stalled by loadtest --store-stall")
+                        store_stalls.append((now, now))
+                    elif not on and sf.exists():
+                        sf.unlink()
+                        store_stalls[-1] = (store_stalls[-1][0], now)
                 if slow.faults:  # the slow-agent nemesis (issue 43): delay on, then off
                     slow.tick(time.time() - t0)
                 if (args.profile_seconds and profiler is None and server_pid
@@ -423,6 +444,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             if live:
                 live.stop()
+            if backend.store_stall_file is not None:
+                backend.store_stall_file.unlink(missing_ok=True)
         for p in procs:
             p.join(max(1.0, hard_end - time.time()) if p.is_alive() else 1)
         if profiler is not None:
@@ -463,6 +486,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         result |= coll.build(wl.warmup_seconds, wl.test_seconds, subs, wl.message_size)
         if slow.faults:
             result["slowAgents"] = slow.summary(result)
+        if store_stall is not None:
+            result["storeStalls"] = [[round(a, 1), round(b, 1)] for a, b in store_stalls]
         if backlog_mode:
             result["backlogReachedAtSeconds"] = backlog_reached_at
             drained = [t for t, b, w in zip(result["timeSeconds"], result["backlog"], result["warmup"], strict=True)
@@ -663,6 +688,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--journal-quorum", type=int, default=2, help="journal buckets a write needs (default 2)")
     p.add_argument("--journal-latency", default="s3-express", metavar="PROFILE",
                    help="the journal buckets' latency profile (default s3-express)")
+    p.add_argument("--store-stall", metavar="START_S:SECONDS[:PERIOD_S]",
+                   help="stall the standard object store from START_S (run time, warm-up"
+                        " included) for SECONDS, again every PERIOD_S (needs --store-latency)")
     p.add_argument("--journal-stall", metavar="BUCKET:START_S:SECONDS",
                    help="stall journal bucket BUCKET from START_S (run time, warm-up included) for SECONDS")
     p.add_argument("--agents", type=int, default=1, help="agents on one metastore and store (dev, postgres-s3)")

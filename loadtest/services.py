@@ -234,6 +234,7 @@ class Backend:
     store_latency: dict[str, Any] | None = None  # the profile the object store runs under
     journal_latency: dict[str, Any] | None = None  # the journal buckets' profile (None: no journal)
     journal_stall_files: list[Path] = field(default_factory=list)  # exists: that bucket stalls
+    store_stall_file: Path | None = None  # exists: the standard store stalls (with a latency profile)
     _cleanups: list[Callable[[], None]] = field(default_factory=list)
 
     @property
@@ -338,6 +339,10 @@ def start_backend(
         if store_latency:
             from objectstore.latency import parse_latency, split_latency_url, with_latency
 
+            # the standard store stalls while this file exists (loadtest run --store-stall)
+            b.store_stall_file = tmp / "stall-objects"
+            sep = "&" if "?" in b.objects_url else "?"
+            b.objects_url = f"{b.objects_url}{sep}latency_stall_file={b.store_stall_file}"
             b.objects_url = with_latency(b.objects_url, store_latency)
             profile, _ = parse_latency(split_latency_url(b.objects_url)[1])
             b.store_latency = profile.describe()
