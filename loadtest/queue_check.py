@@ -1,6 +1,6 @@
 """Jepsen-style queue checker: idempotent producers under faults, then read everything back.
 
-``python -m loadtest.queue_check [--agents 2] [--nemesis kill|s3-stall|journal-stall|slow-agent|none]
+``python -m loadtest.queue_check [--agents 2] [--nemesis kill|s3-stall|journal-stall|slow-agent|overload|none]
 [--duration 60] [--out DIR] ...`` prints one JSON summary (the details go to ``--out``).
 
 Where it sits: on top of the whole system, from the outside (issues 40 and 43). It
@@ -19,7 +19,8 @@ beginning (read_committed) and checks the history (:func:`check`):
 Nemeses: ``kill`` (SIGKILL one agent, restart it after a pause), ``s3-stall``
 (SIGSTOP the objects' moto 8-14 s, a stall starting every 15 s), ``journal-stall``
 (SIGSTOP journal moto 0 for 30 s, once), ``slow-agent`` (SIGSTOP an agent 2 s every
-10 s), ``none``. ``--journal-moto K`` starts K more moto servers, bucket ``journalK`` on
+10 s), ``overload`` (``--flood-producers`` producers at full speed into another
+topic for 10 s of every 20), ``none``. ``--journal-moto K`` starts K more moto servers, bucket ``journalK`` on
 server K; ``{journal}`` (all URLs, comma-separated) and ``{journalK}`` in an
 ``--agent-arg=...`` are replaced by their ``s3://`` URLs, and without any
 ``--journal`` agent argument the agents get ``--journal {journal}``.
@@ -48,6 +49,7 @@ from loadtest.services import Agent, scrape, start_agent, start_moto
 
 EPOCH_METRIC = "floe_producer_epoch_bumps_total"
 TOPIC = "queue-check"
+FLOOD_TOPIC = "queue-check-flood"  # the overload nemesis writes here; never checked
 REGION = "us-east-1"
 
 
@@ -389,6 +391,32 @@ class Nemeses:
         if not self.stop.wait(self.args.journal_stall_at):
             self._pause("journal-stall", self.dep.journal_motos[0].pid, "moto-journal0", self.args.journal_stall_s)
 
+    def _overload(self) -> None:
+        """Non-idempotent producers at full speed into another topic, 10 s of every 20:
+        the agents' memory budget and fast failure (NOT_ENOUGH_REPLICAS) meet the
+        checked producers' traffic."""
+        from confluent_kafka import Producer
+
+        pad = b"o" * 1024
+        while not self.stop.wait(5):
+            self.log("overload", "start", "all", f"{self.args.flood_producers} producers")
+            until = time.monotonic() + 10
+            flood = [Producer({"bootstrap.servers": self.dep.bootstrap, "linger.ms": 20,
+                               "queue.buffering.max.kbytes": 262144, "message.timeout.ms": 30_000,
+                               "client.id": f"qc-flood{i}"}) for i in range(self.args.flood_producers)]
+            while time.monotonic() < until and not self.stop.is_set():
+                for f in flood:
+                    for _ in range(500):
+                        try:
+                            f.produce(FLOOD_TOPIC, pad)
+                        except BufferError:
+                            break
+                    f.poll(0)
+            for f in flood:
+                f.flush(0)  # what is still queued is abandoned: this topic is not checked
+            self.log("overload", "stop", "all")
+            self.stop.wait(5)
+
     def _slow_agent(self) -> None:
         i = 0
         while not self.stop.wait(10):
@@ -432,7 +460,9 @@ def _wait_cluster(dep: Deployment, partitions: int, timeout: float = 60) -> None
     from confluent_kafka.admin import AdminClient, NewTopic
 
     ad = AdminClient({"bootstrap.servers": dep.bootstrap})
-    ad.create_topics([NewTopic(TOPIC, partitions)], request_timeout=30)[TOPIC].result(30)
+    made = ad.create_topics([NewTopic(TOPIC, partitions), NewTopic(FLOOD_TOPIC, partitions)], request_timeout=30)
+    for f in made.values():
+        f.result(30)
     deadline = time.monotonic() + timeout
     while len(ad.list_topics(timeout=5).brokers) < len(dep.agents):
         if time.monotonic() > deadline:
@@ -507,7 +537,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--agent-arg", action="append", default=[],
                     help="extra flag for every agent, e.g. --agent-arg=--journal --agent-arg={journal}")
     ap.add_argument("--journal-moto", type=int, default=0, help="extra moto servers for journal buckets")
-    ap.add_argument("--nemesis", action="append", choices=["kill", "s3-stall", "journal-stall", "slow-agent", "none"])
+    ap.add_argument("--nemesis", action="append", choices=["kill", "s3-stall", "journal-stall", "slow-agent", "overload", "none"])
     ap.add_argument("--duration", type=float, default=60)
     ap.add_argument("--recovery", type=float, default=5, help="seconds between the producers' end and the read")
     ap.add_argument("--read-timeout", type=float, default=120)
@@ -522,6 +552,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--stall-every", type=float, default=15, help="s3-stall: seconds from one stall's start to the next")
     ap.add_argument("--journal-stall-at", type=float, default=5)
     ap.add_argument("--journal-stall-s", type=float, default=30)
+    ap.add_argument("--flood-producers", type=int, default=2, help="overload: producers at full speed")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default="queue-check-out")
     return ap
