@@ -130,6 +130,7 @@ class Broker:
             # journal objects are small and frequent: more of them in flight at once
             upload_concurrency=max(config.upload_concurrency, 16) if journal else config.upload_concurrency,
             max_buffered_bytes=config.max_buffered_bytes,
+            abort_ms=config.produce_abort_ms,
             clock=self.clock,
             on_commit=self._on_commit,
             on_committed=self.tail.committed,

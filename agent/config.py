@@ -139,6 +139,17 @@ class AgentConfig(BaseSettings):
             " NOT_ENOUGH_REPLICAS; 0: never"
         ),
     )
+    produce_abort_ms: int = Field(
+        4000,
+        ge=0,
+        description=(
+            "When the oldest sealed segment whose commit has not started has waited longer"
+            " than this (a stalled PUT), it, every later uncommitted segment and the open one"
+            " are aborted: never committed, their requests answered NOT_ENOUGH_REPLICAS"
+            " (retriable, not persisted); keep it well under clients' request and message"
+            " timeouts; 0: never"
+        ),
+    )
     produce_reject_throttle_ms: int = Field(
         100, ge=0, description="throttle_time_ms (a back-off hint) in a ProduceResponse refused for overload"
     )

@@ -26,6 +26,7 @@ class AgentMetrics:
     commit_failures: Counter
     upload_failures: Counter
     produce_timeouts: Counter
+    produce_aborted: Counter
     seals: Counter
     produced_bytes: Counter
     fetched_bytes: Counter
@@ -69,6 +70,14 @@ def _make() -> AgentMetrics:
         produce_timeouts=Counter(
             "floe_produce_timeouts",
             "Produce requests answered REQUEST_TIMED_OUT: not committed within their timeout_ms",
+            registry=r,
+        ),
+        produce_aborted=Counter(
+            "floe_produce_aborted",
+            "Produce requests answered NOT_ENOUGH_REPLICAS (not persisted, retriable) because"
+            " their segment was aborted before its commit started, by reason (stalled_upload:"
+            " the oldest uncommitted segment waited past produce_abort_ms)",
+            ["reason"],
             registry=r,
         ),
         seals=Counter(

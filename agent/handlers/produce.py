@@ -27,6 +27,9 @@ Validation: :mod:`agent.produce.validate`. Under overload (the memory budget ful
 past ``produce_admission_wait_ms``, or a store slower than ``produce_fail_fast_ms``)
 a request is refused at once, never appended: NOT_ENOUGH_REPLICAS (retriable, same
 epoch and sequence) with ``throttle_time_ms`` set (:mod:`agent.produce.admission`).
+A request whose segment's upload stalls past ``produce_abort_ms`` before its
+commit starts is answered NOT_ENOUGH_REPLICAS too, and never committed
+(:mod:`agent.produce.abort`).
 
 A topic with ``message.timestamp.type=LogAppendTime`` gets its batches stamped
 with the append time (timestamp-type attribute, max timestamp, CRC rewritten)
@@ -234,8 +237,19 @@ async def handle(broker: Broker, ctx: RequestContext, req: ProduceRequest) -> An
         admission.fence(items)
         _refuse(items, pending, range(len(items)))
         return _overloaded(req, responses, cfg.produce_reject_throttle_ms)
+    if fenced := admission.fenced(items):
+        # A stalled segment was aborted while this request waited for room
+        # (agent.produce.abort): batches behind an aborted sequence must not pass it.
+        REJECTED_SEQUENCE.inc()
+        throttle = cfg.produce_reject_throttle_ms
+        held = nbytes
+        items, pending, nbytes = _refuse(items, pending, fenced)
+        admission.budget.release_nowait(held - nbytes)
+        if not items:
+            return _overloaded(req, responses, throttle)
     METRICS.produced_bytes.inc(nbytes)
-    fut = broker.pipeline.append(items, nbytes, getattr(ctx.conn, "produce_flow", None))
+    pipeline = broker.pipeline
+    fut = pipeline.append(items, nbytes, getattr(ctx.conn, "produce_flow", None))
 
     def finish(results: list[CommitResult]) -> ProduceResponse | None:
         for pr, res in zip(pending, results, strict=True):

@@ -22,7 +22,9 @@ A refused batch leaves a gap in its producer's sequence for the partition:
 later batches of that producer for that partition (pipelined on the
 connection, up to 5 in flight) are refused the same way until the refused
 sequence comes back (:meth:`Admission.fence`), rather than reaching the
-sequencer to be refused as OUT_OF_ORDER_SEQUENCE_NUMBER after an upload.
+sequencer to be refused as OUT_OF_ORDER_SEQUENCE_NUMBER after an upload. The
+batches of a segment aborted for a stalled upload (:mod:`agent.produce.abort`)
+fence their producers the same way.
 """
 
 from __future__ import annotations
@@ -141,7 +143,7 @@ class Admission:
         now = self._clock.monotonic()
         for it in items:
             m = it.meta
-            if m.producer_id < 0:
+            if m.producer_id < 0 or m.base_sequence < 0:  # not idempotent (or a txn marker)
                 continue
             key = (m.producer_id, it.topic_id, it.partition)
             old = self._fences.get(key)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 
 from agent.metrics import METRICS
+from agent.produce.abort import Aborter
 from agent.produce.autobatch import ProduceFlow
 from agent.produce.keys import object_key
 from agent.produce.segment import ProduceItem, Segment, Waiter
@@ -26,7 +27,7 @@ from metastore.types import CommitResult
 from objectstore.segment import SegmentBuilder
 
 
-class Batcher(Uploader):
+class Batcher(Uploader, Aborter):
     """The open segment: :meth:`append`, :meth:`tick` and :meth:`seal` (which starts the upload)."""
 
     async def reserve(self, nbytes: int) -> None:
@@ -58,7 +59,7 @@ class Batcher(Uploader):
             # No copy: the request frame is not reused, finish() copies once.
             add(it.topic_id, it.partition, it.batch, it.meta, copy=False)
             parts.add((it.topic_id, it.partition))
-        seg.waiters.append(Waiter(fut, first, len(items), reserved, flow))
+        seg.waiters.append(Waiter(fut, first, len(items), reserved, flow, items))
         seg.nbytes += reserved
         self._policy.appended(flow, now)
         if seg.builder.size >= self._flush_bytes:
@@ -85,8 +86,10 @@ class Batcher(Uploader):
         return None
 
     def tick(self) -> None:
-        """Seal the open segment if it is older than the flush interval, or past
-        the minimum interval with every waiting connection blocked or the agent idle."""
+        """Abort stalled segments (:mod:`agent.produce.abort`); seal the open segment if
+        it is older than the flush interval, or past the minimum interval with every
+        waiting connection blocked or the agent idle."""
+        self.abort_stalled()
         seg = self._open
         if seg is None:
             return
@@ -125,14 +128,16 @@ class Batcher(Uploader):
         if seg is None or len(seg.builder) == 0:
             return
         self._open = None
-        self._last_seal_at = self._clock.monotonic()
+        self._last_seal_at = now = self._clock.monotonic()
         self._policy.sealed()
         METRICS.seals.labels(reason).inc()
         self._seq += 1
+        seg.sealed_at = now
+        self._abortable[id(seg)] = seg
         seg.key = self._object_key()
         seg.upload = asyncio.get_running_loop().create_task(self._upload(seg))
         self._inflight += 1
-        self._pending[id(seg)] = self._clock.monotonic()
+        self._pending[id(seg)] = seg.sealed_at
         self._idle.clear()
         self._sealed.put_nowait(seg)
 

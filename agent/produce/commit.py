@@ -13,7 +13,8 @@ can have been sequenced after it; otherwise its requests get a retriable error
 (the clients retry, and an idempotent producer's later batches get
 OUT_OF_ORDER_SEQUENCE_NUMBER from the metastore, as a Kafka broker would answer
 them). After an ambiguous failure the metastore is asked whether the object key
-was registered before anything is retried.
+was registered before anything is retried. A segment aborted for a stalled
+upload (:mod:`agent.produce.abort`) is skipped: its commit never starts.
 """
 
 from __future__ import annotations
@@ -52,20 +53,30 @@ class Committer(Acker):
                 first = carry.pop() if carry else await self._sealed.get()
                 if first is None:
                     return
+                if first.aborted:  # answered by the abort; never committed
+                    continue
                 group = [first]
                 assert first.upload is not None
-                await asyncio.wait([first.upload])
+                await asyncio.wait([first.upload])  # an abort cancels it
                 await slots.acquire()  # released by the acker once the group is answered
+                if first.aborted:  # aborted while it waited
+                    slots.release()
+                    continue
                 # Group commit: the following segments whose uploads are done join it.
                 while len(group) < self._max_group:
                     try:
                         nxt = self._sealed.get_nowait()
                     except asyncio.QueueEmpty:
                         break
-                    if nxt is None or nxt.upload is None or not nxt.upload.done():
+                    if nxt is None or nxt.aborted or nxt.upload is None or not nxt.upload.done():
                         carry.append(nxt)  # committed next, still in seal order
                         break
                     group.append(nxt)
+                # The guard: from here these segments are committing and no longer
+                # abortable (agent.produce.abort); nothing between the check and this
+                # line yields, so an abort cannot slip in.
+                for seg in group:
+                    self._abortable.pop(id(seg), None)
                 # The turn is taken here, synchronously: commits are sequenced in seal order.
                 turn = self._order.next() if self._order is not None else None
                 task = asyncio.get_running_loop().create_task(self._commit_group(group, turn))

@@ -13,7 +13,9 @@ metastore sequences in call order) and :class:`~agent.produce.ack.Acker`
 background tasks (the committer and the flush ticker). A byte budget
 (:mod:`agent.produce.budget`) bounds the memory held by requests waiting here;
 :mod:`agent.produce.admission` refuses a request at once (retriable) when it
-does not fit or the store is slow, rather than queueing it.
+does not fit or the store is slow, rather than queueing it, and
+:mod:`agent.produce.abort` answers the requests of segments stalled past
+``produce_abort_ms`` (retriable, never committed).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ class ProducePipeline(Batcher, Committer):
         flush_min_interval_ms: int | None = None,
         max_commits_in_flight: int = 2,
         consolidator: Consolidator | None = None,
+        abort_ms: int = 0,
     ) -> None:
         self._store = store
         self._meta = metastore
@@ -85,7 +88,7 @@ class ProducePipeline(Batcher, Committer):
         self._order = CommitOrder() if self._max_commits > 1 else None
         self._upload_sem = asyncio.Semaphore(upload_concurrency)
         self.budget = ByteBudget(max_buffered_bytes)
-        self.admission = Admission(self.budget, self._clock, self.oldest_pending_s)
+        self.admission: Admission = Admission(self.budget, self._clock, self.oldest_pending_s)
         self._open: Segment | None = None
         self._sealed: asyncio.Queue[Segment | None] = asyncio.Queue()
         self._seq = 0
@@ -97,6 +100,9 @@ class ProducePipeline(Batcher, Committer):
         self._timer = False  # a precise seal timer per segment (with the real ticker)
         # With a journal tier (key_prefix journal/): answered journal objects go here.
         self._consolidator = consolidator
+        # Stalled segments are aborted after this long (agent.produce.abort); 0: never.
+        self._abort_s = max(0, abort_ms) / 1000.0
+        self._abortable: dict[int, Segment] = {}
 
     # -- lifecycle ------------------------------------------------------------------
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from kafka_protocol.errors import ErrorCode as KafkaErrorCode
 from metastore.types import BatchToCommit, CommitResult
@@ -49,6 +49,7 @@ class Waiter:
     count: int
     nbytes: int
     flow: ProduceFlow | None = None
+    items: Sequence[ProduceItem] = ()  # the request's batches (to fence them if aborted)
 
 
 @dataclass(slots=True)
@@ -61,12 +62,21 @@ class Segment:
     key: str = ""
     upload: asyncio.Task[tuple[int, list[BatchToCommit]]] | None = None
     data: bytes | None = None  # a journal object's bytes, kept for consolidation
+    sealed_at: float = 0.0
+    # Aborted (agent.produce.abort): answered NOT_ENOUGH_REPLICAS, never to be committed.
+    aborted: bool = False
 
 
 def error_results(code: KafkaErrorCode, n: int) -> list[CommitResult]:
     # CommitResult.error is typed with the metastore's subset of Kafka's codes; these
     # agent-level failures are outside that subset but share the numbering.
     return [CommitResult(code, -1, -1, -1)] * n  # type: ignore[arg-type]
+
+
+class Fences(Protocol):
+    """What the abort step needs of :class:`~agent.produce.admission.Admission`."""
+
+    def fence(self, items: Sequence[ProduceItem]) -> None: ...
 
 
 class PipelineState:
@@ -103,3 +113,6 @@ class PipelineState:
     _idle: asyncio.Event
     _timer: bool
     _consolidator: Consolidator | None
+    admission: Fences
+    _abort_s: float  # produce_abort_ms in seconds; 0: never abort
+    _abortable: dict[int, Segment]  # sealed, commit not started: id(seg) -> seg, in seal order
