@@ -43,6 +43,7 @@ from loadtest.services import Agent, scrape, start_agent
 
 CHANGES = 'floe_membership_changes_total{change="%s"}'
 LATE = "floe_membership_late_beats_total"
+ISOLATIONS = "floe_isolations_total"  # slow-agent isolation also moves leaders: none wanted either
 CHANGED = re.compile(r"membership changed: \d+ agents")  # one line per change, any version
 LEFT = re.compile(r"^(\S+ \S+) WARNING agent\.cluster\.membership: agent (\S+) left the ring: (.*)$", re.M)
 
@@ -57,7 +58,8 @@ def ring(agent: Agent) -> list[str] | None:
 
 def counts(agent: Agent) -> dict[str, float]:
     m = scrape(agent.admin_url, timeout=30)
-    return {"join": m.get(CHANGES % "join", 0.0), "leave": m.get(CHANGES % "leave", 0.0), "late": m.get(LATE, 0.0)}
+    return {"join": m.get(CHANGES % "join", 0.0), "leave": m.get(CHANGES % "leave", 0.0), "late": m.get(LATE, 0.0),
+            "isolations": m.get(ISOLATIONS, 0.0)}
 
 
 def wait_until(cond: Any, timeout: float, what: str, every: float = 0.2) -> Any:
@@ -167,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             "stalls": stalls,
             "stall_s": args.stall_s if stalls else 0,
             "membership_changes": sum(d["join"] + d["leave"] for d in delta.values()),
+            "isolations": sum(d["isolations"] for d in delta.values()),
             "per_agent": delta,
             "change_lines_logged": {n: len(CHANGED.findall(t)) for n, t in logs.items()},
             "left_lines_logged": {n: [f"{w}: {y}" for _, w, y in LEFT.findall(t)][:10] for n, t in logs.items()},
