@@ -18,7 +18,6 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from typing import Any
 
@@ -57,7 +56,6 @@ SWITCH_INTERVAL_S = 0.001
 DRAIN_SHARE = 0.7
 CLOSE_STEP_S = 5.0
 EXIT_FORCED = 1
-EXECUTOR_THREADS = 32  # the event loop's default thread pool (file-store I/O, layout work)
 
 
 class AgentServer:
@@ -390,11 +388,6 @@ async def run_agent(
     exits through ``hard_exit`` (:func:`arm_exit_deadline`), drained or not."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    # asyncio's default pool has cpus + 4 threads (6 here): the file store's PUTs (three
-    # per journal object), its GETs and the consolidator's layout all queue on it, so a
-    # journal PUT waited for a thread (mean 20 ms under a 5 ms latency profile). The work
-    # is I/O that releases the GIL; more threads cost only their stacks.
-    loop.set_default_executor(ThreadPoolExecutor(EXECUTOR_THREADS, thread_name_prefix="floe-io"))
     budget = config.shutdown_timeout_ms / 1000
     deadline: list[threading.Timer] = []
 
