@@ -88,6 +88,11 @@ def check(status: dict[str, str], reads: list[tuple[int, int, str]]) -> dict[str
     by_status = Counter(status.values())
     lost = sorted(v for v, s in status.items() if s == "acked" and v not in count)
     dups = {v: c for v, c in count.items() if c > 1}
+    # where each copy was read: two offsets = stored twice; one offset = read twice
+    dup_at: dict[str, list[tuple[int, int]]] = {}
+    for part, offset, v in reads:
+        if v in dups:
+            dup_at.setdefault(v, []).append((part, offset))
     unexpected = sorted(v for v in count if v not in status)
     reordered: list[dict[str, Any]] = []
     seen: set[str] = set()
@@ -107,12 +112,14 @@ def check(status: dict[str, str], reads: list[tuple[int, int, str]]) -> dict[str
         "acked": by_status["acked"], "failed": by_status["failed"], "unknown": by_status["unknown"],
         "read": len(reads), "lost": len(lost), "duplicated": len(dups),
         "duplicate_reads": sum(c - 1 for c in dups.values()),
+        "duplicates_stored_twice": sum(1 for at in dup_at.values() if len(set(at)) > 1),
         "duplicated_acked": sum(1 for v in dups if status.get(v) == "acked"), "reordered": len(reordered),
         "unexpected": len(unexpected),
         # indeterminate outcomes that did land (fine: the client never heard either way)
         "failed_but_read": sum(1 for v, s in status.items() if s == "failed" and v in count),
         "unknown_but_read": sum(1 for v, s in status.items() if s == "unknown" and v in count),
-        "_details": {"lost": lost, "duplicated": dups, "reordered": reordered, "unexpected": unexpected},
+        "_details": {"lost": lost, "duplicated": dups, "duplicated_at": dup_at, "reordered": reordered,
+                     "unexpected": unexpected},
     }
 
 
