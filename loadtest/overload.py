@@ -199,7 +199,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     budget_env = [f"FLOE_MEMORY_BUDGET_BYTES={args.budget_mib * MiB}"] if args.budget_mib else []
     for k, _, v in (kv.partition("=") for kv in [*budget_env, *args.agent_env]):
         os.environ[k] = v  # the agent's environment, e.g. FLOE_FETCH_CACHE_BYTES=67108864
-    budget = args.budget_mib * MiB if args.budget_mib else 256 * MiB  # the derived default
+    # the derived default: the block cache plus produce and responses (agent.produce.admission)
+    budget = args.budget_mib * MiB if args.budget_mib else 512 * MiB
     tmp = Path(tempfile.mkdtemp(prefix="floe-overload-"))
     (tmp / "objects").mkdir()
     agent: Agent = start_agent(
