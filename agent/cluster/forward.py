@@ -154,26 +154,35 @@ def add_forward_route(app: web.Application, dispatch: Dispatch) -> None:
         principal = request.headers.get(PRINCIPAL_HEADER, "").strip()
         if not _principal_ok(principal):
             return web.Response(status=400, text=f"bad {PRINCIPAL_HEADER} header")
-        ctx = RequestContext(
-            header=header,
-            conn=None,  # type: ignore[arg-type]  # group handlers never touch the connection
-            client_host=request.headers.get("X-Floe-Client-Host", request.remote or ""),
-            # The owner authorizes again with the client's principal (agent.security.authorizer).
-            attrs={"relayed": True, "principal": principal or ANONYMOUS},
-        )
-        try:
-            result = await dispatch(ctx, memoryview(frame), body_at)
-        except (DecodeError, ProtocolError) as e:  # the sender's fault: malformed or unsupported
-            return web.Response(status=400, text=f"bad relayed request: {type(e).__name__}: {e}")
-        if isinstance(result, Deferred):
-            result = await result.awaitable
-        if isinstance(result, Reply):
-            parts = encode_response(header.correlation_id, result.response, result.version)
-        else:
-            parts = encode_response(header.correlation_id, result, header.api_version)
-        return web.Response(body=b"".join(parts), content_type="application/octet-stream")
+        # The owner authorizes again with the client's principal (agent.security.authorizer).
+        host = request.headers.get("X-Floe-Client-Host", request.remote or "")
+        return await run_relayed(dispatch, frame, header, body_at, host, principal or ANONYMOUS)
 
     app.router.add_post("/kafka", kafka)
+
+
+async def run_relayed(
+    dispatch: Dispatch, frame: bytes, header: Any, body_at: int, client_host: str, principal: str
+) -> web.Response:
+    """Run a relayed request frame through this agent's dispatcher; its response frame
+    (the group relay above, and the peers' ApiVersions probes, agent.cluster.probes)."""
+    ctx = RequestContext(
+        header=header,
+        conn=None,  # type: ignore[arg-type]  # relayed handlers never touch the connection
+        client_host=client_host,
+        attrs={"relayed": True, "principal": principal},
+    )
+    try:
+        result = await dispatch(ctx, memoryview(frame), body_at)
+    except (DecodeError, ProtocolError) as e:  # the sender's fault: malformed or unsupported
+        return web.Response(status=400, text=f"bad relayed request: {type(e).__name__}: {e}")
+    if isinstance(result, Deferred):
+        result = await result.awaitable
+    if isinstance(result, Reply):
+        parts = encode_response(header.correlation_id, result.response, result.version)
+    else:
+        parts = encode_response(header.correlation_id, result, header.api_version)
+    return web.Response(body=b"".join(parts), content_type="application/octet-stream")
 
 
 def _principal_ok(text: str) -> bool:

@@ -33,14 +33,13 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from agent.cluster.forward import run_relayed
 from agent.cluster.peer_cache import peer_request_tls, peer_session
 from agent.cluster.ring import Peer
-from agent.connection import Deferred, Reply, RequestContext
 from agent.security.tls import PeerTls
 from kafka_protocol.framing import (
     RequestHeader,
     encode_request,
-    encode_response,
     parse_request_header,
 )
 from kafka_protocol.messages import ApiVersionsRequest
@@ -117,19 +116,6 @@ def add_probe_route(app: web.Application, dispatch: Dispatch) -> None:
             return web.Response(status=400, text=f"bad request header: {e}")
         if header.api_key != API_VERSIONS:
             return web.Response(status=400, text="only ApiVersions probes")
-        ctx = RequestContext(
-            header=header,
-            conn=None,  # type: ignore[arg-type]  # ApiVersions does without a connection
-            client_host=request.remote or "",
-            attrs={"relayed": True, "principal": "User:ANONYMOUS"},
-        )
-        result = await dispatch(ctx, memoryview(frame), body_at)
-        if isinstance(result, Deferred):
-            result = await result.awaitable
-        if isinstance(result, Reply):
-            parts = encode_response(header.correlation_id, result.response, result.version)
-        else:
-            parts = encode_response(header.correlation_id, result, header.api_version)
-        return web.Response(body=b"".join(parts), content_type="application/octet-stream")
+        return await run_relayed(dispatch, frame, header, body_at, request.remote or "", "User:ANONYMOUS")
 
     app.router.add_post(PATH, probe)
