@@ -105,11 +105,18 @@ class QuorumStore(StoreBase):
         def settle() -> None:
             if done.done():
                 return
-            if state["ok"] + state["exists"] >= self.quorum:
-                if state["ok"] == 0:  # the key was there before: create-only, as every store
-                    done.set_exception(ObjectExists(f"{key} exists", key=key))
-                else:
-                    done.set_result(None)
+            # A write wins only with ``quorum`` copies of its own: two writers racing on
+            # one key cannot both hold a majority (counting another's copy as ours
+            # once let two of eight racing writers "win"). A retry that finds its
+            # own earlier copies gets ObjectExists, which the retry layer resolves by
+            # comparing the bytes (objectstore.retry).
+            undecided = n - state["ok"] - state["exists"] - state["failed"]
+            if state["ok"] >= self.quorum:
+                done.set_result(None)
+            elif state["ok"] + undecided >= self.quorum:
+                return  # the buckets still writing may make it
+            elif state["ok"] + state["exists"] >= self.quorum:
+                done.set_exception(ObjectExists(f"{key} exists", key=key))
             elif n - state["failed"] < self.quorum:
                 cause = first_error[0] if first_error else None
                 done.set_exception(

@@ -70,7 +70,11 @@ def test_a_journal_object_put_but_never_committed_is_collected_from_every_bucket
         store = open_journaled_store(f"file://{tmp_path / 'objects'}", parse_journal_urls(urls))
         try:
             await store.put("journal/0000000000001-dead-00000001-abc", b"uncommitted")
-            assert all(ks for ks in await _journal_keys(dirs))
+            # the PUT returned at the quorum (2 of 3); the third copy may still be landing
+            deadline = asyncio.get_running_loop().time() + 10
+            while not all(ks for ks in await _journal_keys(dirs)):
+                assert asyncio.get_running_loop().time() < deadline, "the third copy never landed"
+                await asyncio.sleep(0.01)  # polling a real condition with a deadline
             found = await collect_orphans(meta, store, grace_ms=0)
             assert [o.key for o in found] == ["journal/0000000000001-dead-00000001-abc"]
             assert await _journal_keys(dirs) == [set(), set(), set()]

@@ -44,7 +44,7 @@ async def test_a_cancelled_waiter_gives_the_lock_back(tmp_path: Path) -> None:
         lock.close()
 
 
-def test_only_file_databases_get_a_lock(tmp_path: Path) -> None:
+async def test_only_file_databases_get_a_lock(tmp_path: Path) -> None:
     assert write_lock_for(None) is None
     assert write_lock_for(":memory:") is None
     lock = write_lock_for(str(tmp_path / "meta.db"))
