@@ -411,13 +411,18 @@ class CompactionMixin(SqlBase):
                     conn, sorted({b.object_id for b in expected}), now
                 )
         if conflict is not None:
-            # Keep the new objects known, in "deleting", so the GC removes them after
-            # the grace period rather than the orphan sweep much later.
-            async with self._write() as conn:
-                for o in new_objects:
-                    await self._insert_compacted_object(conn, o, now, live=False)
-            return SwapResult(False, conflict)
+            return await self._conflicted(new_objects, now, conflict)
         return SwapResult(True, None, deleting)
+
+    async def _conflicted(
+        self, new_objects: Sequence[NewObject], now: int, message: str
+    ) -> SwapResult:
+        """A swap that changed nothing: keep its new objects known, in "deleting", so
+        the GC removes them after the grace period rather than the orphan sweep much later."""
+        async with self._write() as conn:
+            for o in new_objects:
+                await self._insert_compacted_object(conn, o, now, live=False)
+        return SwapResult(False, message)
 
     async def _sqlite_move(
         self,
@@ -441,10 +446,7 @@ class CompactionMixin(SqlBase):
         except sqlite_swap.NotAMove:
             return None
         except sqlite_swap.Conflict as e:
-            async with self._write() as conn:
-                for o in new_objects:
-                    await self._insert_compacted_object(conn, o, now, live=False)
-            return SwapResult(False, str(e))
+            return await self._conflicted(new_objects, now, str(e))
 
     async def _runs_of(
         self, conn: AsyncConnection, object_ids: set[int]

@@ -38,15 +38,14 @@ class FileWriteLock:
         self._fd: int | None = None
 
     def fileno(self) -> int:
-        return self._fileno()
-
-    def _fileno(self) -> int:
+        """The lock file's descriptor (opened on first use); metastore.sqlite_writer
+        flocks it on its own thread."""
         if self._fd is None:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         return self._fd
 
     async def acquire(self) -> None:
-        fd = self._fileno()
+        fd = self.fileno()
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the common case: free
             return
