@@ -223,6 +223,9 @@ class AgentServer:
 
     def _closed(self, conn: KafkaConnection) -> None:
         self.limits.forget(conn)
+        # Its uncommitted produce requests will never be answered: leave them out of
+        # their commits, so a client re-sending them under a new epoch stores one copy.
+        self.broker.pipeline.withdraw(conn.produce_flow)
         self._conns.discard(conn)
         METRICS.connections.set(len(self._conns))
 

@@ -249,7 +249,11 @@ async def handle(broker: Broker, ctx: RequestContext, req: ProduceRequest) -> An
             return _overloaded(req, responses, throttle)
     METRICS.produced_bytes.inc(nbytes)
     pipeline = broker.pipeline
-    fut = pipeline.append(items, nbytes, getattr(ctx.conn, "produce_flow", None))
+    # withdrawable: if the connection closes before the commit starts, these batches
+    # are left out of it (agent.produce.withdraw); acks=0 senders do not wait.
+    fut = pipeline.append(
+        items, nbytes, getattr(ctx.conn, "produce_flow", None), withdrawable=req.acks != 0
+    )
 
     def finish(results: list[CommitResult]) -> ProduceResponse | None:
         for pr, res in zip(pending, results, strict=True):

@@ -23,23 +23,31 @@ from agent.produce.autobatch import ProduceFlow
 from agent.produce.keys import object_key
 from agent.produce.segment import ProduceItem, Segment, Waiter
 from agent.produce.upload import Uploader
+from agent.produce.withdraw import Withdrawer
 from metastore.types import CommitResult
 from objectstore.segment import SegmentBuilder
 
 
-class Batcher(Uploader, Aborter):
+class Batcher(Uploader, Aborter, Withdrawer):
     """The open segment: :meth:`append`, :meth:`tick` and :meth:`seal` (which starts the upload)."""
 
     async def reserve(self, nbytes: int) -> None:
         await self.budget.acquire(nbytes)
 
     def append(
-        self, items: list[ProduceItem], reserved: int, flow: ProduceFlow | None = None
+        self,
+        items: list[ProduceItem],
+        reserved: int,
+        flow: ProduceFlow | None = None,
+        *,
+        withdrawable: bool = False,
     ) -> asyncio.Future[list[CommitResult]]:
         """Add one request's batches to the open segment (synchronously, so
         requests from one connection keep their order); the future resolves with
         one result per item after the commit. ``flow`` is the sending
-        connection's, for adaptive sealing."""
+        connection's, for adaptive sealing; ``withdrawable``: the request may be
+        withdrawn if that connection closes before its commit starts
+        (:mod:`agent.produce.withdraw`)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[list[CommitResult]] = loop.create_future()
         now = self._clock.monotonic()
@@ -59,7 +67,8 @@ class Batcher(Uploader, Aborter):
             # No copy: the request frame is not reused, finish() copies once.
             add(it.topic_id, it.partition, it.batch, it.meta, copy=False)
             parts.add((it.topic_id, it.partition))
-        seg.waiters.append(Waiter(fut, first, len(items), reserved, flow, items))
+        owner = flow if withdrawable else None
+        seg.waiters.append(Waiter(fut, first, len(items), reserved, flow, items, owner))
         seg.nbytes += reserved
         self._policy.appended(flow, now)
         if seg.builder.size >= self._flush_bytes:

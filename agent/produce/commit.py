@@ -14,7 +14,9 @@ can have been sequenced after it; otherwise its requests get a retriable error
 OUT_OF_ORDER_SEQUENCE_NUMBER from the metastore, as a Kafka broker would answer
 them). After an ambiguous failure the metastore is asked whether the object key
 was registered before anything is retried. A segment aborted for a stalled
-upload (:mod:`agent.produce.abort`) is skipped: its commit never starts.
+upload (:mod:`agent.produce.abort`) is skipped: its commit never starts; the
+batches of requests withdrawn because their connection closed
+(:mod:`agent.produce.withdraw`) are left out of their segment's commit.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from agent.produce.segment import (
     Segment,
     error_results,
 )
+from agent.produce.withdraw import kept, spread
 from metastore.commit_order import CommitTurn
 from metastore.types import CommitResult, MetastoreError, ObjectToCommit
 from metastore.unavailable import metastore_unavailable
@@ -105,6 +108,7 @@ class Committer(Acker):
         """Commit the uploaded segments of ``group`` together; per segment its results."""
         out: dict[int, list[CommitResult]] = {}
         pending: list[tuple[int, ObjectToCommit]] = []
+        keeps: dict[int, tuple[list[int], int]] = {}  # segment -> (batches committed, of n)
         for i, seg in enumerate(group):
             assert seg.upload is not None
             try:
@@ -118,6 +122,13 @@ class Committer(Acker):
                 log.exception("segment %s failed", seg.key)
                 out[i] = error_results(KAFKA_STORAGE_ERROR, len(seg.builder))
                 continue
+            keep = kept(seg, batches)
+            if keep is not None:  # some requests were withdrawn: commit the rest only
+                keeps[i] = (keep, len(batches))
+                if not keep:
+                    out[i] = error_results(KAFKA_STORAGE_ERROR, len(batches))  # (never read)
+                    continue
+                batches = [batches[k] for k in keep]
             pending.append((i, ObjectToCommit(seg.key, size, self._agent_id, batches)))
         last_error: Exception | None = None
         for _attempt in range(self._commit_attempts):
@@ -154,6 +165,9 @@ class Committer(Acker):
             log.error("commit of %s failed: %s", o.key, last_error)
             METRICS.commit_failures.inc()
             out[i] = error_results(KAFKA_STORAGE_ERROR, len(o.batches))
+        for i, (keep, n) in keeps.items():
+            if len(out[i]) != n:
+                out[i] = spread(out[i], keep, n)
         return [out[i] for i in range(len(group))]
 
     async def _unregistered(

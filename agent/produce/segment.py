@@ -50,6 +50,8 @@ class Waiter:
     nbytes: int
     flow: ProduceFlow | None = None
     items: Sequence[ProduceItem] = ()  # the request's batches (to fence them if aborted)
+    owner: object = None  # the sending connection's flow, when it may be withdrawn
+    withdrawn: bool = False  # agent.produce.withdraw: its connection closed before the commit
 
 
 @dataclass(slots=True)
@@ -65,6 +67,7 @@ class Segment:
     sealed_at: float = 0.0
     # Aborted (agent.produce.abort): answered NOT_ENOUGH_REPLICAS, never to be committed.
     aborted: bool = False
+    withdrawn: int = 0  # waiters withdrawn (agent.produce.withdraw): left out of the commit
 
 
 def error_results(code: KafkaErrorCode, n: int) -> list[CommitResult]:
