@@ -195,16 +195,21 @@ class Cluster:
 
     async def _isolate(self) -> None:
         interval = self.settings.heartbeat_s / 2  # probes twice a beat: slow is seen in ~2 s
+        due: float | None = None
         while True:
             started = self.clock.monotonic()
+            if due is not None:  # how late this round began: our own loop's lag
+                self.isolation.note_lag(max(0.0, started - due) * 1000)
             try:
                 await self.isolation_round()
             except asyncio.CancelledError:
                 raise
             except Exception:  # a bug here must not stop the probes
                 log.exception("isolation round failed")
-            spent = self.clock.monotonic() - started
-            await asyncio.sleep(max(0.05, interval - spent))
+            now = self.clock.monotonic()
+            pause = max(0.05, interval - (now - started))
+            due = now + pause
+            await asyncio.sleep(pause)
 
     @property
     def placement(self) -> Rings:

@@ -25,6 +25,11 @@ The rule (the seeds' "isolation of slow nodes"):
 * a slow agent is isolated for ``isolate_for_s`` from when the isolation began
   (the earliest start any agent published, so a late joiner agrees), even if it
   recovers meanwhile; one still slow when its minute ends begins a new one;
+* an observer whose own event loop is starved (a round of its probes began more
+  than ``max_lag_ms`` late within its last ``window`` rounds: a CPU-starved host,
+  a long GC) publishes no probes, and drops the ones it holds: its timings measure
+  itself, not its peers. On a host where every agent is starved nobody is judged,
+  so nobody is isolated and leadership does not move back and forth;
 * at most ``max(1, floor(max_fraction * n))`` agents are isolated, and never all
   (``n - 1``); with 3 agents, 1. Existing isolations keep their place and new
   candidates are taken worst first; when more are held than allowed (agents
@@ -57,6 +62,11 @@ ISOLATIONS = Counter(
     "floe_isolations", "Isolations of slow agents this agent applied (one per agent and start)",
     registry=METRICS.registry,
 )  # fmt: skip
+STARVED_ROUNDS = Counter(
+    "floe_isolation_starved_rounds",
+    "Probe rounds that began late (this agent's own loop starved): probes withheld",
+    registry=METRICS.registry,
+)  # fmt: skip
 PROBE_MS = Gauge(
     "floe_peer_probe_ms", "Median of this agent's recent probes of each peer (ms)", ["agent"],
     registry=METRICS.registry,
@@ -73,6 +83,7 @@ class IsolationSettings:
     probe_timeout_s: float = 1.0  # a round lasts at most this: a slow peer is seen in ~3 beats
     window: int = 5  # probes per peer in the median
     min_probes: int = 3  # fewer than this: nothing published about the peer yet
+    max_lag_ms: float = 100.0  # a round that began later than this: our own loop is starved
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +169,7 @@ class Isolation:
         self.settings = settings or IsolationSettings()
         self._windows: dict[str, deque[float]] = {}
         self._errors: dict[str, str] = {}
+        self._lags: deque[float] = deque(maxlen=self.settings.window)
         self.verdict = Verdict({}, {}, [], 0, 0.0, {})
 
     @property
@@ -176,6 +188,21 @@ class Isolation:
             self._errors.pop(peer, None)
         PROBE_MS.labels(peer).set(median(w))
 
+    def note_lag(self, ms: float) -> None:
+        """This round of probes began ``ms`` later than planned (our own loop's lag).
+        A starved round drops the probe windows: only probes taken after it count."""
+        self._lags.append(ms)
+        if ms > self.settings.max_lag_ms and self._windows:
+            if not self.starved:
+                log.info("own event loop %.0f ms late: peer probes withheld until it is on time", ms)
+            self._windows.clear()
+            STARVED_ROUNDS.inc()
+
+    @property
+    def starved(self) -> bool:
+        """One of our last ``window`` rounds began more than ``max_lag_ms`` late."""
+        return any(lag > self.settings.max_lag_ms for lag in self._lags)
+
     def forget(self, live: Iterable[str]) -> None:
         """Drop the windows of peers that left."""
         keep = set(live)
@@ -185,6 +212,8 @@ class Isolation:
             PROBE_MS.remove(gone)
 
     def medians(self) -> dict[str, float]:
+        if self.starved:
+            return {}  # our timings measure our own starved loop, not our peers
         n = self.settings.min_probes
         return {p: float(median(w)) for p, w in sorted(self._windows.items()) if len(w) >= n}
 

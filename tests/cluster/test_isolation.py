@@ -85,6 +85,36 @@ def test_everything_slow_isolates_nobody() -> None:
     assert judge(docs(slow), 0, S).isolated == {}
 
 
+def test_a_starved_observer_judges_nobody() -> None:
+    """Two agents on one CPU-starved host time each other slow; each one's own loop
+    is late too, so neither publishes probes and neither is isolated."""
+    agents = {name: Isolation(name, S) for name in ("a", "b")}
+    for ms in (SLOW, 1800.0, 2500.0):  # the starved host's noise: a saw b far slower ...
+        agents["a"].record("b", ms)
+    for ms in (400.0, 300.0, 500.0):  # ... than b saw a: without the lag, b is isolated
+        agents["b"].record("a", ms)
+    assert judge({n: Observations.parse(i.report()) for n, i in agents.items()}, 0, S).slow == ["b"]
+    for i in agents.values():
+        i.note_lag(350.0)  # a probe round began 350 ms late: this agent is starved
+    published = {n: Observations.parse(i.report()) for n, i in agents.items()}
+    assert all(o.probes == {} for o in published.values())
+    assert judge(published, 0, S).isolated == {}
+    # On time again for a whole window, and fresh probes: judged again.
+    a = agents["a"]
+    for _ in range(S.window):
+        a.note_lag(3.0)
+        a.record("b", SLOW)
+    assert Observations.parse(a.report()).probes == {"b": SLOW}
+
+
+def test_a_slow_peer_is_still_judged_by_an_observer_on_time() -> None:
+    a = Isolation("a", S)
+    for _ in range(S.window):
+        a.note_lag(20.0)  # a busy but not starved loop
+        a.record("b", SLOW)
+    assert Observations.parse(a.report()).probes == {"b": SLOW}
+
+
 def test_isolation_lasts_isolate_for_s_then_ends_or_renews() -> None:
     healthy = {
         "a": {"b": FAST, "c": FAST},
