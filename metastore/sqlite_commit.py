@@ -111,10 +111,14 @@ def sqlite_commit(db: sqlite3.Connection, objects: Sequence[ObjectToCommit], now
     """Sequence ``objects`` in order on ``db`` (in the caller's write transaction)."""
     fresh = fresh_objects([o.key for o in objects], _registered(db, sorted({o.key for o in objects})))
     batches: list[BatchToCommit] = [b for o, ok in zip(objects, fresh, strict=True) if ok for b in o.batches]
-    ids = {b.topic_id.hex: b.topic_id for b in batches}
     # No order needed: BEGIN IMMEDIATE holds the whole database, there are no row locks to order.
-    wanted = list({(b.topic_id, b.partition) for b in batches})
-    states = _states(db, ids, wanted)
+    # Keyed by the id's int: UUID.__hash__ and .hex are Python code, paid here per
+    # partition rather than per batch (~1 batch per partition per commit at width).
+    parts = {(b.topic_id.int, b.partition): b.topic_id for b in batches}
+    topics = {t.int: t for t in parts.values()}
+    hex_of = {i: t.hex for i, t in topics.items()}  # SQLite stores a Uuid as its hex
+    ids = {hex_of[i]: t for i, t in topics.items()}
+    states = _states(db, ids, [[hex_of[t], p] for t, p in parts])
     keys = list({(b.topic_id, b.partition, b.producer_id) for b in batches if b.producer_id >= 0})
     producers = _producers(db, ids, keys, _NEWEST_PRODUCERS)
     lean = _in_order(batches, producers)
@@ -131,7 +135,9 @@ def sqlite_commit(db: sqlite3.Connection, objects: Sequence[ObjectToCommit], now
     if rows:
         for sql, params in insert_batches_sql(rows):
             db.execute(sql, params)
-        changed = [[t.hex, p, st.high_watermark, st.added_bytes] for (t, p), st in states.items() if st.changed]
+        changed = [
+            [hex_of[t.int], p, st.high_watermark, st.added_bytes] for (t, p), st in states.items() if st.changed
+        ]
         db.execute(_UPDATE_PARTITIONS, (json.dumps(changed),))
     _store_producers(db, plan.touched_producers, producers, stored)
     if lean:
@@ -176,11 +182,12 @@ def _registered(db: sqlite3.Connection, keys: list[str]) -> set[str]:
 
 
 def _states(
-    db: sqlite3.Connection, ids: dict[str, uuid.UUID], wanted: list[tuple[uuid.UUID, int]]
+    db: sqlite3.Connection, ids: dict[str, uuid.UUID], wanted: list[list[object]]
 ) -> dict[tuple[uuid.UUID, int], PartitionState]:
+    """The partitions' states; ``wanted``: [topic hex, partition] pairs."""
     if not wanted:
         return {}
-    (found,) = db.execute(_STATES, (json.dumps([[t.hex, p] for t, p in wanted]),)).fetchone()
+    (found,) = db.execute(_STATES, (json.dumps(wanted),)).fetchone()
     return {(ids[t], p): PartitionState(lso, hwm) for t, p, lso, hwm in json.loads(found)}
 
 

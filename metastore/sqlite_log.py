@@ -156,7 +156,8 @@ def insert_batches_sql(rows: list[tuple[Any, ...]]) -> Iterator[tuple[str, tuple
 def batch_tuple(batch: BatchToCommit, base: int, object_id: int, now: int) -> tuple[Any, ...]:
     """The row of :func:`metastore.log._batch_row` as SQLite stores it (a Uuid is its 32-digit hex)."""
     return (
-        batch.topic_id.hex, batch.partition, base + batch.last_offset_delta, base, object_id,
+        f"{batch.topic_id.int:032x}",  # UUID.hex without its Python frame (one row per batch)
+        batch.partition, base + batch.last_offset_delta, base, object_id,
         batch.byte_pos, batch.byte_len, batch.record_count, batch.base_timestamp,
         batch.max_timestamp, now, batch.producer_id, batch.producer_epoch, batch.base_sequence,
         int(batch.is_transactional),

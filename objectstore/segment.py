@@ -115,7 +115,9 @@ class SegmentBuilder:
     """Accumulates batches for one segment object; not thread-safe (one per batcher)."""
 
     def __init__(self) -> None:
-        self._groups: dict[tuple[bytes, int], list[int]] = {}
+        # Keyed by the topic id's int (a plain slot; ``UUID.bytes`` and ``UUID.__hash__``
+        # are Python code, paid per batch): its order is that of the id's bytes.
+        self._groups: dict[tuple[int, int], list[int]] = {}
         self._batches: list[tuple[uuid.UUID, int, bytes | memoryview, BatchMeta]] = []
         self._data_bytes = 0
 
@@ -137,14 +139,26 @@ class SegmentBuilder:
         """
         if not 0 <= partition < 2**31:
             raise ValueError(f"partition out of range: {partition}")
-        data = batch if (isinstance(batch, bytes) or not copy) else bytes(batch)
-        if not 0 < len(data) < 2**31:
-            raise ValueError(f"batch size out of range: {len(data)} bytes")
-        index = len(self._batches)
-        self._batches.append((topic_id, partition, data, meta))
-        self._groups.setdefault((topic_id.bytes, partition), []).append(index)
-        self._data_bytes += len(data)
+        data = batch if (not copy or isinstance(batch, bytes)) else bytes(batch)
+        n = len(data)
+        if not 0 < n < 2**31:
+            raise ValueError(f"batch size out of range: {n} bytes")
+        batches = self._batches
+        index = len(batches)
+        batches.append((topic_id, partition, data, meta))
+        key = (topic_id.int, partition)
+        group = self._groups.get(key)
+        if group is None:
+            self._groups[key] = [index]
+        else:
+            group.append(index)
+        self._data_bytes += n
         return index
+
+    def partitions(self) -> list[tuple[uuid.UUID, int]]:
+        """The distinct (topic id, partition) pairs added so far."""
+        batches = self._batches
+        return [(batches[g[0]][0], p) for (_, p), g in self._groups.items()]
 
     def __len__(self) -> int:
         return len(self._batches)
@@ -166,17 +180,19 @@ class SegmentBuilder:
         batches = self._batches
         entries: list[SegmentEntry | None] = [None] * len(batches)
         # The footer is packed here, entry by entry in byte order, from the topic's
-        # bytes already in the group key (UUID.bytes is Python code).
+        # int in the group key (UUID.bytes is Python code): once per partition.
         footer = bytearray(_COUNT.pack(len(batches)))
-        pack, make = _ENTRY.pack, SegmentEntry._make
+        pack, new = _ENTRY.pack, tuple.__new__  # SegmentEntry._make is a Python frame
         pos = HEADER_SIZE
-        for key in sorted(self._groups):
-            tbytes, partition = key
-            for index in self._groups[key]:
+        groups = self._groups
+        for key in sorted(groups):
+            tint, partition = key
+            tbytes = tint.to_bytes(16, "big")  # UUID.bytes
+            for index in groups[key]:
                 topic_id, _, data, m = batches[index]
                 n = len(data)
                 parts.append(data)
-                entries[index] = make((topic_id, partition, pos, n, *m))
+                entries[index] = new(SegmentEntry, (topic_id, partition, pos, n, *m))
                 footer += pack(tbytes, partition, pos, n, *m)
                 pos += n
         body = bytes(footer)

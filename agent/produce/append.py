@@ -62,11 +62,9 @@ class Batcher(Uploader, Aborter, Withdrawer):
                     loop.call_later(max(0.0, self._adaptive_at(seg) - now), self._check_adaptive, seg)
         first = len(seg.builder)
         add = seg.builder.add
-        parts = seg.partitions
         for it in items:
             # No copy: the request frame is not reused, finish() copies once.
             add(it.topic_id, it.partition, it.batch, it.meta, copy=False)
-            parts.add((it.topic_id, it.partition))
         owner = flow if withdrawable else None
         seg.waiters.append(Waiter(fut, first, len(items), reserved, flow, items, owner))
         seg.nbytes += reserved

@@ -59,7 +59,6 @@ class Segment:
     builder: SegmentBuilder
     opened_at: float
     waiters: list[Waiter] = field(default_factory=list)
-    partitions: set[tuple[uuid.UUID, int]] = field(default_factory=set)
     nbytes: int = 0
     key: str = ""
     upload: asyncio.Task[tuple[int, list[BatchToCommit]]] | None = None
@@ -68,6 +67,12 @@ class Segment:
     # Aborted (agent.produce.abort): answered NOT_ENOUGH_REPLICAS, never to be committed.
     aborted: bool = False
     withdrawn: int = 0  # waiters withdrawn (agent.produce.withdraw): left out of the commit
+
+    @property
+    def partitions(self) -> list[tuple[uuid.UUID, int]]:
+        """The distinct partitions of the segment's batches (from the builder's index:
+        no set maintained per appended batch)."""
+        return self.builder.partitions()
 
 
 def error_results(code: KafkaErrorCode, n: int) -> list[CommitResult]:

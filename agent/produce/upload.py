@@ -39,14 +39,12 @@ class Uploader(PipelineState):
             data, entries = await asyncio.to_thread(seg.builder.finish)
         else:
             data, entries = seg.builder.finish()
-        batches = [
-            BatchToCommit(
-                e.topic_id, e.partition, e.byte_pos, e.byte_len, e.record_count,
-                e.last_offset_delta, e.base_timestamp, e.max_timestamp,
-                e.producer_id, e.producer_epoch, e.base_sequence,
-                bool(e.attributes & 0x10),
-            )
-            for e in entries
+        # One row per batch (~1 KiB each at 1,000 partitions): unpacked and built as a
+        # tuple in one step, not through 12 attribute reads and the keyword __new__.
+        new = tuple.__new__
+        batches: list[BatchToCommit] = [
+            new(BatchToCommit, (t, p, pos, n, count, lod, bts, mts, pid, epoch, seq, attrs & 0x10 != 0))
+            for t, p, pos, n, count, mts, bts, lod, pid, epoch, seq, attrs in entries
         ]
         async with self._upload_sem:
             t0 = time.perf_counter()

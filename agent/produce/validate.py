@@ -27,6 +27,7 @@ __all__ = ["check_batch", "compacted", "fast_meta", "keyless"]
 _HEADER = struct.Struct(">qiibIhiqqqhii")  # RecordBatch v2 header, 61 bytes
 # attributes bits that send a batch down the slow path: an unknown codec (5-7) or control
 _ODD_ATTRS = 0x20
+_new_tuple = tuple.__new__
 
 
 def fast_meta(records: Any, max_bytes: int) -> BatchMeta | None:
@@ -53,7 +54,8 @@ def fast_meta(records: Any, max_bytes: int) -> BatchMeta | None:
         return None
     if crc32c(records[21:]) != crc:
         return None
-    return BatchMeta(count, mts, bts, lod, pid, epoch, seq, attrs)
+    # tuple.__new__ directly: the NamedTuple's __new__ is a Python frame per batch.
+    return _new_tuple(BatchMeta, (count, mts, bts, lod, pid, epoch, seq, attrs))
 
 
 

@@ -115,6 +115,16 @@ def test_round_trip_many_partitions() -> None:
     ]
 
 
+def test_builder_partitions_are_the_distinct_pairs_added() -> None:
+    """What a commit announces to waiting fetches: every partition once, with its id."""
+    a, b = uuid.uuid4(), uuid.uuid4()
+    sb = SegmentBuilder()
+    for tid, part in [(a, 0), (b, 3), (a, 0), (a, 1), (b, 3)]:
+        sb.add(tid, part, b"x" * 70, BatchMeta(1, 0, 0, 0))
+    assert sorted(sb.partitions(), key=str) == sorted([(a, 0), (a, 1), (b, 3)], key=str)
+    assert SegmentBuilder().partitions() == []
+
+
 def test_empty_segment() -> None:
     data, entries = SegmentBuilder().finish()
     assert entries == []
