@@ -43,6 +43,28 @@ class CompactorConfig(BaseSettings):
     )
     row_group_rows: int = Field(default=16_384, ge=1, description="Parquet row group size (rows)")
 
+    # Parquet merges (compactor.parquet_plan): small Parquet objects of a partition,
+    # adjacent in offsets, merged by size tier (``parquet_merge_factor`` of a tier
+    # make one of the next) and, once a partition went quiet, all at once.
+    parquet_merge_enable: bool = Field(default=True, description="Merge small Parquet objects")
+    parquet_merge_small_bytes: int = Field(
+        default=8 * MiB, gt=0, description="Parquet objects below this size are merged"
+    )
+    parquet_merge_target_bytes: int = Field(
+        default=64 * MiB, gt=0, description="Input bytes of one merged Parquet object at most"
+    )
+    parquet_merge_factor: int = Field(
+        default=8, ge=2, description="Objects of one size tier merged into one of the next"
+    )
+    parquet_merge_min_age_ms: int = Field(
+        default=60_000, ge=0, description="Parquet objects younger than this are not merged"
+    )
+    parquet_merge_quiet_ms: int = Field(
+        default=3_600_000,
+        ge=0,
+        description="Small objects all older than this are merged whatever their tier",
+    )
+
     delete_grace_ms: int = Field(
         default=300_000, ge=0, description="Keep replaced objects this long"
     )

@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from compactor.parquet_merge import run_parquet_merge
 from compactor.rewrite import compact_partition
 from compactor.tasks import MergeTask, ParquetTask, PoisonedBatch, Task, TaskResult
 from kafka_protocol.exceptions import DecodeError
@@ -382,4 +383,6 @@ def _by_day(
 async def execute_task(task: Task, store: ObjectStore) -> TaskResult:
     if isinstance(task, MergeTask):
         return await run_merge(task, store)
-    return await run_parquet(task, store)
+    if isinstance(task, ParquetTask):
+        return await run_parquet(task, store)
+    return await run_parquet_merge(task, store)

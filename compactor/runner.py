@@ -2,7 +2,7 @@
 
 One pass (:meth:`Compactor.run_pass`)::
 
-    retention -> L0->L1 merges -> Parquet -> L1->L2 merges (+ key compaction)
+    retention -> L0->L1 merges -> Parquet -> Parquet merges -> L1->L2 merges (+ key compaction)
               -> delete objects retired longer than the grace period -> orphan sweep
 
 Each phase is planned on the driver, its tasks run on an executor
@@ -39,6 +39,8 @@ from compactor.config import CompactorConfig
 from compactor.execute import execute_task
 from compactor.gc import collect_orphans, delete_retired, retention_pass
 from compactor.iceberg import WAREHOUSE_PREFIX, IcebergSync
+from compactor.iceberg_rewrite import commit_merges
+from compactor.parquet_plan import plan_parquet_merges
 from compactor.planner import iceberg_enabled, plan_merges, plan_parquet
 from compactor.tasks import ParquetTask, Task, TaskResult
 from metastore.base import Clock, system_clock_ms
@@ -188,6 +190,9 @@ class Compactor:
             if self.iceberg is not None and name == "parquet":
                 await self.iceberg.commit_parquet(self._topics_seen, tasks, results)
                 self.fail_point("after_snapshot")
+            elif self.iceberg is not None and name == "parquet merge":
+                await commit_merges(self.iceberg, self._topics_seen, tasks, results)
+                self.fail_point("after_snapshot")
             conflicts = 0
             for i, (task, res) in enumerate(zip(tasks, results, strict=True), 1):
                 if isinstance(res, BaseException):
@@ -258,6 +263,11 @@ class Compactor:
             summary,
         )
         await self.run_phase("parquet", lambda: self._plan_parquet(topics), summary)
+        await self.run_phase(
+            "parquet merge",
+            lambda: plan_parquet_merges(self.meta, cfg, topics, self.now_ms()),
+            summary,
+        )
         if self.iceberg is not None:
             # Files whose swap conflicted leave the table again.
             await self.iceberg.reconcile(topics.values())

@@ -76,7 +76,28 @@ class ParquetTask:
         return "parquet"
 
 
-Task = MergeTask | ParquetTask
+@dataclass(frozen=True, slots=True)
+class ParquetMergeTask:
+    """Merge groups of one partition's small, offset-adjacent Parquet objects: each
+    group (object keys in offset order) becomes one Parquet object; ``rows`` are the
+    batch rows stored in all of them."""
+
+    task_id: str
+    topic_id: uuid.UUID
+    topic: str
+    partition: int
+    rows: list[StoredBatch]
+    groups: list[list[str]]
+    row_group_rows: int
+    key_prefix: str
+    read_concurrency: int = 8
+
+    @property
+    def kind(self) -> str:
+        return "parquet merge"
+
+
+Task = MergeTask | ParquetTask | ParquetMergeTask
 
 
 @dataclass(frozen=True, slots=True)
