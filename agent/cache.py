@@ -56,21 +56,26 @@ class BlockCache:
     def capacity(self) -> int:
         return self._capacity
 
-    async def read(self, key: str, start: int, end: int, object_size: int | None = None) -> bytes:
+    async def read(
+        self, key: str, start: int, end: int, object_size: int | None = None, *, use: bool = True
+    ) -> bytes:
         """Bytes ``[start, end)`` of object ``key``.
 
         ``object_size`` (when known) bounds the last block's GET so we never ask
-        for bytes past the end of the object.
+        for bytes past the end of the object. ``use=False`` (a read served to a
+        peer) leaves watched read-ahead blocks watched: they were loaded for this
+        agent's own readers, and count as used (their bytes no longer held ahead)
+        when one of those reads them.
         """
         if end <= start:
             return b""
         bs = self.block_size
         first, last = start // bs, (end - 1) // bs
         if first == last:
-            block = await self._block(key, first, object_size)
+            block = await self._block(key, first, object_size, use)
             return block[start - first * bs : end - first * bs]
         blocks = await asyncio.gather(
-            *(self._block(key, i, object_size) for i in range(first, last + 1))
+            *(self._block(key, i, object_size, use) for i in range(first, last + 1))
         )
         joined = b"".join(blocks)
         off = first * bs
@@ -150,19 +155,21 @@ class BlockCache:
         if self.on_watched is not None:
             self.on_watched(k, outcome)
 
-    async def _block(self, key: str, index: int, object_size: int | None) -> bytes:
+    async def _block(
+        self, key: str, index: int, object_size: int | None, use: bool = True
+    ) -> bytes:
         k = (key, index)
         data = self._blocks.get(k)
         if data is not None:
             self._blocks.move_to_end(k)
             self.stats.hits += 1
-            if self.watched and k in self.watched:
+            if use and self.watched and k in self.watched:
                 self._report(k, "used")
             return data
         fut = self._inflight.get(k)
         if fut is not None:
             self.stats.hits += 1
-            if self.watched and k in self.watched:
+            if use and self.watched and k in self.watched:
                 self._report(k, "used")  # a read joined a read-ahead load
             return await asyncio.shield(fut)
         self.stats.misses += 1

@@ -17,7 +17,8 @@ Where it sits: a benchmark beside :mod:`loadtest.run` (issue 43, AIMD read-ahead
    backlog; each reports MB/s from its assign to its last record.
 5. Print a JSON summary: MB/s per group, and for Floe the agents' metric diffs
    over the read (object GETs and bytes, read-ahead bytes used and wasted), so
-   ``--groups 2`` shows whether two groups cost twice the GETs of one.
+   ``--groups 2`` shows whether two groups cost twice the GETs of one, and the
+   server processes' CPU seconds over the read per GB read (``/proc`` times).
 
 ``--readahead off`` starts the agent with ``FLOE_READAHEAD=false`` (the
 comparison without read-ahead).
@@ -95,6 +96,7 @@ def consume_main(
     )
     got = nbytes = errors = 0
     first = None
+    cpu0 = time.process_time()  # every thread of this process: librdkafka's too
     t0 = time.perf_counter()
     c.assign([TopicPartition(topic, i, OFFSET_BEGINNING) for i in range(partitions)])
     deadline = t0 + 1800
@@ -108,6 +110,7 @@ def consume_main(
         if first is None and got:
             first = time.perf_counter() - t0
     secs = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0
     c.close()
     q.put(
         {
@@ -118,6 +121,7 @@ def consume_main(
             "seconds": round(secs, 2),
             "first_record_s": round(first or secs, 2),  # connect, metadata, first Fetch
             "mb_per_s": round(nbytes / secs / 1e6, 1),
+            "cpu_s": round(cpu, 2),  # the consumer's own CPU (it shares the box's cores)
         }
     )
 
@@ -160,6 +164,20 @@ def restart_agent(b: Backend, workers: int) -> None:
     b._cleanups.append(new.stop)
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds of processes so far (``/proc/<pid>/stat``; 0 for one gone)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return total
+
+
 def _metrics(d: dict[str, float]) -> dict[str, float]:
     names = [
         "floe_object_gets_total",
@@ -168,6 +186,12 @@ def _metrics(d: dict[str, float]) -> dict[str, float]:
         "floe_readahead_used_bytes_total",
         "floe_readahead_wasted_bytes_total",
         "floe_fetched_bytes_total",
+        'floe_requests_total{api="Fetch"}',
+        "floe_peer_gets_total",  # blocks a worker took from the ring owner's cache
+        "floe_peer_get_bytes_total",
+        "floe_peer_get_failures_total",  # fell back to the object store
+        "floe_cache_hits",  # block reads served from the cache (or a load in flight) ...
+        "floe_cache_misses",  # ... and those that had to load (read-ahead loads count in neither)
     ]
     return {n: d.get(n, 0.0) for n in names}
 
@@ -186,7 +210,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if b.agents:
             restart_agent(b, args.workers)
         before = scrape_all(b.admin_urls) if b.admin_urls else {}
+        pids = b.server_pids()  # the agent's workers, or the Kafka broker
+        cpu0 = cpu_seconds(pids)
         groups = read_backlog(b.bootstrap, topic, args.partitions, written["records"], args.groups)
+        cpu = cpu_seconds(pids) - cpu0
         after = scrape_all(b.admin_urls) if b.admin_urls else {}
         total = sum(g["bytes"] for g in groups)
         out: dict[str, Any] = {
@@ -203,6 +230,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "read_mb_per_s": round(total / max(g["seconds"] for g in groups) / 1e6, 1),
             "complete": all(g["records"] == written["records"] for g in groups),
             "load_average": os.getloadavg(),
+            # The server processes' CPU over the read (agent workers, or the Kafka
+            # broker), and per GB (1e9 bytes) delivered.
+            "server_cpu_s": round(cpu, 2),
+            "server_cpu_s_per_gb": round(cpu / (total / 1e9), 2) if total else None,
         }
         if b.agents:
             m = _metrics(diff(before, after))

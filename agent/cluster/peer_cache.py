@@ -184,7 +184,7 @@ def add_block_route(app: web.Application, cache: BlockCache) -> None:
             return web.Response(status=400, text="bad range")
         token = _serving_peer.set(True)
         try:
-            data = await cache.read(key, start, end)
+            data = await cache.read(key, start, end, use=False)  # not this agent's reader
         except Exception as e:
             return web.Response(status=502, text=str(e))
         finally:

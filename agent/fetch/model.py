@@ -13,6 +13,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+from kafka_protocol.messages._runtime import BufferParts
 from metastore.types import BatchLocation
 
 __all__ = ["PartitionFetch", "Want"]
@@ -38,7 +39,7 @@ class PartitionFetch:
     log_start_offset: int = -1
     high_watermark: int = -1
     batches: list[BatchLocation] = field(default_factory=list)
-    records: bytes = b""
+    records: bytes | BufferParts = b""  # BufferParts: views into cached blocks (agent.fetch.read)
     # read_committed only: the last stable offset (-1: the high watermark) and the
     # aborted transactions from the fetch offset on, as (producer id, first offset,
     # marker offset).

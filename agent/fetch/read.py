@@ -6,11 +6,13 @@ builds the response. :func:`read_all` reads every partition with batches in one
 go: :meth:`BatchReads.read_many` asks the agent's
 :class:`~agent.cache.BlockCache` once for every block the response's batches
 touch (hits without a coroutine, misses loaded together: the ring owner's peer
-cache, then a ranged GET), then :func:`assemble` copies each partition's batches
-into one buffer with their ``baseOffset`` (the metastore's offset; producers'
-batches are stored with base offset 0) and ``partitionLeaderEpoch`` (0: there
-are no elections) patched. Both fields lie outside the CRC, so nothing is
-re-encoded. Batches the compactor moved into Parquet objects are rebuilt from
+cache, then a ranged GET), then :func:`batch_pieces` lays out each partition's
+batches with their ``baseOffset`` (the metastore's offset; producers' batches are
+stored with base offset 0) and ``partitionLeaderEpoch`` (0: there are no
+elections) patched. Both fields lie outside the CRC, so nothing is re-encoded. A
+Fetch's records are views into the cached blocks (:class:`BufferParts`, written to
+the socket uncopied) when that pins few blocks beyond the bytes sent
+(``PIN_RATIO``), else one buffer per partition. Batches the compactor moved into Parquet objects are rebuilt from
 their rows (:class:`agent.fetch.parquet.ParquetFetcher`). A partition whose
 bytes cannot be read gets KAFKA_STORAGE_ERROR (retriable; its cached lookups are
 dropped, so the retry plans again), the others their bytes.
@@ -28,12 +30,12 @@ from typing import TYPE_CHECKING, Protocol
 from agent.cache import BlockCache
 from agent.fetch.parquet import ParquetFetcher
 from kafka_protocol.errors import ErrorCode
+from kafka_protocol.messages._runtime import ZERO_COPY_THRESHOLD, BufferParts
 from kafka_protocol.records import (
     BATCH_LENGTH_OFFSET,
     LOG_OVERHEAD,
     MAGIC_OFFSET,
-    patch_base_offset,
-    patch_partition_leader_epoch,
+    PARTITION_LEADER_EPOCH_OFFSET,
 )
 from metastore.types import BatchLocation
 from objectstore.errors import ObjectStoreError
@@ -46,6 +48,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _I32 = struct.Struct(">i")
+# A batch's first fields, rewritten on the way out: baseOffset, batchLength (as
+# stored) and partitionLeaderEpoch (0). All three lie outside the CRC.
+_HEAD = struct.Struct(">qii")
+_PATCHED = PARTITION_LEADER_EPOCH_OFFSET + 4
+assert _HEAD.size == _PATCHED
 
 
 class BatchReadError(Exception):
@@ -56,19 +63,31 @@ class BatchReadError(Exception):
 _READ_ERRORS = (ObjectStoreError, BatchReadError, OSError)
 
 
-# Fetches whose bytes are read and assembled at once, per agent. Assembling copies
-# every batch of a response on the event loop; 32 Fetches doing it at the same time
+# Fetches whose bytes are read and assembled at once, per agent. Assembling copied
+# every batch of a response on the event loop (now only when PIN_RATIO says so); 32 Fetches doing it at the same time
 # put ~1 s of such work in the loop's ready queue, ahead of every produce callback
 # (a well-behaved producer waited 1.1 s while 32 clients fetched 2^31-1 bytes). The
 # others wait here without work queued, so other requests interleave with at most
 # this many.
 READ_SLOTS = 4
 
+# A Fetch's records go out as views into the cached blocks (BufferParts: the
+# kernel's copy into the socket is the only one; a catch-up read spent more agent
+# CPU copying 16 MiB responses into fresh buffers than on anything else of its
+# own) unless the blocks they pin would be more than this many times the bytes
+# sent: a view keeps its whole block alive until the client has read it, even
+# once the cache evicted it, and the response budget counts the bytes sent. A
+# worker of two serves half a segment's partitions, so a catch-up Fetch's blocks
+# are 2-3 times its bytes.
+PIN_RATIO = 4
+
 
 class _Reader(Protocol):
     read_slots: asyncio.Semaphore
 
-    async def read_many(self, parts: Sequence[Sequence[BatchLocation]]) -> list[bytes | Exception]: ...
+    async def read_records(
+        self, parts: Sequence[Sequence[BatchLocation]]
+    ) -> list[bytes | BufferParts | Exception]: ...
 
     def forget(self, topic_id: uuid.UUID, partition: int, *, tail: bool = True) -> None: ...
 
@@ -79,7 +98,7 @@ async def read_all(reader: _Reader, wants: list[Want], found: list[PartitionFetc
     if not todo:
         return
     async with reader.read_slots:
-        datas = await reader.read_many([pf.batches for _, pf in todo])
+        datas = await reader.read_records([pf.batches for _, pf in todo])
     for (w, pf), data in zip(todo, datas, strict=True):
         if isinstance(data, Exception):
             # E.g. the compactor replaced the object after our (cached) lookup.
@@ -112,6 +131,19 @@ class BatchReads:
         return data
 
     async def read_many(self, parts: Sequence[Sequence[BatchLocation]]) -> list[bytes | Exception]:
+        """:meth:`read` of each partition's batches (see :meth:`read_records`), as bytes."""
+        return await self._read_many(parts, views=False)  # type: ignore[return-value]
+
+    async def read_records(
+        self, parts: Sequence[Sequence[BatchLocation]]
+    ) -> list[bytes | BufferParts | Exception]:
+        """:meth:`read_many` for a Fetch response: a partition's records may be
+        views into the cached blocks (:class:`BufferParts`, see ``PIN_RATIO``)."""
+        return await self._read_many(parts, views=True)
+
+    async def _read_many(
+        self, parts: Sequence[Sequence[BatchLocation]], *, views: bool
+    ) -> list[bytes | BufferParts | Exception]:
         """:meth:`read` of each partition's batches of one Fetch response, through
         the block cache once for all of them: every block they touch is asked for
         once (hits without a coroutine, misses loaded together), not a read per
@@ -131,7 +163,7 @@ class BatchReads:
             for i in range(first, last + 1):
                 need[(b.object_key, i)] = None
         got = dict(zip(need, await cache.blocks(list(need)), strict=True))
-        reads: dict[tuple[str, int], tuple[int, bytes]] = {}
+        reads: dict[tuple[str, int], tuple[int, list[bytes]]] = {}
         failed: dict[tuple[str, int], Exception] = {}
         for b, (first, last) in zip(flat, spans, strict=True):
             key = b.object_key
@@ -141,19 +173,24 @@ class BatchReads:
                 if not isinstance(error, _READ_ERRORS):
                     raise error
                 failed[(key, b.byte_pos)] = error
-            else:
-                data = found[0] if len(found) == 1 else b"".join(found)  # type: ignore[arg-type]
-                reads[(key, b.byte_pos)] = (first * size, data)  # type: ignore[assignment]
-        out: list[bytes | Exception] = []
+            else:  # the blocks themselves: batch_pieces views only the batch in them
+                reads[(key, b.byte_pos)] = (first * size, found)  # type: ignore[assignment]
+        if views:  # the blocks viewed, against the bytes sent
+            pinned = sum(len(d) for d in got.values() if isinstance(d, bytes))
+            views = pinned <= PIN_RATIO * sum(b.byte_len for b in flat)
+        out: list[bytes | BufferParts | Exception] = []
         for bs in parts:
             error = next((failed[k] for b in bs if (k := (b.object_key, b.byte_pos)) in failed), None) if failed else None
             if error is not None:
                 out.append(error)
                 continue
             try:
-                out.append(assemble(bs, reads))
+                pieces = batch_pieces(bs, reads)
             except BatchReadError as e:
                 out.append(e)
+                continue
+            records = BufferParts(pieces)
+            out.append(records if views and len(records) >= ZERO_COPY_THRESHOLD else records.join())
         return out
 
     async def _read_or_error(self, batches: Sequence[BatchLocation]) -> bytes | Exception:
@@ -194,29 +231,56 @@ class BatchReads:
         return info.size, [(r.base_offset, r.base_timestamp) for r in rows]
 
 
-def assemble(batches: Sequence[BatchLocation], reads: dict[tuple[str, int], tuple[int, bytes]]) -> bytes:
-    """Copy ``batches`` (in order) out of the bytes read and patch their headers.
+def batch_pieces(
+    batches: Sequence[BatchLocation], reads: dict[tuple[str, int], tuple[int, list[bytes]]]
+) -> list[bytes | memoryview]:
+    """``batches`` (in order) as pieces to send, with their headers patched, nothing
+    copied but the headers: per batch its first 16 bytes rewritten (baseOffset,
+    batchLength, partitionLeaderEpoch), then views of the rest in the blocks read.
 
-    ``reads`` maps ``(object_key, byte_pos)`` of each batch to ``(start, bytes)``:
-    bytes of the object from ``start`` on that hold the batch.
+    ``reads`` maps ``(object_key, byte_pos)`` of each batch to ``(start, blocks)``:
+    consecutive blocks of the object from ``start`` on that hold the batch. Joined
+    (:class:`BufferParts`), each byte is copied once; a catch-up read moves ~16 MiB
+    per Fetch, and each copy of it (a join of two blocks for a batch across their
+    boundary, a zeroed buffer, its copy to bytes) was agent CPU per MB.
     """
-    out = bytearray(sum(b.byte_len for b in batches))
-    pos = 0
+    pieces: list[bytes | memoryview] = []
     for b in batches:
-        start, data = reads[(b.object_key, b.byte_pos)]
-        lo = b.byte_pos - start
-        chunk = data[lo : lo + b.byte_len]
-        if len(chunk) != b.byte_len:
+        start, blocks = reads[(b.object_key, b.byte_pos)]
+        got = _slices(blocks, b.byte_pos - start, b.byte_len)
+        n = sum(len(p) for p in got)
+        if n != b.byte_len:
             raise BatchReadError(
-                f"object {b.object_key} has {len(chunk)} bytes at {b.byte_pos}, expected {b.byte_len}"
+                f"object {b.object_key} has {n} bytes at {b.byte_pos}, expected {b.byte_len}"
             )
-        out[pos : pos + b.byte_len] = chunk
-        (length,) = _I32.unpack_from(out, pos + BATCH_LENGTH_OFFSET)
-        if length + LOG_OVERHEAD != b.byte_len or out[pos + MAGIC_OFFSET] != 2:
+        head = got[0]
+        if len(head) <= MAGIC_OFFSET:  # the header itself crosses a block boundary (rare)
+            head = memoryview(b"".join(got))
+            got = [head]
+        (length,) = _I32.unpack_from(head, BATCH_LENGTH_OFFSET)
+        if length + LOG_OVERHEAD != b.byte_len or head[MAGIC_OFFSET] != 2:
             raise BatchReadError(
                 f"object {b.object_key} at {b.byte_pos}: not a v2 batch of {b.byte_len} bytes"
             )
-        patch_base_offset(out, pos, b.base_offset)
-        patch_partition_leader_epoch(out, pos, 0)
-        pos += b.byte_len
-    return bytes(out)
+        pieces.append(_HEAD.pack(b.base_offset, length, 0))
+        pieces.append(head[_PATCHED:])
+        pieces.extend(got[1:])
+    return pieces
+
+
+def _slices(blocks: list[bytes], lo: int, n: int) -> list[memoryview]:
+    """Views of ``n`` bytes from ``lo`` on in the concatenation of ``blocks`` (fewer
+    bytes when the blocks end first), without concatenating them."""
+    out: list[memoryview] = []
+    for block in blocks:
+        size = len(block)
+        if lo >= size:
+            lo -= size
+            continue
+        take = min(n, size - lo)
+        out.append(memoryview(block)[lo : lo + take])
+        n -= take
+        lo = 0
+        if not n:
+            break
+    return out

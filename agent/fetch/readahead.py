@@ -18,7 +18,9 @@ split into concurrent ranged requests):
   was looked up are found through the reader's cached ``find_batches_many``
   (one metastore call for every partition of the answer) and their cache blocks
   loaded with :meth:`agent.cache.BlockCache.prefetch`: ranged GETs of one block
-  each, at most ``concurrency`` at once per agent.
+  each, at most ``concurrency`` at once per agent. The partitions' batches take
+  turns (the nearest first), and a stream is ahead only up to the first batch
+  whose blocks the memory bound below held back: a later look-up loads them.
 - The window starts at one block, grows by one block each time a block it
   loaded is read or its reader catches up with it (additive increase), and halves when one leaves the cache
   unread or is still unread ``expiry_s`` after it was loaded (multiplicative
@@ -40,8 +42,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from agent.metrics import METRICS
+from metastore.types import BatchLocation, FindResult, MetastoreError
 from metastore.types import ErrorCode as MetaError
-from metastore.types import FindResult, MetastoreError
 from objectstore.errors import ObjectStoreError
 
 if TYPE_CHECKING:
@@ -191,25 +193,48 @@ class ReadAhead:
             for _, s, _ in todo:
                 s.busy = False
         loads: list[Block] = []
-        for (key, s, _), res in zip(todo, found, strict=False):
-            if res.error != MetaError.NONE or not res.batches:
-                continue
-            s.ahead_offset = res.batches[-1].last_offset + 1
-            s.chunks.append((s.ahead_offset, sum(b.byte_len for b in res.batches)))
-            for b in res.batches:
-                for i in range(
-                    b.byte_pos // self.block, (b.byte_pos + b.byte_len - 1) // self.block + 1
-                ):
-                    k = (b.object_key, i)
-                    pending = self._pending.get(k)
-                    if pending is not None:
-                        pending.parts.add(key)
-                    elif not self._cache.has(*k) and self.held + self.block <= self.max_bytes:
-                        self.held += self.block
-                        self._pending[k] = _Pending(self._clock.monotonic(), self.block, {key})
-                        loads.append(k)
+        # The partitions' batches a turn each (the nearest first, so one partition far
+        # ahead cannot take the whole bound from the others' next reads), up to the
+        # first batch with a block the memory bound holds back: the next look-up
+        # starts there (a block skipped here would be a miss).
+        runs = [
+            (key, s, res.batches)
+            for (key, s, _), res in zip(todo, found, strict=False)
+            if res.error == MetaError.NONE and res.batches
+        ]
+        covered = [0] * len(runs)
+        held_back = False
+        for i in range(max((len(bs) for _, _, bs in runs), default=0)):
+            for j, (key, s, bs) in enumerate(runs):
+                if i < len(bs):
+                    if not self._cover(key, bs[i], loads):
+                        held_back = True
+                        break
+                    s.ahead_offset = bs[i].last_offset + 1
+                    covered[j] += bs[i].byte_len
+            if held_back:
+                break
+        for (_, s, _), n in zip(runs, covered, strict=True):
+            if n:
+                s.chunks.append((s.ahead_offset, n))
         if loads:
             await asyncio.gather(*(self._load(k) for k in loads))
+
+    def _cover(self, key: PKey, b: BatchLocation, loads: list[Block]) -> bool:
+        """Have every block of batch ``b`` cached, loading or queued in ``loads``;
+        False (nothing more queued) when the bound on bytes held ahead is reached."""
+        for i in range(b.byte_pos // self.block, (b.byte_pos + b.byte_len - 1) // self.block + 1):
+            k = (b.object_key, i)
+            pending = self._pending.get(k)
+            if pending is not None:
+                pending.parts.add(key)
+            elif not self._cache.has(*k):
+                if self.held + self.block > self.max_bytes:
+                    return False
+                self.held += self.block
+                self._pending[k] = _Pending(self._clock.monotonic(), self.block, {key})
+                loads.append(k)
+        return True
 
     async def _load(self, k: Block) -> None:
         async with self._slots:

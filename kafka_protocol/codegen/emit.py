@@ -145,7 +145,7 @@ class ModuleEmitter:
 
     # ------------------------------------------------------------ classes
 
-    def annotation(self, f: Field) -> str:
+    def annotation(self, f: Field, m: Message | None = None) -> str:
         t = f.type
         if f.struct is not None:
             base = f.struct.qualname
@@ -157,7 +157,11 @@ class ModuleEmitter:
             base = "bool"
         elif t == "string":
             base = "str"
-        elif t in ("bytes", "records"):
+        elif t == "bytes":
+            base = "bytes | memoryview"
+        elif t == "records" and m is not None and m.kind == "response":
+            base = "bytes | memoryview | BufferParts"  # e.g. views into an agent's cached blocks
+        elif t == "records":
             base = "bytes | memoryview"
         elif t == "uuid":
             base = "uuid.UUID"
@@ -233,7 +237,7 @@ class ModuleEmitter:
         for f in s.fields:
             if f.about:
                 L.append(f"{i2}#: {f.about.strip()}")
-            L.append(f"{i2}{f.attr}: {self.annotation(f)} = {self.default_value(f, s)}")
+            L.append(f"{i2}{f.attr}: {self.annotation(f, m)} = {self.default_value(f, s)}")
         if top:
             self.emit_methods(m, i2)
 
@@ -653,6 +657,7 @@ class ModuleEmitter:
         # compact bytes/records: the length varint unrolled for 1-3 bytes, and
         # values of ZERO_COPY_THRESHOLD bytes or more passed through uncopied
         val, m = f"v{x}_{f.attr}", f"m{x}"
+        parts = t == "records" and self._msg.kind == "response"  # may be BufferParts
         i2 = ind + "    " if nullable else ind
         lines = [f"{ind}{val} = {expr}"]
         if nullable:
@@ -674,9 +679,15 @@ class ModuleEmitter:
             f"{i2}if {m} > ZERO_COPY_THRESHOLD:",
             f"{i2}    {o}.append(bytes({b}))",
             f"{i2}    {b}.clear()",
-            f"{i2}    {o}.append({val})",
+            # records held as parts (BufferParts): each part passed on, uncopied (one
+            # line each way, so the writer stays small enough to be inlined)
+            f"{i2}    {o} += {val}.parts if isinstance({val}, BufferParts) else ({val},)"
+            if parts
+            else f"{i2}    {o}.append({val})",
             f"{i2}else:",
-            f"{i2}    {b} += {val}",
+            f"{i2}    {b} += {val}.join() if isinstance({val}, BufferParts) else {val}"
+            if parts
+            else f"{i2}    {b} += {val}",
         ]
 
     def write_field(
@@ -876,8 +887,11 @@ class ModuleEmitter:
             for kind, attr in (("U", "unpack_from"), ("P", "pack")):
                 if re.search(rf"\b_{kind}_{ident}\b", code):
                     consts.append(f'_{kind}_{ident} = struct.Struct(">{fmt}").{attr}')
+        header = HEADER.format(specs=specs)
+        if "BufferParts" in class_src:  # a records field (Fetch, ShareFetch, Produce)
+            header += "from kafka_protocol.messages._runtime import BufferParts\n"
         parts = [
-            HEADER.format(specs=specs),
+            header,
             "\n".join(consts),
             "\n\n",
             class_src,

@@ -19,6 +19,7 @@ from kafka_protocol.exceptions import DecodeError
 
 __all__ = [
     "DECODE_ERRORS",
+    "BufferParts",
     "ZERO_UUID",
     "ZERO_COPY_THRESHOLD",
     "DecodeError",
@@ -27,6 +28,44 @@ __all__ = [
 ZERO_UUID = uuid.UUID(int=0)
 #: byte fields at least this long are passed through as their own part on encode
 ZERO_COPY_THRESHOLD = 4096
+
+
+class BufferParts:
+    """A bytes value held as consecutive buffers, e.g. a Fetch's batches as views
+    into the agent's cached blocks. Its length is theirs summed; the encoders pass
+    the buffers on as parts, uncopied, where they pass a long bytes value on whole
+    (a ``records`` field), so the bytes are copied once, by the kernel, into the
+    socket. Meant for values of ZERO_COPY_THRESHOLD bytes or more (a shorter one
+    is joined where it is written). Memoryviews among the parts must be flat
+    views of bytes (``len`` is their byte count)."""
+
+    __slots__ = ("nbytes", "parts")
+
+    def __init__(self, parts: list[bytes | memoryview]) -> None:
+        self.parts = parts
+        self.nbytes = sum(len(p) for p in parts)
+
+    def __len__(self) -> int:
+        return self.nbytes
+
+    def join(self) -> bytes:
+        return b"".join(self.parts)
+
+    __bytes__ = join
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, BufferParts):
+            other = other.join()
+        if isinstance(other, (bytes, bytearray, memoryview)):
+            return self.join() == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"BufferParts({len(self.parts)} parts, {self.nbytes} bytes)"
+
+
 #: low-level exceptions that mean "the bytes are bad"; the generated top-level
 #: ``read`` re-raises them as DecodeError
 DECODE_ERRORS = (struct.error, IndexError, UnicodeDecodeError, ValueError, OverflowError)
@@ -323,7 +362,9 @@ def write_bytes(buf: bytearray, out: list[Any], v: bytes | memoryview) -> None:
         buf += v
 
 
-def write_nullable_bytes(buf: bytearray, out: list[Any], v: bytes | memoryview | None) -> None:
+def write_nullable_bytes(
+    buf: bytearray, out: list[Any], v: bytes | memoryview | BufferParts | None
+) -> None:
     if v is None:
         buf += b"\xff\xff\xff\xff"
         return
@@ -332,7 +373,12 @@ def write_nullable_bytes(buf: bytearray, out: list[Any], v: bytes | memoryview |
     if n >= ZERO_COPY_THRESHOLD:
         out.append(bytes(buf))
         buf.clear()
-        out.append(v)
+        if isinstance(v, BufferParts):
+            out += v.parts
+        else:
+            out.append(v)
+    elif isinstance(v, BufferParts):
+        buf += v.join()
     else:
         buf += v
 

@@ -46,6 +46,7 @@ from kafka_protocol.messages._runtime import (
 _unpack_from = struct.unpack_from
 _pack = struct.pack
 _new = object.__new__
+from kafka_protocol.messages._runtime import BufferParts
 
 _U_i = struct.Struct(">i").unpack_from
 _P_i = struct.Struct(">i").pack
@@ -309,7 +310,7 @@ class FetchResponse:
             #: The preferred read replica for the consumer to use on its next fetch request.
             preferred_read_replica: int = -1
             #: The record data.
-            records: bytes | memoryview | None = None
+            records: bytes | memoryview | BufferParts | None = None
 
         #: The topic name.
         topic: str = ""
@@ -2685,9 +2686,9 @@ def _w_FetchResponse_FetchableTopicResponse_v12(o: Any, buf: bytearray, out: lis
             if m1 > ZERO_COPY_THRESHOLD:
                 out.append(bytes(buf))
                 buf.clear()
-                out.append(v1_records)
+                out += v1_records.parts if isinstance(v1_records, BufferParts) else (v1_records,)
             else:
-                buf += v1_records
+                buf += v1_records.join() if isinstance(v1_records, BufferParts) else v1_records
         t1_0 = e.diverging_epoch
         t1_1 = e.current_leader
         t1_2 = e.snapshot_id
@@ -2809,9 +2810,9 @@ def _w_FetchResponse_FetchableTopicResponse_v13(o: Any, buf: bytearray, out: lis
             if m1 > ZERO_COPY_THRESHOLD:
                 out.append(bytes(buf))
                 buf.clear()
-                out.append(v1_records)
+                out += v1_records.parts if isinstance(v1_records, BufferParts) else (v1_records,)
             else:
-                buf += v1_records
+                buf += v1_records.join() if isinstance(v1_records, BufferParts) else v1_records
         t1_0 = e.diverging_epoch
         t1_1 = e.current_leader
         t1_2 = e.snapshot_id

@@ -46,6 +46,7 @@ from kafka_protocol.messages._runtime import (
 _unpack_from = struct.unpack_from
 _pack = struct.pack
 _new = object.__new__
+from kafka_protocol.messages._runtime import BufferParts
 
 _P_h = struct.Struct(">h").pack
 _U_hB = struct.Struct(">hB").unpack_from
@@ -242,7 +243,7 @@ class ShareFetchResponse:
                 default_factory=LeaderIdAndEpoch
             )
             #: The record data.
-            records: bytes | memoryview | None = None
+            records: bytes | memoryview | BufferParts | None = None
             #: The acquired records.
             acquired_records: list[
                 ShareFetchResponse.ShareFetchableTopicResponse.PartitionData.AcquiredRecords
@@ -865,9 +866,9 @@ def _w_ShareFetchResponse_ShareFetchableTopicResponse_v1(
             if m1 > ZERO_COPY_THRESHOLD:
                 out.append(bytes(buf))
                 buf.clear()
-                out.append(v1_records)
+                out += v1_records.parts if isinstance(v1_records, BufferParts) else (v1_records,)
             else:
-                buf += v1_records
+                buf += v1_records.join() if isinstance(v1_records, BufferParts) else v1_records
         a1_acquired_records = e.acquired_records
         n1 = len(a1_acquired_records) + 1
         if n1 < 0x80:

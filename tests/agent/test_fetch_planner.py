@@ -14,6 +14,7 @@ from agent.clock import ManualClock
 from agent.fetch.plan import select_batches
 from agent.fetch.read import BatchReadError
 from agent.fetch.reader import FetchReader
+from kafka_protocol.messages._runtime import ZERO_COPY_THRESHOLD, BufferParts
 from kafka_protocol.records import RecordBatchBuilder, RecordBatchView, iter_batches
 from metastore.types import BatchLocation, ErrorCode, FindResult
 
@@ -116,6 +117,42 @@ async def test_read_spanning_blocks():
     data = await reader.read(locs)
     assert [v.base_offset for v in iter_batches(data, validate=True)] == [0, 50]
     assert len(store.gets) == -(-len(store.objects["obj"]) // 256)  # whole blocks only
+
+
+async def test_batch_header_across_a_block_boundary():
+    """Wherever a block boundary falls (in the patched baseOffset or leader epoch, at
+    the magic byte, inside the records), the batch comes out byte for byte as stored
+    but for those two fields."""
+    raw = [_batch(2, "a"), _batch(3, "b")]
+    for pad in range(0, 40):
+        store = CountingStore()
+        locs = _object(store, "obj", raw, first_offset=7, pad=pad)
+        data = await _reader(store, block=32).read(locs)
+        views = list(iter_batches(data, validate=True))
+        assert [v.base_offset for v in views] == [7, 9]
+        assert all(v.partition_leader_epoch == 0 for v in views)
+        assert data[16 : len(raw[0])] == raw[0][16:] and data[len(raw[0]) + 16 :] == raw[1][16:]
+
+
+async def test_fetch_records_are_views_into_the_blocks_unless_they_pin_too_much():
+    """A Fetch's records point into the cached blocks (nothing copied but the patched
+    headers) when the blocks they keep alive are not much more than the bytes sent;
+    a small read out of a large block is copied out instead."""
+    store = CountingStore()
+    locs = _object(store, "seg", [_batch(200, "a"), _batch(200, "b")], first_offset=0)
+    size = len(store.objects["seg"])
+    reader = _reader(store, block=1 << 20)  # one block holds the whole object
+    (whole,) = await reader.read_records([locs])
+    assert isinstance(whole, BufferParts) and len(whole) >= ZERO_COPY_THRESHOLD
+    assert whole == (await reader.read_many([locs]))[0]
+    assert [v.base_offset for v in iter_batches(bytes(whole), validate=True)] == [0, 200]
+    block = (await reader.cache.blocks([("seg", 0)]))[0]
+    assert len(block) == size  # type: ignore[arg-type]
+    assert all(p.obj is block for p in whole.parts if isinstance(p, memoryview))
+
+    big = _object(store, "big", [_batch(200, "c")], first_offset=0, pad=50_000)
+    (part,) = await reader.read_records([big])  # ~9 KiB out of a ~60 KiB block: copied
+    assert isinstance(part, bytes) and part == (await reader.read_many([big]))[0]
 
 
 async def test_wrong_location_is_detected():

@@ -118,7 +118,7 @@ async def _consume(
             on_fetch()
         for w, pf in zip(wants, found, strict=True):
             assert pf.error == 0
-            for v in iter_batches(pf.records, validate=True):
+            for v in iter_batches(bytes(pf.records), validate=True):
                 got[w.partition].extend(range(v.base_offset, v.base_offset + v.records_count))
             pos[w.partition] = got[w.partition][-1] + 1
         if drain:
@@ -148,6 +148,45 @@ async def test_catch_up_reader_is_served_from_cache_after_its_first_fetch():
     blocks = {(k, s // BLOCK) for k, s, _ in store.gets}
     assert len(blocks) == len(store.gets), "no block was read twice"
     assert r.readahead is not None and r.readahead.window(TOPIC, 0) > 4 * BLOCK  # grew with use
+
+
+async def test_blocks_held_back_by_the_memory_bound_are_loaded_later():
+    """Interleaved partitions want far more blocks ahead than the agent-wide bound
+    lets load at once: what it held back is looked up and loaded on a later Fetch
+    (never skipped), the partitions' nearest batches first (none starves the
+    others), so after the first Fetch the reader finds every block in the cache."""
+    store = SlowStore()
+    meta = Backlog(store, partitions=6, objects=24, batches_per_run=4)
+    r = _reader(store, meta, max_bytes=8 * BLOCK)
+    misses: list[int] = []
+    got = await _consume(
+        r, meta, list(range(6)), per_fetch=BLOCK // 2, drain=True,
+        on_fetch=lambda: misses.append(r.cache.stats.misses),
+    )  # fmt: skip
+    assert got == {p: list(range(meta.hw[p])) for p in range(6)}
+    assert len(misses) > 20 and misses[-1] == misses[0], "after the first Fetch, all read ahead"
+    assert r.readahead is not None and r.readahead.window(TOPIC, 0) > 4 * BLOCK  # it grew
+
+
+async def test_a_read_served_to_a_peer_does_not_use_a_read_ahead_block():
+    """A ring peer reading a block this agent loaded ahead for its own reader leaves
+    it held ahead (so read-ahead stays paced by that reader and cannot run ahead
+    into evicting what it has not read); the reader's own read then uses it."""
+    store = SlowStore()
+    meta = Backlog(store, partitions=2, objects=8, batches_per_run=8)
+    r = _reader(store, meta)
+    ra = r.readahead
+    assert ra is not None
+    await fetch_once(r, [Want(0, p, 0, BLOCK, TOPIC) for p in (0, 1)], 1 << 30)
+    await ra.drain()
+    watched = sorted(r.cache.watched)
+    assert watched and ra.held > 0
+    held = ra.held
+    key, index = watched[0]
+    await r.cache.read(key, index * BLOCK, index * BLOCK + 10, use=False)
+    assert (key, index) in r.cache.watched and ra.held == held
+    await r.cache.blocks([(key, index)])
+    assert (key, index) not in r.cache.watched and ra.held < held
 
 
 async def test_window_grows_on_use_and_halves_on_waste():
