@@ -1,34 +1,31 @@
 """Read-ahead: the next blocks of a sequential reader's partition, loaded before it asks.
 
 Where it sits: after step 8 of a Fetch (:mod:`agent.fetch.read`),
-:func:`agent.fetch.plan.fetch_once` hands every look's answer to
-:meth:`ReadAhead.after_read` (no await: the Fetch is not held up). One
-:class:`ReadAhead` per agent (``FetchReader.readahead``), shared by every
-connection and consumer group, so two groups reading the same backlog load each
-block once (the block cache's one in-flight load per block does the rest).
+:func:`agent.fetch.plan.fetch_once` hands every look's answer to :meth:`ReadAhead.after_read`
+(no await: the Fetch is not held up). One :class:`ReadAhead` per agent
+(``FetchReader.readahead``), shared by every connection and consumer group, so two groups
+reading the same backlog load each block once (the block cache's one in-flight load per block
+does the rest).
 
-How (the tiered-storage seed: AIMD read-ahead, shared by all groups, large reads
-split into concurrent ranged requests):
+How (the tiered-storage seed: AIMD read-ahead, shared by all groups, large reads split into
+concurrent ranged requests):
 
-- A partition read that stopped short of its high watermark is a reader behind
-  the tail. Each partition keeps a few *streams* (one per reader position, so
-  two groups at different offsets do not reset each other) and one *window*:
-  how many bytes of the partition's batches to keep looked up and loaded ahead
-  of a stream. When less than half the window is ahead, the batches after what
-  was looked up are found through the reader's cached ``find_batches_many``
-  (one metastore call for every partition of the answer) and their cache blocks
-  loaded with :meth:`agent.cache.BlockCache.prefetch`: ranged GETs of one block
-  each, at most ``concurrency`` at once per agent. The partitions' batches take
-  turns (the nearest first), and a stream is ahead only up to the first batch
-  whose blocks the memory bound below held back: a later look-up loads them.
-- The window starts at one block, grows by one block each time a block it
-  loaded is read or its reader catches up with it (additive increase), and halves when one leaves the cache
-  unread or is still unread ``expiry_s`` after it was loaded (multiplicative
-  decrease).
-- Memory: read-ahead blocks live in the block cache (its capacity bounds them);
-  the bytes loaded and not yet read, in flight included, stay within
-  ``max_bytes`` for the whole agent (at most half the cache, so read-ahead
-  cannot evict its own blocks before they are read).
+- A partition read that stopped short of its high watermark is a reader behind the tail. Each
+  partition keeps a few *streams* (one per reader position, so two groups at different offsets
+  do not reset each other) and one *window*: how many bytes of the partition's batches to keep
+  looked up and loaded ahead of a stream. When less than half the window is ahead, the batches
+  after what was looked up are found through the reader's cached ``find_batches_many`` (one
+  metastore call for every partition of the answer) and their cache blocks loaded with
+  :meth:`agent.cache.BlockCache.prefetch`: ranged GETs of one block each, at most
+  ``concurrency`` at once per agent. The partitions' batches take turns (the nearest first), and
+  a stream is ahead only up to the first batch whose blocks the memory bound below held back: a
+  later look-up loads them.
+- The window starts at one block, grows by one block each time a block it loaded is read or its
+  reader catches up with it (additive increase), and halves when one leaves the cache unread or
+  is still unread ``expiry_s`` after it was loaded (multiplicative decrease).
+- Memory: read-ahead blocks live in the block cache (its capacity bounds them); the bytes loaded
+  and not yet read, in flight included, stay within ``max_bytes`` for the whole agent (at most
+  half the cache, so read-ahead cannot evict its own blocks before they are read).
 """
 
 from __future__ import annotations
