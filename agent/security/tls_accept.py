@@ -275,23 +275,38 @@ class TlsAccept(asyncio.BufferedProtocol):
         assert self.sslobj is not None and self.app is not None
         while not self.app_paused and not self.closing:
             buf = memoryview(self.app.get_buffer(-1))
+            if not buf.nbytes:
+                break
             try:
                 n = int(self.sslobj.read(buf.nbytes, buf))
             except ssl.SSLWantReadError:
                 break
             except ssl.SSLZeroReturnError:  # close_notify
-                self.closing = True
-                self.raw.close()
+                self._closed_by_peer()
                 return
             except ssl.SSLError as e:
                 log.info("closing %s: TLS error: %s", self.ip, e)
                 self.closing = True
                 self.raw.abort()
                 return
-            if n == 0:
-                break
+            if n == 0:  # (the ssl module reads a received close_notify as 0 bytes)
+                self._closed_by_peer()
+                return
             self.app.buffer_updated(n)
         self._flush()  # key updates and other post-handshake messages
+
+    def _closed_by_peer(self) -> None:
+        """The client sent close_notify: answer with ours, then close. A client that
+        waits for it (asyncio's SSL transport, so aiokafka) otherwise sits out its
+        ``ssl_shutdown_timeout`` (30 s) on every close."""
+        assert self.sslobj is not None
+        self.closing = True
+        try:
+            self.sslobj.unwrap()
+        except (ssl.SSLError, OSError):
+            pass
+        self._flush()
+        self.raw.close()
 
     def set_app_reading(self, on: bool) -> None:
         if on == (not self.app_paused) or self.raw is None:

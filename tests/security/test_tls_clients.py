@@ -220,3 +220,20 @@ def test_kafka_python_ssl_mtls_round_trip(
     assert [m.value for m in c][:5] == [f"k{i}".encode() for i in range(5)]
     c.close()
     assert _principals(caplog, "TLS client certificate") == {"User:CN=alice,O=floe-test"}
+
+
+def test_a_client_closing_tls_gets_close_notify_back_at_once(secure_agent: RunningAgent, pki: Pki) -> None:
+    """A client that ends TLS cleanly (close_notify) and waits for the agent's
+    close_notify, as asyncio's SSL transport does (so aiokafka on every close), is
+    answered at once instead of sitting out its 30 s ssl_shutdown_timeout."""
+    import asyncio
+
+    host, port = bootstrap(secure_agent, "SASL_SSL").rsplit(":", 1)
+    ctx = ssl.create_default_context(cafile=str(pki.ca.cert))
+
+    async def close_cleanly() -> None:
+        _, writer = await asyncio.open_connection(host, int(port), ssl=ctx, ssl_shutdown_timeout=30)
+        writer.close()
+        await asyncio.wait_for(writer.wait_closed(), 10)  # 30 s without the agent's answer
+
+    asyncio.run(close_cleanly())
