@@ -48,6 +48,7 @@ from typing import Any
 from loadtest.services import Agent, scrape, start_agent, start_moto
 
 EPOCH_METRIC = "floe_producer_epoch_bumps_total"
+ABORTED_METRIC = "floe_produce_aborted_total"  # reason: stalled_upload, client_gone (withdrawn)
 TOPIC = "queue-check"
 FLOOD_TOPIC = "queue-check-flood"  # the overload nemesis writes here; never checked
 REGION = "us-east-1"
@@ -433,11 +434,13 @@ class Nemeses:
 
 
 class EpochSampler(threading.Thread):
-    """Keeps the last /metrics value of the epoch-bump counter of every agent start."""
+    """Keeps the last /metrics value of the epoch-bump counter of every agent start, and of
+    the produce requests aborted (stalled upload) or withdrawn (client gone) per reason."""
 
     def __init__(self, dep: Deployment) -> None:
         super().__init__(daemon=True)
         self.dep, self.stop, self.last, self.seen = dep, threading.Event(), dict[tuple[int, int], float](), False
+        self.aborted: dict[tuple[int, int], dict[str, float]] = {}
 
     def sample(self) -> None:
         for i, a in enumerate(list(self.dep.agents)):
@@ -451,6 +454,11 @@ class EpochSampler(threading.Thread):
             if vals:
                 self.seen = True
                 self.last[(i, self.dep.starts[i])] = sum(vals)
+            self.aborted[(i, self.dep.starts[i])] = {
+                k.split('reason="', 1)[1].split('"', 1)[0]: v
+                for k, v in m.items()
+                if k.startswith(ABORTED_METRIC + "{") and 'reason="' in k
+            }
 
     def run(self) -> None:
         while not self.stop.wait(1.0):
@@ -458,6 +466,14 @@ class EpochSampler(threading.Thread):
 
     def total(self) -> float | None:
         return sum(self.last.values()) if self.seen else None
+
+    def aborted_total(self) -> dict[str, float]:
+        """Requests per reason over every agent start (each start's last sample)."""
+        out: dict[str, float] = {}
+        for by in self.aborted.values():
+            for reason, v in by.items():
+                out[reason] = out.get(reason, 0.0) + v
+        return out
 
 
 # -- the run --------------------------------------------------------------------------
@@ -523,6 +539,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "duration_s": args.duration, "producers": args.producers, "partitions": args.partitions,
         "rate": args.rate, "message_timeout_ms": args.message_timeout_ms, "agent_args": dep.agent_args,
         **result, "read_complete": complete, "epoch_bumps": sampler.total(),
+        "produce_aborted": sampler.aborted_total(),
         "producer_sessions": sum(p.sessions for p in producers), "delivery_errors": dict(history.errors),
         "nemesis_events": nem.events, "agent_starts": dep.starts,
         "load_average": {"start": [round(x, 2) for x in load_start],

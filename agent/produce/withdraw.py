@@ -69,7 +69,7 @@ class Withdrawer(PipelineState):
                     n += 1
         if n:
             WITHDRAWN.inc(n)
-            log.info("connection closed: %d unacknowledged produce request(s) withdrawn", n)
+            log.warning("connection closed: %d unacknowledged produce request(s) withdrawn", n)
         return n
 
 
