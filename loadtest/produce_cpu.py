@@ -35,7 +35,6 @@ import multiprocessing as mp
 import os
 import pstats
 import socket
-import struct
 import tempfile
 import threading
 import time
@@ -76,34 +75,11 @@ def frames(topic: str, partitions: int, per_request: int, records: int, size: in
 def drive(port: int, fr: list[bytes], n: int, window: int, q: Any) -> None:
     """Send ``n`` requests from ``fr`` round-robin, ``window`` in flight; put the
     number of partition errors seen on ``q``."""
-    from kafka_protocol.framing import skip_tagged_fields
-    from kafka_protocol.messages import ProduceResponse
+    from loadtest.reqcost import pipeline
 
     s = socket.create_connection(("127.0.0.1", port))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sent = got = errors = 0
-    buf = bytearray()
-    while got < n:
-        if sent < n and sent - got < window:
-            k = min(window - (sent - got), n - sent)
-            s.sendall(b"".join(fr[(sent + i) % len(fr)] for i in range(k)))
-            sent += k
-            continue
-        chunk = s.recv(1 << 20)
-        if not chunk:
-            raise RuntimeError("agent closed the connection")
-        buf += chunk
-        pos = 0
-        while len(buf) - pos >= 4:
-            (ln,) = struct.unpack_from(">i", buf, pos)
-            if len(buf) - pos - 4 < ln:
-                break
-            frame = memoryview(bytes(buf[pos + 4 : pos + 4 + ln]))
-            resp = ProduceResponse.decode(frame[skip_tagged_fields(frame, 4) :], 9)
-            errors += sum(1 for t in resp.responses for r in t.partition_responses if r.error_code)
-            pos += 4 + ln
-            got += 1
-        del buf[:pos]
+    errors = pipeline(s, fr, n, window)
     s.close()
     q.put(errors)
 

@@ -65,22 +65,15 @@ def _frames(size: int, acks: int, partitions: int = PARTITIONS, per_request: int
     return out
 
 
-def _client(
-    bootstrap: str, n: int, window: int, size: int, acks: int, q: Any,
-    partitions: int = PARTITIONS, per_request: int = 1,
-) -> None:
-    host, port = bootstrap.rsplit(":", 1)
-    frames = _frames(size, acks, partitions, per_request)
-    nframes = len(frames)
+def pipeline(s: socket.socket, frames: list[bytes], n: int, window: int, acks: int = -1) -> int:
+    """Send ``n`` Produce v9 ``frames`` round-robin on ``s``, ``window`` in flight, and
+    read their responses (none with ``acks`` 0); the number of partition errors seen."""
     from kafka_protocol.framing import skip_tagged_fields
     from kafka_protocol.messages import ProduceResponse
 
-    errors = 0
-    s = socket.create_connection((host, int(port)))
-    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sent = got = 0
+    sent = got = errors = 0
+    nframes = len(frames)
     buf = bytearray()
-    t0 = time.perf_counter()
     while got < n:
         if sent < n and sent - got < window:
             k = min(window - (sent - got), n - sent, 64)
@@ -105,6 +98,19 @@ def _client(
             pos += 4 + ln
             got += 1
         del buf[:pos]
+    return errors
+
+
+def _client(
+    bootstrap: str, n: int, window: int, size: int, acks: int, q: Any,
+    partitions: int = PARTITIONS, per_request: int = 1,
+) -> None:
+    host, port = bootstrap.rsplit(":", 1)
+    frames = _frames(size, acks, partitions, per_request)
+    s = socket.create_connection((host, int(port)))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    t0 = time.perf_counter()
+    errors = pipeline(s, frames, n, window, acks)
     q.put((time.perf_counter() - t0, errors))
     s.close()
 
