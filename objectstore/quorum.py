@@ -31,6 +31,7 @@ to the orphan GC, which lists the union of the buckets).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -90,6 +91,7 @@ class QuorumStore(StoreBase):
         self._hedge_after = hedge_after_s
         self._on_put = on_put
         self._stragglers: set[asyncio.Task[None]] = set()
+        self._writing: dict[str, set[asyncio.Task[None]]] = {}  # key -> its copies still being PUT
 
     # -- writes ----------------------------------------------------------------------
 
@@ -166,6 +168,8 @@ class QuorumStore(StoreBase):
             task = loop.create_task(one(b))
             self._stragglers.add(task)
             task.add_done_callback(self._stragglers.discard)
+            self._writing.setdefault(key, set()).add(task)
+            task.add_done_callback(functools.partial(self._copy_done, key))
         settle()
         try:
             await asyncio.wait_for(asyncio.shield(done), self._quorum_timeout)
@@ -237,7 +241,20 @@ class QuorumStore(StoreBase):
     async def head(self, key: str) -> ObjectInfo:
         return await self._first(lambda s: s.head(key), key)
 
+    def _copy_done(self, key: str, task: asyncio.Task[None]) -> None:
+        tasks = self._writing.get(key)
+        if tasks is not None:
+            tasks.discard(task)
+            if not tasks:
+                del self._writing[key]
+
     async def delete_many(self, keys: Sequence[str]) -> None:
+        # A copy still being written after the quorum answered would land after the
+        # delete and bring the key back: let those PUTs finish first (each ends within
+        # the straggler timeout; shielded, so a cancelled delete does not cancel them).
+        writing = [t for k in keys for t in self._writing.get(k, ())]
+        if writing:
+            await asyncio.gather(*(asyncio.shield(t) for t in writing), return_exceptions=True)
         results = await asyncio.gather(
             *(b.store.delete_many(keys) for b in self.buckets), return_exceptions=True
         )

@@ -142,6 +142,23 @@ async def test_deletes_and_listing_span_the_buckets() -> None:
     await q.close()
 
 
+async def test_a_delete_waits_for_a_straggling_copy_so_the_key_stays_gone() -> None:
+    """A copy still being written after the quorum answered would land after the delete
+    and bring the key back (a consolidated journal object resurrected)."""
+    bs = buckets()
+    q = QuorumStore(bs, 2)
+    bs[2].gate.clear()  # the third copy straggles
+    await q.put("journal/z", b"z" * 10)
+    deleting = asyncio.ensure_future(q.delete_many(["journal/z"]))
+    await asyncio.sleep(0)
+    assert not deleting.done()  # it waits for the straggler ...
+    bs[2].gate.set()  # ... which lands, and is then deleted with the others
+    await asyncio.wait_for(deleting, 5)
+    assert await copies(bs, "journal/z") == 0
+    assert [i.key async for i in q.list("journal/")] == []
+    await q.close()
+
+
 async def test_the_journaled_store_routes_journal_keys_to_the_quorum() -> None:
     standard = MemoryStore()
     bs = buckets()
