@@ -299,14 +299,7 @@ class TlsAccept(asyncio.BufferedProtocol):
         """The client sent close_notify: answer with ours, then close. A client that
         waits for it (asyncio's SSL transport, so aiokafka) otherwise sits out its
         ``ssl_shutdown_timeout`` (30 s) on every close."""
-        assert self.sslobj is not None
-        self.closing = True
-        try:
-            self.sslobj.unwrap()
-        except (ssl.SSLError, OSError):
-            pass
-        self._flush()
-        self.raw.close()
+        self.close()
 
     def set_app_reading(self, on: bool) -> None:
         if on == (not self.app_paused) or self.raw is None:
