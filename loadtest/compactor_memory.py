@@ -17,7 +17,6 @@ import asyncio
 import resource
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,8 @@ async def run(objects: int, object_mib: int) -> dict[str, Any]:
     from compactor.config import CompactorConfig
     from compactor.runner import Compactor
     from kafka_protocol.records import RecordBatchBuilder
-    from metastore import BatchToCommit, open_metastore
+    from loadtest.segments import put_segment
+    from metastore import open_metastore
     from objectstore import open_object_store
     from objectstore.segment import BatchMeta, SegmentBuilder
 
@@ -62,15 +62,8 @@ async def run(objects: int, object_mib: int) -> dict[str, Any]:
                 b.append(None, value, (), timestamp_ms=now_ms + r)
             data = b.build()
             sb.add(topic_id, i % 8, data, BatchMeta.from_record_batch(data))
-        data, entries = sb.finish()
-        key = f"l0/{uuid.uuid4().hex}"
-        await store.put(key, data)
-        await meta.commit_object(key, len(data), "bench", [
-            BatchToCommit(e.topic_id, e.partition, e.byte_pos, e.byte_len, e.record_count,
-                          e.last_offset_delta, e.base_timestamp, e.max_timestamp)
-            for e in entries
-        ])  # fmt: skip
-        del data, sb
+        await put_segment(store, meta, sb, "l0/")
+        del sb
     input_mib = objects * object_mib
     cfg = CompactorConfig(
         concurrency=1, max_inputs=objects, max_input_bytes=int(input_mib * 1.2 + 1) * MiB, l0_trigger=2,

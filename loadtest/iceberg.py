@@ -56,7 +56,7 @@ async def seed(
     """``(produced batch bytes, raw key+value bytes)``."""
     from kafka_protocol.compression import Compression
     from kafka_protocol.records import RecordBatchBuilder
-    from metastore import BatchToCommit
+    from loadtest.segments import put_segment
     from objectstore.segment import BatchMeta, SegmentBuilder
 
     produced = raw = 0
@@ -86,14 +86,7 @@ async def seed(
             data = b.build()
             produced += len(data)
             sb.add(tid, p, data, BatchMeta.from_record_batch(data))
-        body, entries = sb.finish()
-        key = f"agent/{uuid.uuid4().hex}"
-        await store.put(key, body)
-        await meta.commit_object(
-            key, len(body), "bench",
-            [BatchToCommit(e.topic_id, e.partition, e.byte_pos, e.byte_len, e.record_count,
-                           e.last_offset_delta, e.base_timestamp, e.max_timestamp) for e in entries],
-        )  # fmt: skip
+        await put_segment(store, meta, sb)
     return produced, raw
 
 

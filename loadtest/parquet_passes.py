@@ -24,7 +24,6 @@ import asyncio
 import random
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +44,8 @@ async def run(
     from compactor.runner import Compactor
     from kafka_protocol.compression import Compression
     from kafka_protocol.records import RecordBatchBuilder
-    from metastore import BatchToCommit, open_metastore
+    from loadtest.segments import put_segment
+    from metastore import open_metastore
     from objectstore import open_object_store
     from objectstore.segment import BatchMeta, SegmentBuilder
 
@@ -76,14 +76,7 @@ async def run(
                 b.append(f"k{i % 100}".encode(), value, (), timestamp_ms=clock.now + i)
             data = b.build()
             sb.add(tid, p, data, BatchMeta.from_record_batch(data))
-        data, entries = sb.finish()
-        key = f"agent/{uuid.uuid4().hex}"
-        await store.put(key, data)
-        await meta.commit_object(key, len(data), "bench", [
-            BatchToCommit(e.topic_id, e.partition, e.byte_pos, e.byte_len, e.record_count,
-                          e.last_offset_delta, e.base_timestamp, e.max_timestamp)
-            for e in entries
-        ])  # fmt: skip
+        await put_segment(store, meta, sb)
         t0 = time.process_time()
         s = await compactor.run_pass(orphans=False)
         cpu += time.process_time() - t0
