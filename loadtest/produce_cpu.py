@@ -46,30 +46,10 @@ SHAPES = {"wide": (1000, 100, 1), "narrow": (16, 16, 64)}  # partitions, per req
 
 
 def frames(topic: str, partitions: int, per_request: int, records: int, size: int) -> list[bytes]:
-    """Encoded Produce v9 requests (acks=-1), each with ``per_request`` batches of
-    ``records`` records for consecutive partitions; in turn they cover every partition."""
-    from math import gcd
+    """Encoded Produce v9 requests (acks=-1) of one shape (:data:`SHAPES`)."""
+    from loadtest.reqcost import produce_frames
 
-    from kafka_protocol.framing import RequestHeader, encode_request
-    from kafka_protocol.messages import ProduceRequest
-    from kafka_protocol.records import RecordBatchBuilder
-
-    Part = ProduceRequest.TopicProduceData.PartitionProduceData
-    now = int(time.time() * 1000)
-    out = []
-    for k in range(partitions // gcd(partitions, per_request)):
-        parts = []
-        for j in range(per_request):
-            b = RecordBatchBuilder()
-            for _ in range(records):
-                b.append(None, os.urandom(size), timestamp_ms=now)
-            parts.append(Part(index=(k * per_request + j) % partitions, records=b.build()))
-        req = ProduceRequest(
-            acks=-1, timeout_ms=30_000,
-            topic_data=[ProduceRequest.TopicProduceData(name=topic, partition_data=parts)],
-        )
-        out.append(encode_request(RequestHeader(0, 9, k, "produce-cpu"), req))
-    return out
+    return produce_frames(topic, partitions, per_request, records, size)
 
 
 def drive(port: int, fr: list[bytes], n: int, window: int, q: Any) -> None:

@@ -41,9 +41,17 @@ PARTITIONS = 16
 
 
 def _frames(size: int, acks: int, partitions: int = PARTITIONS, per_request: int = 1) -> list[bytes]:
-    """Encoded Produce v9 requests, each with ``per_request`` one-record batches for
-    consecutive partitions (mod ``partitions``); sent in turn they cover every
-    partition evenly."""
+    """This benchmark's requests: ``per_request`` one-record batches each."""
+    return produce_frames(TOPIC, partitions, per_request, 1, size, acks=acks, client_id="reqcost")
+
+
+def produce_frames(
+    topic: str, partitions: int, per_request: int, records: int, size: int, *, acks: int = -1,
+    client_id: str = "produce-cpu",
+) -> list[bytes]:
+    """Encoded Produce v9 requests, each with ``per_request`` batches of ``records``
+    random ``size``-byte records for consecutive partitions (mod ``partitions``);
+    sent in turn they cover every partition evenly."""
     from kafka_protocol.framing import RequestHeader, encode_request
     from kafka_protocol.messages import ProduceRequest
     from kafka_protocol.records import RecordBatchBuilder
@@ -55,13 +63,14 @@ def _frames(size: int, acks: int, partitions: int = PARTITIONS, per_request: int
         parts = []
         for j in range(per_request):
             b = RecordBatchBuilder()
-            b.append(None, os.urandom(size), timestamp_ms=now)
+            for _ in range(records):
+                b.append(None, os.urandom(size), timestamp_ms=now)
             parts.append(Part(index=(k * per_request + j) % partitions, records=b.build()))
         req = ProduceRequest(
             acks=acks, timeout_ms=30_000,
-            topic_data=[ProduceRequest.TopicProduceData(name=TOPIC, partition_data=parts)],
+            topic_data=[ProduceRequest.TopicProduceData(name=topic, partition_data=parts)],
         )
-        out.append(encode_request(RequestHeader(0, 9, k, "reqcost"), req))
+        out.append(encode_request(RequestHeader(0, 9, k, client_id), req))
     return out
 
 
