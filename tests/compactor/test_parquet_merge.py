@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -21,6 +22,9 @@ from objectstore import open_object_store
 from objectstore.base import ObjectStore
 from tests.compactor.helpers import Rec, commit_segment, fetch_reader, read_partition
 from tests.metastore.helpers import FakeClock
+
+if TYPE_CHECKING:
+    from compactor.iceberg import IcebergSync
 
 PASS_MS = 300_000  # a pass every 5 minutes
 CFG = CompactorConfig(
@@ -199,21 +203,32 @@ def test_groups_are_adjacent_tiered_and_aged() -> None:
     assert choose_groups(files, quiet, cfg, now) == [["a", "b", "c"], ["d", "e", "young"]]
 
 
-async def test_iceberg_rewrite_snapshot(
-    meta: Metastore, store: ObjectStore, tmp_path: Path, clock: FakeClock
-) -> None:
-    pytest.importorskip("pyiceberg")
-    from tests.compactor.test_iceberg import iceberg_for, table_rows
+async def iceberg_files_in_passes(
+    meta: Metastore, store: ObjectStore, tmp_path: Path, clock: FakeClock, name: str, parts: int
+) -> tuple[uuid.UUID, IcebergSync]:
+    """An Iceberg-enabled topic after 4 unmerged compactor passes of 5 records per
+    partition each: 4 Parquet files per partition in the table."""
+    from tests.compactor.test_iceberg import iceberg_for
 
-    res = await meta.create_topic("ice", 2, {"floe.iceberg.enable": "true"})
+    res = await meta.create_topic(name, parts, {"floe.iceberg.enable": "true"})
     assert res.topic is not None
     tid = res.topic.id
     sync = iceberg_for(meta, tmp_path)
     off = CFG.model_copy(update={"parquet_merge_enable": False})
     for seq in range(4):
-        await produce(meta, store, tid, 5, seq, clock())
+        await produce(meta, store, tid, 5, seq, clock(), parts=parts)
         await Compactor(meta, store, off, now_ms=clock, iceberg=sync).run_pass()
         clock.advance(PASS_MS)
+    return tid, sync
+
+
+async def test_iceberg_rewrite_snapshot(
+    meta: Metastore, store: ObjectStore, tmp_path: Path, clock: FakeClock
+) -> None:
+    pytest.importorskip("pyiceberg")
+    from tests.compactor.test_iceberg import table_rows
+
+    tid, sync = await iceberg_files_in_passes(meta, store, tmp_path, clock, "ice", 2)
     table = sync.catalog.load_table(sync.identifier("ice"))
     assert len(table.inspect.files()) == 8
     rows = table_rows(sync, "ice")
@@ -242,17 +257,9 @@ async def test_iceberg_crash_between_snapshot_and_swap(
     meta: Metastore, store: ObjectStore, tmp_path: Path, clock: FakeClock
 ) -> None:
     pytest.importorskip("pyiceberg")
-    from tests.compactor.test_iceberg import Crash, crash_at, iceberg_for, table_rows
+    from tests.compactor.test_iceberg import Crash, crash_at, table_rows
 
-    res = await meta.create_topic("icecrash", 1, {"floe.iceberg.enable": "true"})
-    assert res.topic is not None
-    tid = res.topic.id
-    sync = iceberg_for(meta, tmp_path)
-    off = CFG.model_copy(update={"parquet_merge_enable": False})
-    for seq in range(4):
-        await produce(meta, store, tid, 5, seq, clock(), parts=1)
-        await Compactor(meta, store, off, now_ms=clock, iceberg=sync).run_pass()
-        clock.advance(PASS_MS)
+    tid, sync = await iceberg_files_in_passes(meta, store, tmp_path, clock, "icecrash", 1)
     rows = table_rows(sync, "icecrash")
     before = await kafka_view(meta, store, tid, 1)
     on = CFG.model_copy(update={"parquet_merge_factor": 4})
