@@ -14,6 +14,9 @@ same run, alternating short rounds so that load drift hits them alike:
   each touched partition row locked and updated once, the index rows COPYed
   (since 2026-11-28 one run row per partition a group of several objects
   touched, metastore.runs; one row per batch before);
+* ``group (batch rows)``: the same path with run rows off
+  (``PostgresMetastore.run_rows``): one index row per batch, what the product
+  ran when issue 41 was filed, the baseline of its "1.5x today's path";
 * ``group (memory)``: a PROTOTYPE of the alternative, a single fenced
   sequencer holding the high watermarks in memory (the WarpStream shape): the
   same grouping and COPY, offsets from a dict, a fencing check on a lease row
@@ -57,7 +60,7 @@ from metastore.types import CommitResult, ErrorCode, ObjectCommitResult
 
 TOTAL_PARTITIONS = 1000
 ROUNDS = 4
-PATHS = ("before #18", "group commit", "group (memory)", "group (runs)", "floor")
+PATHS = ("before #18", "group commit", "group (batch rows)", "group (memory)", "group (runs)", "floor")
 _FLOOR_OFFSETS = itertools.count()  # the floor's rows only need unique offsets
 _PRODUCER_IDS = itertools.count()
 GROUP_OPTIONS: dict[str, Any] = {}  # GroupCommitter options (--max-group-objects)
@@ -203,6 +206,7 @@ def _check(results: list[CommitResult] | ObjectCommitResult) -> None:
 async def run_scenario(
     url: str,
     meta: PostgresMetastore,
+    rows_meta: PostgresMetastore | None,
     memory: MemorySequencer | None,
     runs: RunRowSequencer | None,
     topics: dict[str, uuid.UUID],
@@ -218,6 +222,7 @@ async def run_scenario(
     connections: list[asyncpg.Connection] = []
     outcomes = {p: Outcome(p) for p in PATHS}
     committer = GroupCommitter(meta, **GROUP_OPTIONS)
+    rows_committer = GroupCommitter(rows_meta, **GROUP_OPTIONS) if rows_meta is not None else None
     # the prototype commits on one connection: one group at a time
     memory_committer = GroupCommitter(memory, max_in_flight=1) if memory is not None else None
     runs_committer = GroupCommitter(runs, max_in_flight=1) if runs is not None else None
@@ -274,6 +279,11 @@ async def run_scenario(
             ],
             "floor": [await floor_worker(i) for i in range(concurrency)],
         }
+        if rows_committer is not None:
+            workers["group (batch rows)"] = [
+                group_worker(i, "group (batch rows)", rows_committer, 4 * (partitions * 100 + i) + 1)
+                for i in range(concurrency)
+            ]
         if memory_committer is not None and not idempotent:
             workers["group (memory)"] = [
                 group_worker(i, "group (memory)", memory_committer, 4 * (partitions * 100 + i) + 2)
@@ -295,6 +305,8 @@ async def run_scenario(
         for con in connections:
             await con.close()
         await committer.close()
+        if rows_committer is not None:
+            await rows_committer.close()
         if memory_committer is not None:
             await memory_committer.close()
         if runs_committer is not None:
@@ -327,6 +339,11 @@ async def bench(
         topics[path] = created.topic.id
     meta = await open_metastore(url, auto_migrate=False, pool_size=2)
     assert isinstance(meta, PostgresMetastore)
+    rows_meta: PostgresMetastore | None = None
+    if "group (batch rows)" in paths:
+        opened = await open_metastore(url, auto_migrate=False, pool_size=2)
+        assert isinstance(opened, PostgresMetastore)
+        rows_meta, opened.run_rows = opened, False
     tune_runtime()  # as `floe metastore serve` (and an agent) runs: GC threshold, switch interval
     print(
         f"floe metastore commit benchmark ({'idempotent' if idempotent else 'plain'} batches, "
@@ -346,7 +363,7 @@ async def bench(
                 runs = await RunRowSequencer(url).start()
             try:
                 outcomes = await run_scenario(
-                    url, meta, memory, runs, topics, partitions, concurrency, duration, warmup,
+                    url, meta, rows_meta, memory, runs, topics, partitions, concurrency, duration, warmup,
                     idempotent, run_id, paths,
                 )  # fmt: skip
             finally:
@@ -377,6 +394,8 @@ async def bench(
                 )
     finally:
         await meta.close()
+        if rows_meta is not None:
+            await rows_meta.close()
         await admin.close()
     return table
 

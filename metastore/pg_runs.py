@@ -50,10 +50,10 @@ class Copy(NamedTuple):
     members: list[int]
 
 
-def prepare(group: GroupCommit) -> None:
+def prepare(group: GroupCommit, run_rows: bool = True) -> None:
     """What can be done before any lock: the column arrays, and the per-batch
-    rows if the group has no run."""
-    if _packed(group) is None:
+    rows if the group has no run (none ever, without ``run_rows``)."""
+    if not run_rows or _packed(group) is None:
         group.prepare_rows()
 
 
@@ -68,11 +68,14 @@ def _packed(group: GroupCommit) -> np.ndarray | None:
     return packed if packed.any() else None
 
 
-def group_copy(group: GroupCommit, object_ids: Sequence[int], hwms: Sequence[int], now: int) -> Copy:
+def group_copy(
+    group: GroupCommit, object_ids: Sequence[int], hwms: Sequence[int], now: int, run_rows: bool = True
+) -> Copy:
     """The COPY of ``group`` at offsets ``hwms`` (per partition), with run rows
-    where they pay: see the module docstring. Run batches go from the group's
-    column arrays straight into entries; only the others get per-batch rows."""
-    packed = _packed(group)
+    where they pay (unless not ``run_rows``): see the module docstring. Run batches go
+    from the group's column arrays straight into entries; only the others get
+    per-batch rows."""
+    packed = _packed(group) if run_rows else None
     if packed is None:
         return Copy(group.copy_rows(object_ids, hwms, now), BATCH_COLUMNS, None, [])
     cols = group.columns()
