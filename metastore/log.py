@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import bindparam, delete, func, insert, or_, select, tuple_, update
+from sqlalchemy import bindparam, case, delete, func, insert, or_, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from metastore import runs
@@ -282,16 +282,25 @@ class LogMixin(SqlBase):
             .limit(max(1, max_batches))
             .subquery()
         )
+        by = inner.c.last_offset
         ordered = select(
             inner,
-            func.sum(inner.c.byte_len).over(order_by=inner.c.last_offset).label("cum"),
-            func.row_number().over(order_by=inner.c.last_offset).label("rn"),
-        ).subquery()
+            func.sum(inner.c.byte_len).over(order_by=by).label("cum"),
+            func.row_number().over(order_by=by).label("rn"),
+            case(
+                (func.first_value(inner.c.entries.is_not(None)).over(order_by=by),
+                 func.first_value(inner.c.byte_len).over(order_by=by)),
+                else_=0,
+            ).label("lead_len"),
+        ).subquery()  # fmt: skip
+        # The rows up to the one that crosses max_bytes, counting a leading run's
+        # bytes as none (some lie before ``offset``); runs.expand trims exactly.
+        w = ordered.c
         rows = list(
             await conn.execute(
-                select(ordered)
-                .where(or_(ordered.c.rn == 1, ordered.c.cum <= max_bytes))
-                .order_by(ordered.c.last_offset)
+                select(*(w[c.name] for c in inner.c))
+                .where(or_(w.rn == 1, w.cum - w.byte_len - w.lead_len < max_bytes))
+                .order_by(w.last_offset)
             )
         )
         keys = await runs.object_keys(conn, runs.run_object_ids(r.entries for r in rows))

@@ -69,15 +69,17 @@ SELECT p.log_start_offset, p.high_watermark, x.key, x.byte_pos, x.byte_len, x.ba
   LEFT JOIN LATERAL (
         SELECT o.key, w.byte_pos, w.byte_len, w.base_offset, w.last_offset, w.record_count,
                w.max_timestamp, w.append_time, w.entries
-          FROM (SELECT b.*, row_number() OVER (ORDER BY b.last_offset) AS rn,
-                       sum(b.byte_len) OVER (ORDER BY b.last_offset) AS cum
+          FROM (SELECT b.*, row_number() OVER ow AS rn, sum(b.byte_len) OVER ow AS cum,
+                       CASE WHEN first_value(b.entries IS NOT NULL) OVER ow
+                            THEN first_value(b.byte_len) OVER ow ELSE 0 END AS lead_len
                   FROM (SELECT * FROM batches
                          WHERE topic_id = p.topic_id AND partition = p.partition
                            AND last_offset >= $3
                          ORDER BY last_offset
-                         LIMIT $5) b) w
+                         LIMIT $5) b
+                WINDOW ow AS (ORDER BY b.last_offset)) w
           JOIN objects o ON o.id = w.object_id
-         WHERE w.rn = 1 OR w.cum <= $4
+         WHERE w.rn = 1 OR w.cum - w.byte_len - w.lead_len < $4
   ) x ON $3 >= p.log_start_offset AND $3 < p.high_watermark
  WHERE p.topic_id = $1 AND p.partition = $2
  ORDER BY x.last_offset
@@ -94,15 +96,17 @@ SELECT w.i, p.log_start_offset, p.high_watermark, x.key, x.byte_pos, x.byte_len,
   LEFT JOIN LATERAL (
         SELECT o.key, v.byte_pos, v.byte_len, v.base_offset, v.last_offset, v.record_count,
                v.max_timestamp, v.append_time, v.entries
-          FROM (SELECT b.*, row_number() OVER (ORDER BY b.last_offset) AS rn,
-                       sum(b.byte_len) OVER (ORDER BY b.last_offset) AS cum
+          FROM (SELECT b.*, row_number() OVER ow AS rn, sum(b.byte_len) OVER ow AS cum,
+                       CASE WHEN first_value(b.entries IS NOT NULL) OVER ow
+                            THEN first_value(b.byte_len) OVER ow ELSE 0 END AS lead_len
                   FROM (SELECT * FROM batches
                          WHERE topic_id = w.topic_id AND partition = w.partition
                            AND last_offset >= w.off
                          ORDER BY last_offset
-                         LIMIT $5) b) v
+                         LIMIT $5) b
+                WINDOW ow AS (ORDER BY b.last_offset)) v
           JOIN objects o ON o.id = v.object_id
-         WHERE v.rn = 1 OR v.cum <= w.max_bytes
+         WHERE v.rn = 1 OR v.cum - v.byte_len - v.lead_len < w.max_bytes
   ) x ON w.off >= p.log_start_offset AND w.off < p.high_watermark
  ORDER BY w.i, x.last_offset
 """

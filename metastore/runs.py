@@ -184,20 +184,19 @@ def expand(
     rows: Iterable[Sequence[Any]], keys: Mapping[int, str], offset: int, max_bytes: int, max_batches: int
 ) -> list[BatchLocation]:
     """A lookup's rows (key, byte_pos, byte_len, base, last, count, max ts, append
-    time, entries) as its answer: a run unpacked from ``offset`` on, and, when there
-    was a run, trimmed again (the SQL's byte window saw the runs' totals)."""
+    time, entries) as its answer: a run unpacked from ``offset`` on, then trimmed
+    (the lookups read up to the row that crosses ``max_bytes``, and a run's total
+    counts batches before ``offset`` and after the limit)."""
     out: list[BatchLocation] = []
-    packed = False
     for r in rows:
         if r[8] is None:
             out.append(BatchLocation(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]))
         else:
-            packed = True
             try:
                 out.extend(locations(r[8], keys, r[7], offset))
             except KeyError as e:  # read after the GC dropped it: the caller asks again
                 raise MetastoreError(f"object {e} of a run row is gone") from e
-    return trim(out, max_bytes, max(1, max_batches)) if packed else out
+    return trim(out, max_bytes, max(1, max_batches))
 
 
 def run_object_ids(entries: Iterable[bytes | memoryview | None]) -> set[int]:

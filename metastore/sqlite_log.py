@@ -55,13 +55,16 @@ def sqlite_find_many(
         elif offset == hwm:
             out.append(FindResult(ErrorCode.NONE, lso, hwm))
         else:
+            # The rows up to the one that crosses max_bytes, counting a leading run's
+            # bytes as none (some lie before ``offset``); runs.expand trims exactly.
             rows: list[Any] = []
             total = 0
             for r in db.execute(_SQLITE_FIND, (tid, partition, offset, max_batches)):
-                total += r[2]
-                if rows and total > max_bytes:
+                if rows and total >= max_bytes:
                     break
                 rows.append(r)
+                if len(rows) > 1 or r[8] is None:
+                    total += r[2]
             found = runs.expand(rows, keys, offset, max_bytes, max_batches)
             out.append(FindResult(ErrorCode.NONE, lso, hwm, found))
     return out

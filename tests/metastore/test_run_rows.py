@@ -5,6 +5,8 @@ directly (``runify``, what a group commit of several objects writes on
 Postgres), and lookups, ListOffsets, the compactor's queries and swap,
 retention and the GC must answer exactly as they did over one row per batch.
 On Postgres the group commit itself must write runs, and the same holds.
+Runs of 1, 2 and many batches; the Spark source's read plans; a transaction's
+aborted range beside runs (a group never packs a transactional batch).
 """
 
 from __future__ import annotations
@@ -21,12 +23,14 @@ from metastore import schema as s
 from metastore.types import (
     EARLIEST_TIMESTAMP,
     MAX_TIMESTAMP,
+    BatchLocation,
     BatchToCommit,
     ErrorCode,
     NewObject,
     StoredBatch,
 )
-from tests.metastore.helpers import FakeClock
+from spark_source.plan import covering, spans_for
+from tests.metastore.helpers import FakeClock, batch
 
 E = ErrorCode
 B = s.batches.c
@@ -53,21 +57,31 @@ def _objects(topic: uuid.UUID, partitions: int, objects: int, per_partition: int
     return out
 
 
-async def runify(ms: Metastore, topic: uuid.UUID, partition: int) -> None:
-    """Pack every plain row of a partition into one run row (as a group commit of
-    several objects writes it), head = the first object, run_head on each."""
+async def runify(
+    ms: Metastore, topic: uuid.UUID, partition: int, offsets: tuple[int, int] = (0, 1 << 62)
+) -> None:
+    """Pack every plain, non-transactional row of a partition (with base offsets in
+    ``offsets``, a stretch of consecutive batches) into one run row, as a group
+    commit of several objects writes it: head = the first object, run_head on each."""
     async with ms._write() as conn:  # type: ignore[attr-defined]
         rows = list(
             await conn.execute(
-                select(s.batches).where(B.topic_id == topic, B.partition == partition, B.entries.is_(None))
+                select(s.batches).where(
+                    B.topic_id == topic, B.partition == partition, B.entries.is_(None),
+                    B.is_transactional.is_(False), B.base_offset >= offsets[0], B.base_offset < offsets[1],
+                )
             )
-        )
+        )  # fmt: skip
         rows.sort(key=lambda r: r.last_offset)
         e = np.zeros(len(rows), dtype=runs.ENTRY)
         for name in runs.ENTRY.names or ():
             e[name] = [getattr(r, name) for r in rows]
         ids = sorted({r.object_id for r in rows})
-        await conn.execute(delete(s.batches).where(B.topic_id == topic, B.partition == partition))
+        await conn.execute(
+            delete(s.batches).where(
+                B.topic_id == topic, B.partition == partition, B.last_offset.in_([r.last_offset for r in rows])
+            )
+        )
         run = {
             "topic_id": topic, "partition": partition, "last_offset": rows[-1].last_offset,
             "base_offset": rows[0].base_offset, "object_id": ids[0], "byte_pos": 0,
@@ -98,15 +112,23 @@ async def _answers(ms: Metastore, topic: uuid.UUID, partition: int, hwm: int) ->
     for ts in (0, 9_990, 10_003, 10_050, 10_120, 10_200, 99_999, MAX_TIMESTAMP, EARLIEST_TIMESTAMP):
         for since in (0, 1, 7, hwm // 2, hwm):
             out.append(await ms.list_offsets(topic, partition, ts, from_offset=since))
+    # what the Spark source plans for every offset range (spark_source.plan)
+    every = (await ms.find_batches(topic, partition, 0, 1 << 30, 10_000)).batches
+    for start in range(hwm):
+        for end in range(start + 1, hwm + 1):
+            out.append(spans_for(covering(every, start, end), start, end))
     return out
 
 
-async def test_run_rows_answer_as_batch_rows(ms: Metastore, clock: FakeClock) -> None:
+@pytest.mark.parametrize(("objects", "per_partition"), [(1, 1), (1, 2), (3, 4)], ids=["1", "2", "many"])
+async def test_run_rows_answer_as_batch_rows(
+    ms: Metastore, clock: FakeClock, objects: int, per_partition: int
+) -> None:
     created = await ms.create_topic("runs", 2, {})
     assert created.topic is not None
     t = created.topic.id
     # one object per commit: one row per batch on every metastore
-    for o in _objects(t, 2, 3, 4):
+    for o in _objects(t, 2, objects, per_partition):
         (res,) = await ms.commit_objects([o])
         assert all(r.error is E.NONE for r in res.results)
     hwm = (await ms.find_batches(t, 0, 0, 1)).high_watermark
@@ -114,13 +136,60 @@ async def test_run_rows_answer_as_batch_rows(ms: Metastore, clock: FakeClock) ->
     await runify(ms, t, 0)
     assert await _run_rows(ms) == 1
     assert await _answers(ms, t, 0, hwm) == before
-    # the log start inside the run (which retention keeps): the same answers
-    assert (await ms.delete_records(t, 1, 5)).error is E.NONE
+    # DeleteRecords splits the run (the log start inside it, which retention keeps):
+    # the same answers
+    assert (await ms.delete_records(t, 1, hwm // 2)).error is E.NONE
     before = await _answers(ms, t, 1, hwm)
     await runify(ms, t, 1)
     assert (await ms.enforce_retention(t, 1)).removed_batches == 0
     assert await _run_rows(ms) == 2
     assert await _answers(ms, t, 1, hwm) == before
+
+
+async def test_aborted_transaction_beside_runs(ms: Metastore, clock: FakeClock) -> None:
+    """Plain batches packed in runs before and after an aborted transaction's
+    batches and marker (which stay rows of their own): the last stable offset, the
+    aborted range and every lookup are what they were over one row per batch."""
+    created = await ms.create_topic("runs", 1, {})
+    assert created.topic is not None
+    t = created.topic.id
+    r = await ms.txn_init("tx", 60_000)
+    assert r.txn is not None
+    pid, ep = r.txn.producer_id, r.txn.producer_epoch
+
+    async def append(*batches: BatchToCommit) -> int:
+        results = await ms.commit_object(f"obj/{uuid.uuid4()}", 1000, "a1", list(batches))
+        assert all(x.error is E.NONE for x in results), results
+        return results[0].base_offset
+
+    for _ in range(3):
+        await append(batch(t, 0, 2))  # offsets 0-5
+    assert (await ms.txn_add_partitions("tx", pid, ep, [(t, 0)])).error is E.NONE
+    first = await append(batch(t, 0, 2, pid=pid, epoch=ep, seq=0)._replace(is_transactional=True))
+    await append(batch(t, 0, 1))  # another producer, inside the open transaction's range
+    await append(batch(t, 0, 2, pid=pid, epoch=ep, seq=2)._replace(is_transactional=True))
+    assert (await ms.txn_prepare_end("tx", pid, ep, False)).error is E.NONE
+    marker = await append(batch(t, 0, 1, pid=pid, epoch=ep, seq=-1)._replace(is_transactional=True))
+    assert (await ms.txn_complete("tx", pid, ep, [(t, 0, marker)])).error is E.NONE
+    for _ in range(2):
+        await append(batch(t, 0, 3))
+    hwm = (await ms.find_batches(t, 0, 0, 1)).high_watermark
+
+    async def view() -> tuple[object, ...]:
+        (v,) = await ms.stable_offsets([(t, 0, 0)])
+        return (v.last_stable_offset, v.high_watermark, v.aborted)
+
+    state = await view()
+    assert state == (hwm, hwm, [(pid, first, marker)])
+    before = await _answers(ms, t, 0, hwm)
+    await runify(ms, t, 0, (0, first))
+    await runify(ms, t, 0, (marker + 1, hwm))
+    assert await _run_rows(ms) == 2
+    assert await view() == state
+    assert await _answers(ms, t, 0, hwm) == before
+    got = (await ms.find_batches(t, 0, 0, 1 << 30, 10_000)).batches
+    assert [b.base_offset for b in got] == sorted(b.base_offset for b in got)
+    assert len(got) == 3 + 4 + 2 and all(isinstance(b, BatchLocation) for b in got)
 
 
 async def test_compactor_and_gc_over_run_rows(ms: Metastore, clock: FakeClock) -> None:
