@@ -309,12 +309,8 @@ class CompactionMixin(SqlBase):
         ``last_offset`` are removed (e.g. a compacted batch that kept no record).
         """
         now = self.now_ms()
-        if (
-            self.dialect == "sqlite"
-            and not parquet_files
-            and sqlite_swap.is_move(expected, replacements)
-        ):
-            moved = await self._sqlite_move(expected, replacements, new_objects, now)
+        if not parquet_files and sqlite_swap.is_move(expected, replacements):
+            moved = await self._move(expected, replacements, new_objects, now)
             if moved is not None:
                 return moved
         by_key = {o.key: o for o in new_objects}
@@ -424,15 +420,18 @@ class CompactionMixin(SqlBase):
                 await self._insert_compacted_object(conn, o, now, live=False)
         return SwapResult(False, message)
 
-    async def _sqlite_move(
+    async def _move(
         self,
         expected: Sequence[StoredBatch],
         replacements: Sequence[StoredBatch],
         new_objects: Sequence[NewObject],
         now: int,
     ) -> SwapResult | None:
-        """A pure move on SQLite in one call on the writer's thread (metastore.sqlite_swap);
-        None when a run row is involved (the general path does it)."""
+        """A pure move on SQLite in one call on the writer's thread (metastore.sqlite_swap;
+        Postgres overrides it, metastore.pg_swap); None when a run row is involved or
+        there is no such path (the general path does it)."""
+        if self.dialect != "sqlite":
+            return None
         try:
             done: SwapResult = await self._write_raw(
                 sqlite_swap.sqlite_move,

@@ -31,6 +31,7 @@ import asyncpg
 from metastore import runs
 from metastore.base import Clock
 from metastore.commit_order import CommitTurn
+from metastore.compaction import COMPACTOR_AGENT_ID
 from metastore.engine import asyncpg_dsn, create_engine
 from metastore.expected_hwm import ExpectedWatermarks
 from metastore.log import DEFAULT_MAX_BATCHES
@@ -43,16 +44,21 @@ from metastore.pg_group import (
 )
 from metastore.pg_reads import CONNECTION_ERRORS, PgReadsMixin
 from metastore.pg_runs import HEADS_SQL, Copy, group_copy, prepare
+from metastore.pg_swap import pg_move
 from metastore.sql import SqlMetastore
+from metastore.sqlite_swap import Conflict, NotAMove
 from metastore.types import (
     BatchToCommit,
     CommitResult,
     ErrorCode,
     FindResult,
     MetastoreError,
+    NewObject,
     ObjectAlreadyCommittedError,
     ObjectCommitResult,
     ObjectToCommit,
+    StoredBatch,
+    SwapResult,
 )
 
 COMMIT_SQL = (
@@ -392,6 +398,24 @@ class PostgresMetastore(PgReadsMixin, SqlMetastore):
                 )
             ]
         )
+
+    async def _move(
+        self,
+        expected: Sequence[StoredBatch],
+        replacements: Sequence[StoredBatch],
+        new_objects: Sequence[NewObject],
+        now: int,
+    ) -> SwapResult | None:
+        """A pure move without partition locks (metastore.pg_swap); None when a run
+        row is involved (the general path does it)."""
+        try:
+            async with self._acquire() as con:
+                async with con.transaction():
+                    return await pg_move(con, expected, replacements, new_objects, COMPACTOR_AGENT_ID, now)
+        except NotAMove:
+            return None
+        except (Conflict, asyncpg.DeadlockDetectedError) as e:
+            return await self._conflicted(new_objects, now, str(e))
 
     async def find_batches_many(
         self, wants: Sequence[tuple[uuid.UUID, int, int, int]], max_batches: int = DEFAULT_MAX_BATCHES
