@@ -31,34 +31,55 @@ from __future__ import annotations
 import uuid
 from bisect import bisect_right
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from metastore.log import DEFAULT_MAX_BATCHES
-from metastore.runs import trim
 from metastore.types import BatchLocation
 
 if TYPE_CHECKING:
     from agent.clock import Clock
     from metastore import BatchToCommit, CommitResult
 
+# One batch of a chain: (base offset, when it was acknowledged, then the object key,
+# the batch and its result as the commit gave them). Its BatchLocation is built when
+# a Fetch is first answered from it (find), then kept in their place: at 1,000
+# partitions a commit carries ~1 record per batch, and the frozen dataclass's
+# construction was paid per KiB produced, for batches most often never read from here.
+_Entry = tuple[int, float, "str | BatchLocation", "BatchToCommit | None", "CommitResult | None"]
+_BASE, _TIME = itemgetter(0), itemgetter(1)
+
+
+def _location(ents: list[_Entry], j: int) -> BatchLocation:
+    """``ents[j]``'s location, built once."""
+    base, t, loc, b, r = ents[j]
+    if isinstance(loc, BatchLocation):
+        return loc
+    assert b is not None and r is not None
+    loc = BatchLocation(
+        loc, b.byte_pos, b.byte_len, base, base + b.last_offset_delta, b.record_count, b.max_timestamp,
+        r.log_append_time_ms,
+    )  # fmt: skip
+    ents[j] = (base, t, loc, None, None)
+    return loc
+
+
 class _Chain:
     """One partition's batches at consecutive offsets, oldest first."""
 
-    __slots__ = ("end", "lasts", "locs", "times")
+    __slots__ = ("end", "ents")
 
     def __init__(self) -> None:
-        self.locs: list[BatchLocation] = []
-        self.lasts: list[int] = []  # last offsets, for bisect
-        self.times: list[float] = []  # when each was acknowledged (monotonic)
+        self.ents: list[_Entry] = []
         self.end = -1  # the offset after the last batch
 
     def trim(self, oldest: float, keep: int) -> int:
-        """Drop the batches acknowledged before ``oldest`` and all but the last
+        """Drop the batches acknowledged at or before ``oldest`` and all but the last
         ``keep``; how many were dropped."""
-        cut = bisect_right(self.times, oldest)
-        cut = max(cut, len(self.locs) - keep)
+        ents = self.ents
+        cut = bisect_right(ents, oldest, max(len(ents) - keep, 0), key=_TIME)
         if cut > 0:
-            del self.locs[:cut], self.lasts[:cut], self.times[:cut]
+            del ents[:cut]
         return cut
 
 
@@ -70,7 +91,8 @@ class TailIndex:
         self._ttl = ttl_ms / 1000.0
         self._max = max_batches
         self._per_partition = per_partition
-        self._chains: dict[tuple[uuid.UUID, int], _Chain] = {}
+        # Keyed by the topic id's int (a plain slot; UUID.__hash__ is Python code, paid per batch).
+        self._chains: dict[tuple[int, int], _Chain] = {}
         self._size = 0
         self.hits = 0  # answers served (tests, metrics)
 
@@ -84,6 +106,9 @@ class TailIndex:
             return  # (an object committed before, by an earlier attempt: no results)
         now = self._clock.monotonic()
         oldest = now - self._ttl
+        # A chain is trimmed of expired batches once its oldest is half a ttl past
+        # expiry, not at every commit: find never serves an expired batch anyway.
+        stale = oldest - self._ttl / 2
         keep = self._per_partition
         chains = self._chains
         added = 0
@@ -91,24 +116,20 @@ class TailIndex:
             base = r.base_offset
             if r.error or base < 0:  # (ErrorCode.NONE is 0)
                 continue
-            pk = (b.topic_id, b.partition)
+            pk = (b.topic_id.int, b.partition)
             c = chains.get(pk)
             if c is None:
                 c = chains[pk] = _Chain()
-            if base < c.end:
-                continue  # a duplicate: its original is already in the chain, or older
-            if base > c.end:  # a gap: another writer committed in between
-                added -= len(c.locs)
-                c.locs, c.lasts, c.times = [], [], []
-            last = base + b.last_offset_delta
-            c.locs.append(BatchLocation(
-                key, b.byte_pos, b.byte_len, base, last, b.record_count, b.max_timestamp, r.log_append_time_ms,
-            ))  # fmt: skip
-            c.lasts.append(last)
-            c.times.append(now)
-            c.end = last + 1
+            elif base != c.end:
+                if base < c.end:
+                    continue  # a duplicate: its original is already in the chain, or older
+                added -= len(c.ents)  # a gap: another writer committed in between
+                c.ents = []
+            ents = c.ents
+            ents.append((base, now, key, b, r))
+            c.end = base + b.last_offset_delta + 1
             added += 1
-            if c.times[0] < oldest or len(c.times) > keep:
+            if ents[0][1] < stale or len(ents) > keep:
                 added -= c.trim(oldest, keep)
         self._size += added
         if self._size > self._max:
@@ -120,21 +141,29 @@ class TailIndex:
         """The batches from the one holding ``offset`` on, while they fit in
         ``max_bytes`` (the first always), as the metastore's lookup answers (``runs.trim``); None
         when the chain does not hold ``offset`` (or it lies below ``log_start``)."""
-        c = self._chains.get((topic_id, partition))
-        if c is None or not c.locs or offset >= c.end or offset < log_start:
+        c = self._chains.get((topic_id.int, partition))
+        if c is None or offset >= c.end or offset < log_start:
             return None
-        i = bisect_right(c.lasts, offset - 1)  # the first batch whose last offset >= offset
-        if i >= len(c.locs) or c.locs[i].base_offset > offset:
-            return None
-        if c.times[i] < self._clock.monotonic() - self._ttl:
+        ents = c.ents
+        # The batch holding ``offset``: the last to start at or before it (no gaps in a chain).
+        i = bisect_right(ents, offset, key=_BASE) - 1
+        if i < 0 or ents[i][1] < self._clock.monotonic() - self._ttl:
             return None
         self.hits += 1
-        return trim(c.locs[i : i + DEFAULT_MAX_BATCHES], max_bytes, DEFAULT_MAX_BATCHES)
+        out: list[BatchLocation] = []
+        total = 0
+        for j in range(i, min(len(ents), i + DEFAULT_MAX_BATCHES)):
+            loc = _location(ents, j)
+            total += loc.byte_len
+            if out and total > max_bytes:
+                break
+            out.append(loc)
+        return out
 
     def forget(self, topic_id: uuid.UUID, partition: int) -> None:
-        c = self._chains.pop((topic_id, partition), None)
+        c = self._chains.pop((topic_id.int, partition), None)
         if c is not None:
-            self._size -= len(c.locs)
+            self._size -= len(c.ents)
 
     def clear(self) -> None:
         self._chains.clear()

@@ -9,7 +9,7 @@ import agent.fetch.lookup as fetch_lookup
 import agent.fetch.width as fetch_width
 from agent.clock import ManualClock
 from agent.fetch.tail_index import TailIndex
-from metastore.types import BatchToCommit, CommitResult, ErrorCode
+from metastore.types import BatchLocation, BatchToCommit, CommitResult, ErrorCode
 from tests.agent.test_fetch_protocol import fetch, make_topic, produce_batch
 from tests.agent.test_fetch_width import _answer, count_calls, per_partition_answer
 
@@ -79,6 +79,19 @@ def test_memory_is_bounded():
     assert t.find(T, 0, 5, 1 << 20, 0) is None
     t.committed("o2", [_batch(p, 0) for p in range(1, 60)], [_ok(0)] * 59)  # over 50 in all: cleared
     assert t.find(T, 0, 9, 1 << 20, 0) is None and t.find(T, 1, 0, 1 << 20, 0) is None
+
+
+def test_answers_carry_the_commit_and_topics_are_apart():
+    t = TailIndex(ManualClock(), ttl_ms=1000)
+    u = uuid.UUID(int=8)
+    other = BatchToCommit(u, 0, 300, 50, 1, 0, 0, 6, -1, -1, -1, False)
+    t.committed("o1", [_batch(0, 100, 2, size=70), other], [_ok(3), CommitResult(ErrorCode.NONE, 0, 9, 0)])
+    want = [BatchLocation("o1", 100, 70, 3, 4, 2, 5, 1)]
+    assert t.find(T, 0, 4, 1 << 20, 0) == want
+    assert t.find(uuid.UUID(int=7), 0, 3, 1, 0) == want  # (asked again, by an equal id)
+    assert t.find(u, 0, 0, 1 << 20, 0) == [BatchLocation("o1", 300, 50, 0, 0, 1, 6, 9)]
+    t.forget(T, 0)
+    assert t.find(T, 0, 3, 1 << 20, 0) is None and t.find(u, 0, 0, 1 << 20, 0) is not None
 
 
 def test_wide_fetch_at_the_tail_needs_no_batch_lookup(floe_agent, monkeypatch):
