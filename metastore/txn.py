@@ -36,6 +36,7 @@ from metastore import schema as s
 from metastore.base import chunks
 from metastore.groups import GroupsMixin
 from metastore.registry import MAX_PRODUCER_EPOCH, RegistryMixin
+from metastore.sqlite_stable import sqlite_plain_stable_offsets
 from metastore.types import (
     TXN_COMPLETE_ABORT,
     TXN_COMPLETE_COMMIT,
@@ -534,6 +535,10 @@ class TxnMixin(RegistryMixin, GroupsMixin):
         p, tp, a = s.partitions.c, s.txn_partitions.c, s.aborted_txns.c
         out: list[StableOffsets] = []
         async with self._read() as conn:
+            if conn.dialect.name == "sqlite":
+                plain = await sqlite_plain_stable_offsets(conn, partitions)
+                if plain is not None:
+                    return plain
             hwms: dict[PartitionRef, int] = {}
             open_txns: dict[PartitionRef, list[tuple[int, int]]] = {}
             # Which partitions have any aborted range at all (usually none: then
