@@ -32,6 +32,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, NamedTuple
 
 from metastore.types import (
@@ -91,57 +92,93 @@ def plan_commit(
 ) -> CommitPlan:
     """Decide every batch in order; mutates ``partitions`` and ``producers`` to the
     state to write back (producer lists: oldest first, at most 5 entries)."""
+    by_int = {(t.int, p): state for (t, p), state in partitions.items()}
+    return plan_commit_by_int(batches, by_int, producers, now_ms)
+
+
+def plan_commit_by_int(
+    batches: Sequence[BatchToCommit],
+    partitions: Mapping[tuple[int, int], PartitionState],
+    producers: MutableMapping[ProducerKey, list[ProducerBatch]],
+    now_ms: int,
+) -> CommitPlan:
+    """:func:`plan_commit` with the partitions keyed by ``(topic_id.int, partition)``.
+
+    The loop runs once per batch (~1 per partition at width, ~1,400 per commit),
+    on the SQLite writer thread holding the GIL: ``UUID.__hash__`` is Python code,
+    so partitions are looked up by the id's int, and a batch without a producer
+    id (most of them) takes no other call than its result's construction."""
     plan = CommitPlan(results=[])
     results = plan.results
-    for index, batch in enumerate(batches):
-        state = partitions.get((batch.topic_id, batch.partition))
+    append = results.append
+    refused: list[int] = []  # indexes of the batches not stored (rare)
+    get = partitions.get
+    new = tuple.__new__  # CommitResult(...) without the namedtuple's Python __new__
+    ok = ErrorCode.NONE
+    for batch in batches:
+        topic_id, partition, _, byte_len, _, delta, _, _, producer_id, _, _, _ = batch
+        state = get((topic_id.int, partition))
         if state is None:
-            results.append(CommitResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, now_ms, -1))
+            refused.append(len(results))
+            append(CommitResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, now_ms, -1))
             continue
         base = state.high_watermark
-        last = base + batch.last_offset_delta
-        if batch.producer_id >= 0 and batch.base_sequence < 0:
-            # A transaction marker (control batch; data batches of producers always
-            # carry a sequence): always accepted; a newer epoch (a bump by the
-            # coordinator) becomes the producer's state here, fencing the old one,
-            # and the next batch of the new epoch starts at sequence 0.
-            key = (batch.topic_id, batch.partition, batch.producer_id)
-            entries = producers.setdefault(key, [])
-            if not entries or entries[-1].producer_epoch < batch.producer_epoch:
-                entries[:] = [ProducerBatch(batch.producer_epoch, -1, -1, base, last, now_ms)]
-                plan.touched_producers.add(key)
-        elif batch.producer_id >= 0:
-            key = (batch.topic_id, batch.partition, batch.producer_id)
-            entries = producers.setdefault(key, [])
-            outcome = _check_producer(batch, entries)
-            if not isinstance(outcome, ErrorCode):  # a duplicate
-                results.append(
-                    CommitResult(ErrorCode.NONE, outcome, now_ms, state.log_start_offset)
-                )
+        if producer_id >= 0:
+            outcome = _producer_step(batch, state, producers, plan.touched_producers, now_ms)
+            if outcome is not None:
+                refused.append(len(results))
+                append(outcome)
                 continue
-            if outcome is not ErrorCode.NONE:
-                results.append(CommitResult(outcome, -1, now_ms, state.log_start_offset))
-                continue
-            if entries and entries[-1].producer_epoch != batch.producer_epoch:
-                entries.clear()  # epoch bump: the old epoch's state is gone
-            entries.append(
-                ProducerBatch(
-                    batch.producer_epoch,
-                    batch.base_sequence,
-                    last_sequence(batch.base_sequence, batch.last_offset_delta),
-                    base,
-                    last,
-                    now_ms,
-                )
-            )
-            del entries[:-PRODUCER_STATE_BATCHES]
-            plan.touched_producers.add(key)
-        state.high_watermark = last + 1
-        state.added_bytes += batch.byte_len
+        state.high_watermark = base + delta + 1
+        state.added_bytes += byte_len
         state.changed = True
-        plan.accepted.add(index)
-        results.append(CommitResult(ErrorCode.NONE, base, now_ms, state.log_start_offset))
+        append(new(CommitResult, (ok, base, now_ms, state.log_start_offset)))
+    plan.accepted = set(range(len(results))).difference(refused)
     return plan
+
+
+def _producer_step(
+    batch: BatchToCommit,
+    state: PartitionState,
+    producers: MutableMapping[ProducerKey, list[ProducerBatch]],
+    touched: set[ProducerKey],
+    now_ms: int,
+) -> CommitResult | None:
+    """A batch with a producer id: its result when it is not stored (a duplicate or
+    an error), else ``None`` after recording it in the producer's state."""
+    base = state.high_watermark
+    last = base + batch.last_offset_delta
+    key = (batch.topic_id, batch.partition, batch.producer_id)
+    entries = producers.setdefault(key, [])
+    if batch.base_sequence < 0:
+        # A transaction marker (control batch; data batches of producers always
+        # carry a sequence): always accepted; a newer epoch (a bump by the
+        # coordinator) becomes the producer's state here, fencing the old one,
+        # and the next batch of the new epoch starts at sequence 0.
+        if not entries or entries[-1].producer_epoch < batch.producer_epoch:
+            entries[:] = [ProducerBatch(batch.producer_epoch, -1, -1, base, last, now_ms)]
+            touched.add(key)
+        return None
+    outcome = _check_producer(batch, entries)
+    if not isinstance(outcome, ErrorCode):  # a duplicate
+        return CommitResult(ErrorCode.NONE, outcome, now_ms, state.log_start_offset)
+    if outcome is not ErrorCode.NONE:
+        return CommitResult(outcome, -1, now_ms, state.log_start_offset)
+    if entries and entries[-1].producer_epoch != batch.producer_epoch:
+        entries.clear()  # epoch bump: the old epoch's state is gone
+    entries.append(
+        ProducerBatch(
+            batch.producer_epoch,
+            batch.base_sequence,
+            last_sequence(batch.base_sequence, batch.last_offset_delta),
+            base,
+            last,
+            now_ms,
+        )
+    )
+    del entries[:-PRODUCER_STATE_BATCHES]
+    touched.add(key)
+    return None
 
 
 def _check_producer(batch: BatchToCommit, entries: list[ProducerBatch]) -> ErrorCode | int:
@@ -211,21 +248,34 @@ def group_outcome(
     plan: CommitPlan,
     make_row: Callable[[BatchToCommit, int, int, int], Any],
     now_ms: int,
+    make_rows: Callable[[Sequence[BatchToCommit], list[int], int, int], list[Any]] | None = None,
 ) -> tuple[list[ObjectCommitResult], list[Any]]:
     """Each object's results, and the batch rows to store (``make_row(batch, base
-    offset, object id, now)``) once the objects are registered as ``object_ids``."""
+    offset, object id, now)``) once the objects are registered as ``object_ids``.
+    ``make_rows(batches, base offsets, object id, now)``, when given, makes the rows
+    of a group whose batches are all stored (the usual case) in one call per object
+    rather than one per batch."""
     accepted = plan.accepted
     results = plan.results
+    every = len(accepted) == len(results)  # no membership test per batch (the usual case)
     out: list[ObjectCommitResult] = []
     rows: list[Any] = []
     for span, object_id in zip(spans, object_ids, strict=True):
         if span is None or object_id is None:
             out.append(ObjectCommitResult([], already_committed=True))
             continue
-        rows.extend(
-            make_row(batches[i], results[i].base_offset, object_id, now_ms)
-            for i in range(span.start, span.end)
-            if i in accepted
-        )
-        out.append(ObjectCommitResult(results[span.start : span.end]))
+        mine = results[span.start : span.end]
+        if every:
+            bases = [r.base_offset for r in mine]
+            if make_rows is not None:
+                rows += make_rows(batches[span.start : span.end], bases, object_id, now_ms)
+            else:
+                rows += map(make_row, batches[span.start : span.end], bases, repeat(object_id), repeat(now_ms))
+        else:
+            rows.extend(
+                make_row(batches[i], results[i].base_offset, object_id, now_ms)
+                for i in range(span.start, span.end)
+                if i in accepted
+            )
+        out.append(ObjectCommitResult(mine))
     return out, rows

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -156,13 +156,36 @@ def insert_batches_sql(rows: list[tuple[Any, ...]]) -> Iterator[tuple[str, tuple
         yield sql, tuple(itertools.chain.from_iterable(chunk))
 
 
-def batch_tuple(batch: BatchToCommit, base: int, object_id: int, now: int) -> tuple[Any, ...]:
-    """The row of :func:`metastore.log._batch_row` as SQLite stores it (a Uuid is its 32-digit hex)."""
-    return (
-        f"{batch.topic_id.int:032x}",  # UUID.hex without its Python frame (one row per batch)
-        batch.partition, base + batch.last_offset_delta, base, object_id,
-        batch.byte_pos, batch.byte_len, batch.record_count, batch.base_timestamp,
-        batch.max_timestamp, now, batch.producer_id, batch.producer_epoch, batch.base_sequence,
-        int(batch.is_transactional),
-    )
+_HEX: dict[int, str] = {}  # a topic id's hex by its int: the row's first column
 
+
+def _hex(topic_int: int) -> str:
+    if len(_HEX) >= 4096:  # topics come and go: a bound, not an eviction policy
+        _HEX.clear()
+    _HEX[topic_int] = hexed = f"{topic_int:032x}"
+    return hexed
+
+
+def batch_tuple(batch: BatchToCommit, base: int, object_id: int, now: int) -> tuple[Any, ...]:
+    """The row of :func:`metastore.log._batch_row` as SQLite stores it (a Uuid is its
+    32-digit hex; the id's hex is cached, ``UUID.hex`` is a Python frame)."""
+    t, partition, pos, size, count, delta, base_ts, max_ts, pid, epoch, seq, txn = batch
+    return (
+        _HEX.get(t.int) or _hex(t.int), partition, base + delta, base, object_id, pos, size, count,
+        base_ts, max_ts, now, pid, epoch, seq, int(txn),
+    )  # fmt: skip
+
+
+def batch_rows(
+    batches: Sequence[BatchToCommit], bases: Iterable[int], object_id: int, now: int
+) -> list[tuple[Any, ...]]:
+    """:func:`batch_tuple` of each batch and its base offset (the same tuples, a test
+    holds them to it) in one comprehension: a commit at width stores ~1,400 rows on
+    the writer thread, and a call per row was a third of their cost."""
+    get = _HEX.get
+    return [
+        (get(t.int) or _hex(t.int), partition, base + delta, base, object_id, pos, size, count,
+         base_ts, max_ts, now, pid, epoch, seq, int(txn))
+        for (t, partition, pos, size, count, delta, base_ts, max_ts, pid, epoch, seq, txn), base
+        in zip(batches, bases, strict=True)
+    ]  # fmt: skip
