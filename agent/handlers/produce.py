@@ -275,10 +275,11 @@ async def handle(broker: Broker, ctx: RequestContext, req: ProduceRequest) -> An
 
     def finish(results: list[CommitResult]) -> ProduceResponse | None:
         for pr, res in zip(pending, results, strict=True):
-            pr.error_code = int(res.error)
-            pr.base_offset = res.base_offset
-            if res.error:
+            # A pending response's error code is still 0: only a failure sets it.
+            if err := res.error:
+                pr.error_code = int(err)
                 pr.log_append_time_ms = -1
+            pr.base_offset = res.base_offset
             pr.log_start_offset = res.log_start_offset
         if req.acks == 0:
             return None

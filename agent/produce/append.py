@@ -60,16 +60,15 @@ class Batcher(Uploader, Aborter, Withdrawer):
                 loop.call_later(self._interval, self._seal_if_open, seg)
                 if self._adaptive:
                     loop.call_later(max(0.0, self._adaptive_at(seg) - now), self._check_adaptive, seg)
-        first = len(seg.builder)
-        add = seg.builder.add
-        for it in items:
-            # No copy: the request frame is not reused, finish() copies once.
-            add(it.topic_id, it.partition, it.batch, it.meta, copy=False)
+        builder = seg.builder
+        first = len(builder)
+        # No copy: the request frame is not reused, finish() copies once.
+        builder.extend(items)
         owner = flow if withdrawable else None
         seg.waiters.append(Waiter(fut, first, len(items), reserved, flow, items, owner))
         seg.nbytes += reserved
         self._policy.appended(flow, now)
-        if seg.builder.size >= self._flush_bytes:
+        if builder.size >= self._flush_bytes:
             self.seal("size")
         elif self._adaptive and self._policy.all_blocked and now >= self._adaptive_at(seg):
             self.seal("blocked")

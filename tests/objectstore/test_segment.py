@@ -7,6 +7,7 @@ import random
 import struct
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from typing import NamedTuple
 
 import google_crc32c
 import pytest
@@ -123,6 +124,48 @@ def test_builder_partitions_are_the_distinct_pairs_added() -> None:
         sb.add(tid, part, b"x" * 70, BatchMeta(1, 0, 0, 0))
     assert sorted(sb.partitions(), key=str) == sorted([(a, 0), (a, 1), (b, 3)], key=str)
     assert SegmentBuilder().partitions() == []
+
+
+class _Row(NamedTuple):
+    topic_id: uuid.UUID
+    partition: int
+    batch: bytes | memoryview
+    meta: BatchMeta
+
+
+def test_extend_lays_out_what_add_does() -> None:
+    """The produce path adds a request's batches with one extend: the object, its
+    entries (in add order) and the announced partitions are those of add, batch by batch."""
+    rng = random.Random(7)
+    rows = [
+        _Row(rng.choice(TOPICS), rng.randrange(5), memoryview(rng.randbytes(rng.randrange(61, 200))), meta(i))
+        for i in range(80)
+    ]
+    one, bulk = SegmentBuilder(), SegmentBuilder()
+    for r in rows:
+        one.add(r.topic_id, r.partition, r.batch, r.meta, copy=False)
+    bulk.extend(rows[:30])
+    bulk.extend(iter(rows[30:]))
+    assert (len(bulk), bulk.size) == (len(one), one.size)
+    assert sorted(bulk.partitions(), key=str) == sorted(one.partitions(), key=str)
+    data, entries = bulk.finish()
+    assert (data, entries) == one.finish()
+    assert parse_footer(data, len(data)) == sorted(entries, key=lambda e: e.byte_pos)
+    for e, r in zip(entries, rows, strict=True):
+        assert (e.topic_id, e.partition, e.meta) == (r.topic_id, r.partition, r.meta)
+        assert data[e.byte_pos : e.byte_pos + e.byte_len] == r.batch
+
+
+def test_extend_refuses_what_add_refuses() -> None:
+    """A bad row raises as add would; the rows before it stay added."""
+    good = _Row(TOPICS[0], 0, b"x" * 70, meta(0))
+    for bad in (_Row(TOPICS[0], -1, b"x" * 70, meta(1)), _Row(TOPICS[0], 2**31, b"x", meta(1)),
+                _Row(TOPICS[1], 0, b"", meta(1))):
+        sb = SegmentBuilder()
+        with pytest.raises(ValueError):
+            sb.extend([good, bad, good])
+        assert len(sb) == 1 and sb.size == SegmentBuilder().size + 70 + ENTRY_SIZE
+        assert sb.finish()[1] == [SegmentEntry(TOPICS[0], 0, HEADER_SIZE, 70, *meta(0))]
 
 
 def test_empty_segment() -> None:
