@@ -25,63 +25,52 @@ Producer rules follow Kafka's ``ProducerStateManager`` / ``ProducerAppendInfo``:
 - a transaction marker (producer id set, sequence -1) is always accepted and
   leaves a newer epoch behind as the producer's state (fencing older epochs).
   Postgres commits groups holding markers through this code (``PostgresMetastore``).
+
+The per-batch loop itself is :mod:`metastore.sequencer_core` (keyed by the topic
+id's int; its names are re-exported here); this module adds ``plan_commit`` over
+UUID keys (``metastore.log``'s generic SQL commit) and the group helpers below.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
-from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, NamedTuple
 
-from metastore.types import (
-    BatchToCommit,
-    CommitResult,
-    ErrorCode,
-    ObjectCommitResult,
-    ObjectToCommit,
+from metastore.sequencer_core import (
+    INT32_MAX,
+    PRODUCER_STATE_BATCHES,
+    CommitPlan,
+    IntProducerKey,
+    PartitionState,
+    ProducerBatch,
+    in_sequence,
+    last_sequence,
+    plan_commit_by_int,
 )
+from metastore.types import BatchToCommit, ObjectCommitResult, ObjectToCommit
 
-INT32_MAX = 2**31 - 1
-PRODUCER_STATE_BATCHES = 5
+__all__ = [
+    "INT32_MAX",
+    "PRODUCER_STATE_BATCHES",
+    "CommitPlan",
+    "ObjectSpan",
+    "PartitionKey",
+    "PartitionState",
+    "ProducerBatch",
+    "ProducerKey",
+    "fresh_objects",
+    "group_outcome",
+    "in_sequence",
+    "last_sequence",
+    "object_spans",
+    "plan_commit",
+    "plan_commit_by_int",
+]
 
 PartitionKey = tuple[uuid.UUID, int]
 ProducerKey = tuple[uuid.UUID, int, int]
-
-
-def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
-    """Sequence of the batch's last record; sequences wrap from int32 max to 0."""
-    last = base_sequence + last_offset_delta
-    return last - INT32_MAX - 1 if last > INT32_MAX else last
-
-
-def in_sequence(last_seq: int, next_seq: int) -> bool:
-    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
-
-
-@dataclass(slots=True)
-class PartitionState:
-    log_start_offset: int
-    high_watermark: int
-    added_bytes: int = 0
-    changed: bool = False
-
-
-class ProducerBatch(NamedTuple):
-    producer_epoch: int
-    base_sequence: int
-    last_sequence: int
-    base_offset: int
-    last_offset: int
-    append_time: int
-
-
-@dataclass(slots=True)
-class CommitPlan:
-    results: list[CommitResult]
-    accepted: set[int] = field(default_factory=set)  # indexes of batches to store
-    touched_producers: set[ProducerKey] = field(default_factory=set)
 
 
 def plan_commit(
@@ -91,115 +80,20 @@ def plan_commit(
     now_ms: int,
 ) -> CommitPlan:
     """Decide every batch in order; mutates ``partitions`` and ``producers`` to the
-    state to write back (producer lists: oldest first, at most 5 entries)."""
+    state to write back (producer lists: oldest first, at most 5 entries; a key a
+    batch names gets a list, empty when nothing was stored). The loop is
+    :func:`metastore.sequencer_core.plan_commit_by_int` on the ids' ints."""
     by_int = {(t.int, p): state for (t, p), state in partitions.items()}
-    return plan_commit_by_int(batches, by_int, producers, now_ms)
-
-
-def plan_commit_by_int(
-    batches: Sequence[BatchToCommit],
-    partitions: Mapping[tuple[int, int], PartitionState],
-    producers: MutableMapping[ProducerKey, list[ProducerBatch]],
-    now_ms: int,
-) -> CommitPlan:
-    """:func:`plan_commit` with the partitions keyed by ``(topic_id.int, partition)``.
-
-    The loop runs once per batch (~1 per partition at width, ~1,400 per commit),
-    on the SQLite writer thread holding the GIL: ``UUID.__hash__`` is Python code,
-    so partitions are looked up by the id's int, and a batch without a producer
-    id (most of them) takes no other call than its result's construction."""
-    plan = CommitPlan(results=[])
-    results = plan.results
-    append = results.append
-    refused: list[int] = []  # indexes of the batches not stored (rare)
-    get = partitions.get
-    new = tuple.__new__  # CommitResult(...) without the namedtuple's Python __new__
-    ok = ErrorCode.NONE
-    for batch in batches:
-        topic_id, partition, _, byte_len, _, delta, _, _, producer_id, _, _, _ = batch
-        state = get((topic_id.int, partition))
-        if state is None:
-            refused.append(len(results))
-            append(CommitResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, now_ms, -1))
-            continue
-        base = state.high_watermark
-        if producer_id >= 0:
-            outcome = _producer_step(batch, state, producers, plan.touched_producers, now_ms)
-            if outcome is not None:
-                refused.append(len(results))
-                append(outcome)
-                continue
-        state.high_watermark = base + delta + 1
-        state.added_bytes += byte_len
-        state.changed = True
-        append(new(CommitResult, (ok, base, now_ms, state.log_start_offset)))
-    plan.accepted = set(range(len(results))).difference(refused)
+    ids = {t.int: t for t, _, _ in producers}
+    ids.update((b.topic_id.int, b.topic_id) for b in batches if b.producer_id >= 0)
+    mine: dict[IntProducerKey, list[ProducerBatch]] = {
+        (t.int, p, pid): entries for (t, p, pid), entries in producers.items()
+    }
+    plan = plan_commit_by_int(batches, by_int, mine, now_ms)
+    for (t, p, pid), entries in mine.items():  # the same lists, and the keys' new ones
+        producers[(ids[t], p, pid)] = entries
+    plan.touched_producers = {(ids[t], p, pid) for t, p, pid in plan.touched_producers}
     return plan
-
-
-def _producer_step(
-    batch: BatchToCommit,
-    state: PartitionState,
-    producers: MutableMapping[ProducerKey, list[ProducerBatch]],
-    touched: set[ProducerKey],
-    now_ms: int,
-) -> CommitResult | None:
-    """A batch with a producer id: its result when it is not stored (a duplicate or
-    an error), else ``None`` after recording it in the producer's state."""
-    base = state.high_watermark
-    last = base + batch.last_offset_delta
-    key = (batch.topic_id, batch.partition, batch.producer_id)
-    entries = producers.setdefault(key, [])
-    if batch.base_sequence < 0:
-        # A transaction marker (control batch; data batches of producers always
-        # carry a sequence): always accepted; a newer epoch (a bump by the
-        # coordinator) becomes the producer's state here, fencing the old one,
-        # and the next batch of the new epoch starts at sequence 0.
-        if not entries or entries[-1].producer_epoch < batch.producer_epoch:
-            entries[:] = [ProducerBatch(batch.producer_epoch, -1, -1, base, last, now_ms)]
-            touched.add(key)
-        return None
-    outcome = _check_producer(batch, entries)
-    if not isinstance(outcome, ErrorCode):  # a duplicate
-        return CommitResult(ErrorCode.NONE, outcome, now_ms, state.log_start_offset)
-    if outcome is not ErrorCode.NONE:
-        return CommitResult(outcome, -1, now_ms, state.log_start_offset)
-    if entries and entries[-1].producer_epoch != batch.producer_epoch:
-        entries.clear()  # epoch bump: the old epoch's state is gone
-    entries.append(
-        ProducerBatch(
-            batch.producer_epoch,
-            batch.base_sequence,
-            last_sequence(batch.base_sequence, batch.last_offset_delta),
-            base,
-            last,
-            now_ms,
-        )
-    )
-    del entries[:-PRODUCER_STATE_BATCHES]
-    touched.add(key)
-    return None
-
-
-def _check_producer(batch: BatchToCommit, entries: list[ProducerBatch]) -> ErrorCode | int:
-    """NONE to accept, an error code, or (an int) the base offset of the original
-    when ``batch`` duplicates one of the last 5."""
-    if not entries:
-        return ErrorCode.NONE
-    current = entries[-1]
-    if batch.producer_epoch == current.producer_epoch:
-        last_seq = last_sequence(batch.base_sequence, batch.last_offset_delta)
-        for entry in entries:
-            if entry.base_sequence == batch.base_sequence and entry.last_sequence == last_seq:
-                return entry.base_offset
-        if not in_sequence(current.last_sequence, batch.base_sequence):
-            return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
-        return ErrorCode.NONE
-    if batch.producer_epoch < current.producer_epoch:
-        return ErrorCode.INVALID_PRODUCER_EPOCH
-    if batch.base_sequence != 0:
-        return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
-    return ErrorCode.NONE
 
 
 # -- a group of objects around plan_commit (every SQL commit path) -------------------

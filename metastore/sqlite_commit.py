@@ -15,6 +15,13 @@ switch interval. At 1,000 partitions per group (~50 hops, ~2,000 row steps)
 commits averaged 0.8-0.9 s under load against ~50 ms alone. Here a group is one
 hop, and the partition and producer rows are read and written through JSON
 arrays, one step per statement.
+
+Idempotent producers (Java clients' default) add a producer entry per batch. A
+group whose idempotent batches each follow their key's sequence (nearly every
+one) is planned by :func:`metastore.sequencer_core.plan_in_order` from each key's
+newest entry, and the entries are copied from the stored batch rows in SQL: no
+Python per entry. Anything else (a retry, a gap, an epoch bump, a marker) is
+planned again over the last 5 entries by ``plan_commit_by_int``.
 """
 
 from __future__ import annotations
@@ -22,19 +29,16 @@ from __future__ import annotations
 import itertools
 import json
 import sqlite3
-import uuid
 from collections.abc import Iterable, Sequence
+from operator import itemgetter
 
-from metastore.sequencer import (
+from metastore.sequencer import fresh_objects, group_outcome, object_spans
+from metastore.sequencer_core import (
+    IntProducerKey,
     PartitionState,
     ProducerBatch,
-    ProducerKey,
-    fresh_objects,
-    group_outcome,
-    in_sequence,
-    last_sequence,
-    object_spans,
     plan_commit_by_int,
+    plan_in_order,
 )
 from metastore.sqlite_log import batch_rows, batch_tuple, insert_batches_sql
 from metastore.types import BatchToCommit, ObjectCommitResult, ObjectToCommit
@@ -85,7 +89,21 @@ SELECT json_group_array(json_array(b.topic_id, b.partition, b.producer_id, b.pro
           AND c.producer_id = json_extract(j.value, '$[2]')
         ORDER BY c.base_offset DESC LIMIT 1)
 """
-# After an in-order group: each key keeps its newest 5 entries.
+# After a lean plan, the producer entries of the group's idempotent batches, from
+# their rows (last_sequence as metastore.sequencer_core.last_sequence computes it).
+_PRODUCERS_FROM_BATCHES = """
+INSERT INTO producer_batches (topic_id, partition, producer_id, producer_epoch, base_sequence,
+                              last_sequence, base_offset, last_offset, append_time)
+SELECT b.topic_id, b.partition, b.producer_id, b.producer_epoch, b.base_sequence,
+       CASE WHEN b.base_sequence + b.last_offset - b.base_offset > 2147483647
+            THEN b.base_sequence + b.last_offset - b.base_offset - 2147483648
+            ELSE b.base_sequence + b.last_offset - b.base_offset END,
+       b.base_offset, b.last_offset, b.append_time
+  FROM json_each(?) AS j
+  JOIN batches b ON b.object_id = j.value
+ WHERE b.producer_id >= 0
+"""
+# Then each key keeps its newest 5 entries.
 _TRIM_PRODUCERS = """
 DELETE FROM producer_batches
  WHERE rowid IN (
@@ -117,20 +135,26 @@ def sqlite_commit(db: sqlite3.Connection, objects: Sequence[ObjectToCommit], now
     batches: list[BatchToCommit] = [b for o, ok in zip(objects, fresh, strict=True) if ok for b in o.batches]
     # No order needed: BEGIN IMMEDIATE holds the whole database, there are no row locks to order.
     # Keyed by the id's int: UUID.__hash__ and .hex are Python code, paid here per
-    # partition rather than per batch (~1 batch per partition per commit at width).
+    # topic rather than per batch (~1 batch per partition per commit at width).
     parts = {(b.topic_id.int, b.partition): b.topic_id for b in batches}
     topics = {t.int: t for t in parts.values()}
     hex_of = {i: t.hex for i, t in topics.items()}  # SQLite stores a Uuid as its hex
-    ids = {hex_of[i]: t for i, t in topics.items()}
-    states = _states(db, hex_of, parts)
-    keys = list({(b.topic_id, b.partition, b.producer_id) for b in batches if b.producer_id >= 0})
-    producers = _producers(db, ids, keys, _NEWEST_PRODUCERS)
-    lean = _in_order(batches, producers)
-    if not lean:  # a retry, a gap, an epoch bump, a marker: plan_commit needs the last 5
-        producers = _producers(db, ids, keys)
-    # What is stored now, by base offset (unique in a partition): plan_commit edits the lists in place.
-    stored = {k: {e.base_offset for e in v} for k, v in producers.items()}
-    plan = plan_commit_by_int(batches, states, producers, now)
+    found = _states(db, hex_of, parts)
+    states = {k: PartitionState(lso, hwm) for k, lso, hwm in found}
+    keys = list({(b.topic_id.int, b.partition, b.producer_id) for b in batches if b.producer_id >= 0})
+    keys_json = _dumps([[hex_of[t], p, pid] for t, p, pid in keys])
+    # Each key's newest entry: all a group needs whose idempotent batches each follow
+    # their key's sequence (plan_in_order), nearly every group.
+    plan = plan_in_order(batches, states, _newest(db, hex_of, keys_json) if keys else {}, now)
+    lean = plan is not None and bool(keys)
+    producers: dict[IntProducerKey, list[ProducerBatch]] = {}
+    stored: dict[IntProducerKey, set[int]] = {}
+    if plan is None:  # a retry, a gap, an epoch bump, a marker: the last 5 entries, from the start
+        states = {k: PartitionState(lso, hwm) for k, lso, hwm in found}
+        producers = _producers(db, hex_of, keys_json)
+        # What is stored now, by base offset (unique in a partition): the plan edits the lists in place.
+        stored = {k: {e.base_offset for e in v} for k, v in producers.items()}
+        plan = plan_commit_by_int(batches, states, producers, now)
     spans = object_spans(objects, fresh, plan.accepted)
     object_ids = [
         None if sp is None else _insert_object(db, o, sp.live, now) for o, sp in zip(objects, spans, strict=True)
@@ -143,32 +167,15 @@ def sqlite_commit(db: sqlite3.Connection, objects: Sequence[ObjectToCommit], now
             (hex_of[t], p, st.high_watermark, st.added_bytes) for (t, p), st in states.items() if st.changed
         ]
         db.execute(_UPDATE_PARTITIONS, (_dumps(changed),))
-    _store_producers(db, plan.touched_producers, producers, stored)
     if lean:
-        trim = [[t.hex, p, pid] for t, p, pid in plan.touched_producers if stored.get((t, p, pid))]
-        if trim:
-            db.execute(_TRIM_PRODUCERS, (_dumps(trim),))
+        # Every idempotent batch stored is its key's newest entry: copied from its row,
+        # then each key keeps its newest 5, the entries the general path leaves.
+        if rows:
+            db.execute(_PRODUCERS_FROM_BATCHES, (_dumps([i for i in object_ids if i is not None]),))
+            db.execute(_TRIM_PRODUCERS, (keys_json,))
+    else:
+        _store_producers(db, hex_of, plan.touched_producers, producers, stored)
     return out
-
-
-def _in_order(batches: Sequence[BatchToCommit], newest: dict[ProducerKey, list[ProducerBatch]]) -> bool:
-    """Whether every idempotent batch is the next of its key's sequence (same epoch,
-    following the key's newest stored entry or its previous batch in the group) or
-    its key has no state. Then plan_commit decides exactly as it would with the
-    key's last 5 entries: an in-sequence batch cannot equal an older entry (the
-    duplicate check), and it is accepted."""
-    last = {k: (v[-1].producer_epoch, v[-1].last_sequence) for k, v in newest.items()}
-    for b in batches:
-        if b.producer_id < 0:
-            continue
-        if b.base_sequence < 0:
-            return False  # a transaction marker
-        key = (b.topic_id, b.partition, b.producer_id)
-        prev = last.get(key)
-        if prev is not None and (prev[0] != b.producer_epoch or not in_sequence(prev[1], b.base_sequence)):
-            return False
-        last[key] = (b.producer_epoch, last_sequence(b.base_sequence, b.last_offset_delta))
-    return True
 
 
 def _insert_object(db: sqlite3.Connection, o: ObjectToCommit, live: bool, now: int) -> int:
@@ -187,34 +194,43 @@ def _registered(db: sqlite3.Connection, keys: list[str]) -> set[str]:
 
 def _states(
     db: sqlite3.Connection, hex_of: dict[int, str], wanted: Iterable[tuple[int, int]]
-) -> dict[tuple[int, int], PartitionState]:
-    """The states of the ``wanted`` partitions (topic id's int, partition) that exist,
-    by the same key; ``hex_of``: each topic's hex by its int."""
+) -> list[tuple[tuple[int, int], int, int]]:
+    """``(key, log start, high watermark)`` of the ``wanted`` partitions (topic id's
+    int, partition) that exist; ``hex_of``: each topic's hex by its int."""
     keys = list(wanted)
     if not keys:
-        return {}
+        return []
     (found,) = db.execute(_STATES, (_dumps([(hex_of[t], p) for t, p in keys]),)).fetchone()
-    return {keys[i]: PartitionState(lso, hwm) for i, lso, hwm in json.loads(found)}
+    return [(keys[i], lso, hwm) for i, lso, hwm in json.loads(found)]
+
+
+def _newest(db: sqlite3.Connection, hex_of: dict[int, str], keys_json: str) -> dict[IntProducerKey, tuple[int, int]]:
+    """The epoch and last sequence of the newest stored entry of each key in
+    ``keys_json`` ([[topic hex, partition, producer id], ...]) that has one."""
+    (found,) = db.execute(_NEWEST_PRODUCERS, (keys_json,)).fetchone()
+    int_of = {h: t for t, h in hex_of.items()}
+    return {(int_of[r[0]], r[1], r[2]): (r[3], r[5]) for r in json.loads(found)}
 
 
 def _producers(
-    db: sqlite3.Connection, ids: dict[str, uuid.UUID], keys: list[ProducerKey], sql: str = _PRODUCERS
-) -> dict[ProducerKey, list[ProducerBatch]]:
-    out: dict[ProducerKey, list[ProducerBatch]] = {}
-    if not keys:
-        return out
-    (found,) = db.execute(sql, (_dumps([[t.hex, p, pid] for t, p, pid in keys]),)).fetchone()
-    # The last batches of each producer in offset order (what plan_commit expects).
-    for t, p, pid, *entry in sorted(json.loads(found), key=lambda r: r[6]):
-        out.setdefault((ids[t], p, pid), []).append(ProducerBatch(*entry))
+    db: sqlite3.Connection, hex_of: dict[int, str], keys_json: str
+) -> dict[IntProducerKey, list[ProducerBatch]]:
+    """The stored entries of the keys in ``keys_json``, oldest first (what
+    plan_commit_by_int expects)."""
+    out: dict[IntProducerKey, list[ProducerBatch]] = {}
+    (found,) = db.execute(_PRODUCERS, (keys_json,)).fetchone()
+    int_of = {h: t for t, h in hex_of.items()}
+    for t, p, pid, *entry in sorted(json.loads(found), key=itemgetter(6)):
+        out.setdefault((int_of[t], p, pid), []).append(ProducerBatch(*entry))
     return out
 
 
 def _store_producers(
     db: sqlite3.Connection,
-    touched: set[ProducerKey],
-    producers: dict[ProducerKey, list[ProducerBatch]],
-    stored: dict[ProducerKey, set[int]],
+    hex_of: dict[int, str],
+    touched: set[IntProducerKey],
+    producers: dict[IntProducerKey, list[ProducerBatch]],
+    stored: dict[IntProducerKey, set[int]],
 ) -> None:
     """Write back the touched producers' last batches: delete the entries the plan
     dropped and insert the ones it added (by base offset), not all five each time -
@@ -226,11 +242,12 @@ def _store_producers(
     empty: set[int] = set()
     for key in sorted(touched):
         t, p, pid = key
+        h = hex_of[t]
         before = stored.get(key, empty)
         after = producers[key]
         kept = {e.base_offset for e in after}
-        gone += [[t.hex, p, pid, base] for base in before - kept]
-        rows += [(t.hex, p, pid, *e) for e in after if e.base_offset not in before]
+        gone += [[h, p, pid, base] for base in before - kept]
+        rows += [(h, p, pid, *e) for e in after if e.base_offset not in before]
     if gone:
         db.execute(_DELETE_PRODUCERS, (_dumps(gone),))
     row_sql = "(" + ", ".join("?" * len(_PRODUCER_COLUMNS)) + ")"
