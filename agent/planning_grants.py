@@ -44,7 +44,7 @@ from objectstore.byte_grants import Range, covered, merge_ranges
 from objectstore.errors import ObjectNotFound, ObjectStoreError, SegmentFormatError
 from objectstore.journal import JournaledStore, is_journal_key
 from objectstore.parquet import is_parquet_key
-from objectstore.segment import read_index
+from objectstore.segment_index import read_index
 
 
 class RangeRefused(Exception):

@@ -34,14 +34,8 @@ from objectstore.errors import (
 )
 from objectstore.latency import LatencyStore, parse_latency, split_latency_url
 from objectstore.retry import RetryingStore, RetryPolicy
-from objectstore.segment import (
-    BatchMeta,
-    SegmentBuilder,
-    SegmentEntry,
-    iter_segment,
-    parse_footer,
-    read_index,
-)
+from objectstore.segment import BatchMeta, SegmentBuilder, SegmentEntry
+from objectstore.segment_index import iter_segment, parse_footer, read_index
 
 __all__ = [
     "BatchMeta",

@@ -16,7 +16,8 @@ from metastore import ErrorCode, open_metastore
 from objectstore import open_object_store
 from objectstore.errors import TransientError
 from objectstore.faults import Fault, FaultyStore
-from objectstore.segment import BatchMeta, read_index
+from objectstore.segment import BatchMeta
+from objectstore.segment_index import read_index
 
 
 def batch(n: int = 3, value: bytes = b"v") -> bytes:

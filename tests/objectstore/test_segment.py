@@ -25,11 +25,8 @@ from objectstore.segment import (
     SegmentBuilder,
     SegmentEntry,
     encode_footer,
-    footer_length,
-    iter_segment,
-    parse_footer,
-    read_index,
 )
+from objectstore.segment_index import footer_length, iter_segment, parse_footer, read_index
 
 TOPICS = [uuid.UUID(int=n) for n in (0x30, 0x10, 0x20)] + [uuid.uuid4()]
 
