@@ -167,21 +167,18 @@ def _hex(topic_int: int) -> str:
 
 
 def batch_tuple(batch: BatchToCommit, base: int, object_id: int, now: int) -> tuple[Any, ...]:
-    """The row of :func:`metastore.log._batch_row` as SQLite stores it (a Uuid is its
-    32-digit hex; the id's hex is cached, ``UUID.hex`` is a Python frame)."""
-    t, partition, pos, size, count, delta, base_ts, max_ts, pid, epoch, seq, txn = batch
-    return (
-        _HEX.get(t.int) or _hex(t.int), partition, base + delta, base, object_id, pos, size, count,
-        base_ts, max_ts, now, pid, epoch, seq, int(txn),
-    )  # fmt: skip
+    """The row of :func:`metastore.log._batch_row` as SQLite stores it (one batch of
+    :func:`batch_rows`, which lays the row out)."""
+    return batch_rows((batch,), (base,), object_id, now)[0]
 
 
 def batch_rows(
     batches: Sequence[BatchToCommit], bases: Iterable[int], object_id: int, now: int
 ) -> list[tuple[Any, ...]]:
-    """:func:`batch_tuple` of each batch and its base offset (the same tuples, a test
-    holds them to it) in one comprehension: a commit at width stores ~1,400 rows on
-    the writer thread, and a call per row was a third of their cost."""
+    """The SQLite rows (:data:`_BATCH_COLUMNS`; a Uuid is its 32-digit hex, cached by
+    the id's int: ``UUID.hex`` is a Python frame) of each batch at its base offset, in
+    one comprehension: a commit at width stores ~1,400 rows on the writer thread, and
+    a call per row was a third of their cost."""
     get = _HEX.get
     return [
         (get(t.int) or _hex(t.int), partition, base + delta, base, object_id, pos, size, count,
