@@ -68,24 +68,33 @@ COMMIT_SQL = (
     "$15::integer[], $16::boolean[])"
 )
 
-FIND_SQL = """
-SELECT p.log_start_offset, p.high_watermark, x.key, x.byte_pos, x.byte_len, x.base_offset,
-       x.last_offset, x.record_count, x.max_timestamp, x.append_time, x.entries
-  FROM partitions p
-  LEFT JOIN LATERAL (
-        SELECT o.key, w.byte_pos, w.byte_len, w.base_offset, w.last_offset, w.record_count,
-               w.max_timestamp, w.append_time, w.entries
+def _lookup(topic: str, partition: str, offset: str, max_bytes: str) -> str:
+    """The batch lookup both statements below run per partition (a LATERAL
+    subquery over the outer row's ``topic``/``partition``/``offset``/``max_bytes``
+    expressions): the rows from ``offset`` on, up to the one that crosses
+    ``max_bytes``, counting a leading run's bytes as none (some lie before
+    ``offset``); ``runs.expand`` trims exactly."""
+    return f"""
+        SELECT o.key, r.byte_pos, r.byte_len, r.base_offset, r.last_offset, r.record_count,
+               r.max_timestamp, r.append_time, r.entries
           FROM (SELECT b.*, row_number() OVER ow AS rn, sum(b.byte_len) OVER ow AS cum,
                        CASE WHEN first_value(b.entries IS NOT NULL) OVER ow
                             THEN first_value(b.byte_len) OVER ow ELSE 0 END AS lead_len
                   FROM (SELECT * FROM batches
-                         WHERE topic_id = p.topic_id AND partition = p.partition
-                           AND last_offset >= $3
+                         WHERE topic_id = {topic} AND partition = {partition}
+                           AND last_offset >= {offset}
                          ORDER BY last_offset
                          LIMIT $5) b
-                WINDOW ow AS (ORDER BY b.last_offset)) w
-          JOIN objects o ON o.id = w.object_id
-         WHERE w.rn = 1 OR w.cum - w.byte_len - w.lead_len < $4
+                WINDOW ow AS (ORDER BY b.last_offset)) r
+          JOIN objects o ON o.id = r.object_id
+         WHERE r.rn = 1 OR r.cum - r.byte_len - r.lead_len < {max_bytes}"""
+
+
+FIND_SQL = f"""
+SELECT p.log_start_offset, p.high_watermark, x.key, x.byte_pos, x.byte_len, x.base_offset,
+       x.last_offset, x.record_count, x.max_timestamp, x.append_time, x.entries
+  FROM partitions p
+  LEFT JOIN LATERAL ({_lookup("p.topic_id", "p.partition", "$3", "$4")}
   ) x ON $3 >= p.log_start_offset AND $3 < p.high_watermark
  WHERE p.topic_id = $1 AND p.partition = $2
  ORDER BY x.last_offset
@@ -93,26 +102,13 @@ SELECT p.log_start_offset, p.high_watermark, x.key, x.byte_pos, x.byte_len, x.ba
 
 # FIND_SQL for many partitions in one statement: row ``i`` (1-based) of the
 # arrays is one lookup; a partition that does not exist has no row.
-FIND_MANY_SQL = """
+FIND_MANY_SQL = f"""
 SELECT w.i, p.log_start_offset, p.high_watermark, x.key, x.byte_pos, x.byte_len, x.base_offset,
        x.last_offset, x.record_count, x.max_timestamp, x.append_time, x.entries
   FROM unnest($1::uuid[], $2::int[], $3::bigint[], $4::bigint[])
        WITH ORDINALITY AS w(topic_id, partition, off, max_bytes, i)
   JOIN partitions p ON p.topic_id = w.topic_id AND p.partition = w.partition
-  LEFT JOIN LATERAL (
-        SELECT o.key, v.byte_pos, v.byte_len, v.base_offset, v.last_offset, v.record_count,
-               v.max_timestamp, v.append_time, v.entries
-          FROM (SELECT b.*, row_number() OVER ow AS rn, sum(b.byte_len) OVER ow AS cum,
-                       CASE WHEN first_value(b.entries IS NOT NULL) OVER ow
-                            THEN first_value(b.byte_len) OVER ow ELSE 0 END AS lead_len
-                  FROM (SELECT * FROM batches
-                         WHERE topic_id = w.topic_id AND partition = w.partition
-                           AND last_offset >= w.off
-                         ORDER BY last_offset
-                         LIMIT $5) b
-                WINDOW ow AS (ORDER BY b.last_offset)) v
-          JOIN objects o ON o.id = v.object_id
-         WHERE v.rn = 1 OR v.cum - v.byte_len - v.lead_len < w.max_bytes
+  LEFT JOIN LATERAL ({_lookup("w.topic_id", "w.partition", "w.off", "w.max_bytes")}
   ) x ON w.off >= p.log_start_offset AND w.off < p.high_watermark
  ORDER BY w.i, x.last_offset
 """
