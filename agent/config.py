@@ -196,7 +196,7 @@ class AgentConfig(BaseSettings):
     tail_index_ms: int = Field(
         2000,
         ge=0,
-        description="Serve tail reads of wide Fetches from this agent's own commits this long (0: off)",
+        description="Serve tail reads (wide Fetches, small topics) from this agent's own commits this long (0: off)",
     )
     fetch_session_cache_slots: int = Field(
         1000,

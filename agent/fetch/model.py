@@ -29,6 +29,7 @@ class Want:
     max_bytes: int
     topic_id: uuid.UUID | None  # None: unknown topic or partition
     error: int = 0
+    topic_partitions: int = 0  # the topic's partition count (0: not known)
 
 
 @dataclass(slots=True)

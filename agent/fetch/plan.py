@@ -110,7 +110,7 @@ async def fetch_once(
     ``reservation``, the bytes planned are at most what the agent's budget has left
     (one batch still goes, KIP-74) and are added to it before they are read."""
     idle: dict[int, PartitionFetch] = {}
-    if len(wants) >= width.BULK_MIN:
+    if width.worth_it(wants):
         idle = await width.caught_up(reader, wants, max_bytes, read_committed)
     rest = [w for i, w in enumerate(wants) if i not in idle]
     looked = iter(await lookup(reader, rest, max_bytes, fresh))

@@ -92,7 +92,10 @@ async def until_news(
             wants = []
             for key, part in candidates:
                 ti = topic_refs.setdefault(key[0], len(topic_refs))
-                w = Want(ti, part.partition, part.fetch_offset, part.max_bytes, part.topic_id, part.error)
+                w = Want(
+                    ti, part.partition, part.fetch_offset, part.max_bytes, part.topic_id, part.error,
+                    part.topic_partitions,
+                )  # fmt: skip
                 wants.append(w)
             results = await fetch_once(
                 reader, wants, req.max_bytes, fresh=True, read_committed=req.isolation_level == 1,

@@ -49,6 +49,6 @@ async def resolve(host: FetchHost, ctx: RequestContext, req: FetchRequest, by_id
             elif not 0 <= p.partition < info.partitions:
                 w.error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
-                w.topic_id = info.id
+                w.topic_id, w.topic_partitions = info.id, info.partitions
             wants.append(w)
     return wants

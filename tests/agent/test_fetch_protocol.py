@@ -77,14 +77,15 @@ def produce_batch(agent: Any, topic: str, partition: int, n: int, tag: str = "r"
 
 def fetch(agent: Any, parts: list[tuple[str, int, int]], *, version: int = 11, max_wait_ms: int = 0,
           min_bytes: int = 1, max_bytes: int = 50 << 20, partition_max_bytes: int = 1 << 20,
-          topic_ids: dict[str, uuid.UUID] | None = None, session_epoch: int = -1, timeout: float = 15) -> FetchResponse:
+          topic_ids: dict[str, uuid.UUID] | None = None, session_epoch: int = -1, timeout: float = 15,
+          isolation_level: int = 0) -> FetchResponse:
     topics: dict[str, FT] = {}
     for name, p, off in parts:
         t = topics.setdefault(name, FT(topic=name, topic_id=(topic_ids or {}).get(name, uuid.UUID(int=0))))
         t.partitions.append(FP(partition=p, fetch_offset=off, partition_max_bytes=partition_max_bytes, current_leader_epoch=0))
     req = FetchRequest(
         replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
-        isolation_level=0, session_id=0, session_epoch=session_epoch, topics=list(topics.values()),
+        isolation_level=isolation_level, session_id=0, session_epoch=session_epoch, topics=list(topics.values()),
     )
     return raw_call(agent, req, version, timeout=timeout)
 

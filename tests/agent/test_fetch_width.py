@@ -34,14 +34,15 @@ def count_calls(monkeypatch, meta, names) -> list[str]:
     return calls
 
 
-def per_partition_answer(agent, monkeypatch, parts, calls: list[str]):
+def per_partition_answer(agent, monkeypatch, parts, calls: list[str], **kw):
     """The answer of the per-partition path (one ``find_batches`` per partition),
     to compare a wide path's answer with."""
     calls.clear()
     monkeypatch.setattr(fetch_width, "BULK_MIN", 1 << 30)
+    monkeypatch.setattr(fetch_width, "SMALL_TOPIC", 0)
     monkeypatch.setattr(fetch_lookup, "LOOKUP_MANY_MIN", 1 << 30)
-    answer = _answer(fetch(agent, parts, max_bytes=1 << 20, partition_max_bytes=1 << 16))
-    assert set(calls) == {"find_batches"}
+    answer = _answer(fetch(agent, parts, max_bytes=1 << 20, partition_max_bytes=1 << 16, **kw))
+    assert set(calls) - {"stable_offsets"} == {"find_batches"}
     return answer
 
 
@@ -63,9 +64,10 @@ def test_wide_fetch_matches_per_partition_path(floe_agent, monkeypatch):
 
 
 def test_fetch_of_a_few_partitions_is_one_lookup(floe_agent, monkeypatch):
-    """A Fetch naming a few partitions (a worker's share of a consumer's assignment,
-    below BULK_MIN) looks them all up in one metastore call, not one call each."""
-    make_topic(floe_agent, "fw3", partitions=4)
+    """A Fetch naming a few partitions of a large topic (a worker's share of a
+    consumer's assignment, below BULK_MIN) looks them all up in one metastore call,
+    not one call each."""
+    make_topic(floe_agent, "fw3", partitions=fetch_width.SMALL_TOPIC + 1)
     for p in range(3):
         produce_batch(floe_agent, "fw3", p, 2, tag=f"p{p}-")
     calls = count_calls(monkeypatch, floe_agent.broker.meta, ("find_batches", "find_batches_many"))
@@ -75,6 +77,26 @@ def test_fetch_of_a_few_partitions_is_one_lookup(floe_agent, monkeypatch):
         (0, 0, 2), (1, 0, 2), (2, 0, 2)
     ]
     assert all(p.records for p in resp.responses[0].partitions)
+
+
+def test_small_topic_fetch_is_answered_from_watermarks_and_own_commits(floe_agent, monkeypatch):
+    """A Fetch naming 3 partitions of a 6-partition topic (a Java consumer's share on
+    one of two workers) costs one watermark query and no batch lookup when this
+    agent committed the batches, read_committed included; the answer is the
+    per-partition path's, byte for byte."""
+    make_topic(floe_agent, "fs6", partitions=6)
+    for p in range(3):
+        produce_batch(floe_agent, "fs6", p, 2, tag=f"p{p}-")
+    parts = [("fs6", 0, 0), ("fs6", 1, 1), ("fs6", 2, 2), ("fs6", 3, 0)]
+    names = ("find_batches", "find_batches_many", "topic_offsets", "stable_offsets")
+    calls = count_calls(monkeypatch, floe_agent.broker.meta, names)
+    got = fetch(floe_agent, parts, max_bytes=1 << 20, partition_max_bytes=1 << 16, isolation_level=1)
+    assert calls == ["topic_offsets"]
+    answer = _answer(got)
+    assert [(p, err, hwm, bool(rec)) for _, p, err, hwm, _, rec in answer] == [
+        (0, 0, 2, True), (1, 0, 2, True), (2, 0, 2, False), (3, 0, 0, False)
+    ]
+    assert answer == per_partition_answer(floe_agent, monkeypatch, parts, calls, isolation_level=1)
 
 
 def test_long_poll_looks_once_per_commit_and_misses_none(floe_agent, monkeypatch):
