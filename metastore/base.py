@@ -22,8 +22,9 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from metastore.engine import IMMEDIATE
+from metastore.engine import IMMEDIATE, SQLITE_READ_BUSY_TIMEOUT_MS
 from metastore.sqlite_checkpoint import WalCheckpointer
+from metastore.sqlite_inline import InlineReader
 from metastore.sqlite_wlock import write_lock_for
 from metastore.sqlite_writer import SqliteWriter
 from metastore.types import MetastoreError
@@ -74,6 +75,12 @@ class SqlBase:
             else None
         )
         self.checkpointer: WalCheckpointer | None = None  # file-backed SQLite (open_metastore)
+        # The hot raw reads on the caller's thread (_read_raw), where reads are inline anyway.
+        self._inline_reader = (
+            InlineReader(str(engine.url.database), SQLITE_READ_BUSY_TIMEOUT_MS)
+            if self._file_lock is not None and self.read_engine is not engine
+            else None
+        )
 
     @asynccontextmanager
     async def _write(self) -> AsyncIterator[AsyncConnection]:
@@ -110,7 +117,24 @@ class SqlBase:
         except DB_ERRORS as e:
             raise MetastoreError(f"metastore read failed: {e}") from e
 
+    async def _read_raw(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(db, *args)`` in one read transaction on a raw sqlite3 connection: on
+        the caller's thread without SQLAlchemy when reads are inline (a file-backed
+        metastore, :class:`metastore.sqlite_inline.InlineReader`), else on the
+        connection of a :meth:`_read` transaction."""
+        if self._inline_reader is not None:
+            try:
+                return self._inline_reader.run(fn, *args)
+            except sqlite3.Error as e:
+                raise MetastoreError(f"metastore read failed: {e}") from e
+        async with self._read() as conn:
+            raw = await conn.get_raw_connection()
+            aio: Any = raw.driver_connection
+            return await aio._execute(fn, aio._conn, *args)
+
     async def close(self) -> None:
+        if self._inline_reader is not None:
+            self._inline_reader.close()
         if self.checkpointer is not None:
             await self.checkpointer.close()
             self.checkpointer = None

@@ -221,15 +221,13 @@ class LogMixin(SqlBase):
     ) -> FindResult:
         """The batch containing ``offset`` and the following ones while their total size
         stays within ``max_bytes`` (the first batch always comes back whole)."""
+        if self.dialect == "sqlite":
+            # The raw sqlite3 path even for one partition (a Fetch naming one
+            # partition; more go through find_batches_many): SQLAlchemy's query
+            # building cost ~5x more.
+            (res,) = await sqlite_find(self._read_raw, [(topic_id, partition, offset, max_bytes)], max_batches)
+            return res
         async with self._read() as conn:
-            if conn.dialect.name == "sqlite":
-                # The raw sqlite3 path even for one partition (a Fetch naming one
-                # partition; more go through find_batches_many): SQLAlchemy's query
-                # building cost ~5x more.
-                (res,) = await sqlite_find(
-                    conn, [(topic_id, partition, offset, max_bytes)], max_batches
-                )
-                return res
             return await self._find_batches(
                 conn, topic_id, partition, offset, max_bytes, max_batches
             )
@@ -241,9 +239,9 @@ class LogMixin(SqlBase):
     ) -> list[FindResult]:
         """``find_batches`` of each ``(topic_id, partition, offset, max_bytes)``, in
         order, in one read (a Fetch naming many partitions)."""
+        if self.dialect == "sqlite":
+            return await sqlite_find(self._read_raw, wants, max_batches)
         async with self._read() as conn:
-            if conn.dialect.name == "sqlite":
-                return await sqlite_find(conn, wants, max_batches)
             return [await self._find_batches(conn, t, p, o, m, max_batches) for t, p, o, m in wants]
 
     async def _find_batches(

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any
-
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from metastore import runs
 from metastore.types import BatchToCommit, ErrorCode, FindResult, MetastoreError, PartitionOffsets
+
+# SqlBase._read_raw: fn(db, *args) in one read transaction on a raw sqlite3 connection.
+RawRead = Callable[..., Awaitable[Any]]
 
 _SQLITE_STATE = "SELECT log_start_offset, high_watermark FROM partitions WHERE topic_id = ? AND partition = ?"
 # _find_batches' query as SQLite text, without its window functions: the rows
@@ -87,16 +88,12 @@ class _Keys(dict[int, str]):
 
 
 async def sqlite_find(
-    conn: AsyncConnection, wants: Sequence[tuple[uuid.UUID, int, int, int]], max_batches: int
+    read_raw: RawRead, wants: Sequence[tuple[uuid.UUID, int, int, int]], max_batches: int
 ) -> list[FindResult]:
-    """All lookups in one call on the connection (an inline one on a file-backed
+    """All lookups in one raw read (``SqlBase._read_raw``: inline on a file-backed
     metastore, aiosqlite's thread otherwise), on sqlite3's statement cache: ~2
     statements per partition, not ~2 SQLAlchemy compilations and hops."""
-    raw = await conn.get_raw_connection()
-    aio: Any = raw.driver_connection
-    result: list[FindResult] = await aio._execute(
-        sqlite_find_many, aio._conn, list(wants), max(1, max_batches)
-    )
+    result: list[FindResult] = await read_raw(sqlite_find_many, list(wants), max(1, max_batches))
     return result
 
 
@@ -118,17 +115,13 @@ def _topic_offsets(db: Any, topic_hex: str, with_state: bool) -> tuple[list[Part
 
 
 async def sqlite_topic_offsets(
-    conn: AsyncConnection, topic_id: uuid.UUID, with_state: bool
+    read_raw: RawRead, topic_id: uuid.UUID, with_state: bool
 ) -> tuple[list[PartitionOffsets], bool]:
     """Every partition's offsets in partition order and, ``with_state``, whether the
     topic holds no transaction state (read after them), as raw statements in one
-    call: the width path of Fetch reads 1,000 rows per wide Fetch, and SQLAlchemy's
+    read: the width path of Fetch reads 1,000 rows per wide Fetch, and SQLAlchemy's
     row processing cost more than the query."""
-    raw = await conn.get_raw_connection()
-    aio: Any = raw.driver_connection
-    result: tuple[list[PartitionOffsets], bool] = await aio._execute(
-        _topic_offsets, aio._conn, topic_id.hex, with_state
-    )
+    result: tuple[list[PartitionOffsets], bool] = await read_raw(_topic_offsets, topic_id.hex, with_state)
     return result
 
 

@@ -19,10 +19,8 @@ offset is the high watermark and there is nothing to skip; otherwise
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
-
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from metastore.types import ErrorCode, StableOffsets
 
@@ -49,12 +47,11 @@ def _plain(db: Any, partitions: list[tuple[str, int]]) -> list[StableOffsets] | 
 
 
 async def sqlite_plain_stable_offsets(
-    conn: AsyncConnection, partitions: Sequence[tuple[uuid.UUID, int, int]]
+    read_raw: Callable[..., Awaitable[Any]], partitions: Sequence[tuple[uuid.UUID, int, int]]
 ) -> list[StableOffsets] | None:
     """The answers of ``stable_offsets`` if no partition among ``partitions`` has an
-    open transaction or an aborted range; None otherwise (ask the general query)."""
-    raw = await conn.get_raw_connection()
-    aio: Any = raw.driver_connection
+    open transaction or an aborted range; None otherwise (ask the general query).
+    ``read_raw`` is ``SqlBase._read_raw``."""
     keys = [(t.hex, p) for t, p, _ in partitions]
-    result: list[StableOffsets] | None = await aio._execute(_plain, aio._conn, keys)
+    result: list[StableOffsets] | None = await read_raw(_plain, keys)
     return result

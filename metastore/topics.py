@@ -111,8 +111,7 @@ class TopicsMixin(SqlBase):
         empty for an unknown or deleted topic. This is SQLite's (raw statements,
         :func:`metastore.sqlite_log.sqlite_topic_offsets`); Postgres has its own
         (``metastore.pg_reads``)."""
-        async with self._read() as conn:
-            return (await sqlite_topic_offsets(conn, topic_id, False))[0]
+        return (await sqlite_topic_offsets(self._read_raw, topic_id, False))[0]
 
     async def topic_offsets(self, topic_id: uuid.UUID) -> TopicOffsets:
         """:meth:`partition_offsets` and whether the topic holds no transaction
@@ -120,8 +119,7 @@ class TopicsMixin(SqlBase):
         read after the watermarks: a transaction ending in between is seen ended
         (aborted: its range is there), one starting in between is seen started.
         SQLite's, as :meth:`partition_offsets`."""
-        async with self._read() as conn:
-            return TopicOffsets(*await sqlite_topic_offsets(conn, topic_id, True))
+        return TopicOffsets(*await sqlite_topic_offsets(self._read_raw, topic_id, True))
 
     async def create_topic(
         self,

@@ -531,11 +531,11 @@ class TxnMixin(RegistryMixin, GroupsMixin):
         aborted transactions a read_committed reader from ``fetch_offset`` must skip.
         Read in the order high watermark, open transactions, aborted ranges: a
         transaction completing in between is seen complete (see the module doc)."""
+        if self.dialect == "sqlite":
+            plain = await sqlite_plain_stable_offsets(self._read_raw, partitions)
+            if plain is not None:
+                return plain
         async with self._read() as conn:
-            if conn.dialect.name == "sqlite":
-                plain = await sqlite_plain_stable_offsets(conn, partitions)
-                if plain is not None:
-                    return plain
             keys = sorted({(t, p) for t, p, _ in partitions}, key=lambda k: (str(k[0]), k[1]))
             p, tp, a = s.partitions.c, s.txn_partitions.c, s.aborted_txns.c
             out: list[StableOffsets] = []
