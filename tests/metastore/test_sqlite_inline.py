@@ -21,6 +21,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
 import metastore.log
+import metastore.sqlite_log
 from metastore import ErrorCode, MetastoreError, ObjectToCommit, open_metastore
 from metastore.engine import create_read_engine
 from metastore.sql import SqlMetastore
@@ -75,6 +76,37 @@ async def test_reads_start_no_thread(tmp_path: Path) -> None:
         async with ms.read_engine.connect() as conn:
             raw = await conn.get_raw_connection()
             assert isinstance(raw.driver_connection, InlineConnection)
+    finally:
+        await ms.close()
+
+
+async def test_hot_reads_take_no_pooled_connection_and_fail_as_metastore_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Fetch's reads (batch lookups, topic watermarks, read_committed's stable
+    offsets) run on the inline reader: no SQLAlchemy checkout, BEGIN listener or
+    transaction end per read; an SQLite error there is a MetastoreError."""
+    from sqlalchemy import event
+
+    ms = await _open(tmp_path)
+    try:
+        topic = (await ms.create_topic("t", 2)).topic
+        assert topic is not None
+        await ms.commit_object("obj/1", 100, "a", [batch(topic.id, 0), batch(topic.id, 1)])
+        checkouts: list[object] = []
+        event.listen(ms.read_engine.sync_engine.pool, "checkout", lambda *a: checkouts.append(a))
+        assert (await ms.find_batches(topic.id, 0, 0, 1000)).batches
+        assert [len(f.batches) for f in await ms.find_batches_many([(topic.id, p, 0, 1000) for p in (0, 1)])] == [1, 1]
+        assert (await ms.topic_offsets(topic.id)).txn_free
+        assert [s.last_stable_offset for s in await ms.stable_offsets([(topic.id, 0, 0), (topic.id, 1, 0)])] == [1, 1]
+        assert checkouts == []
+
+        def broken(*a: Any) -> Any:
+            raise sqlite3.OperationalError("disk I/O error")
+
+        monkeypatch.setattr(metastore.sqlite_log, "sqlite_find_many", broken)
+        with pytest.raises(MetastoreError, match="disk I/O error"):
+            await ms.find_batches_many([(topic.id, 0, 0, 1000)])
     finally:
         await ms.close()
 
