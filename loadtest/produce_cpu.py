@@ -2,6 +2,7 @@
 
     python -m loadtest.produce_cpu [--gb 0.1] [--shapes wide,narrow] [--profile N]
         [--objects memory://] [--window 64]
+    python -m loadtest.produce_cpu --shapes java6 --journal 3 [--rate 5] [--seconds 20]
 
 Where it sits: a focused companion of :mod:`loadtest.reqcost` for the produce
 path's per-batch costs. It starts an agent in THIS process (its own thread and
@@ -22,6 +23,20 @@ event loop plus its SQLite and upload threads; the main thread only waits),
 the loop thread's share, and the ratio wide / narrow. ``--profile N`` prints
 the top N functions (by own time) of a cProfile of the agent's event-loop
 thread during each shape.
+
+The journal path (issue 40): ``--journal N`` gives the agent a journal tier of N
+``file://`` buckets under the S3 Express latency profile, quorum 2, and the
+standard store ``file://`` under S3 Standard's, as ``loadtest run --backend dev
+--journal N --store-latency s3-standard`` builds them
+(:func:`loadtest.services.journal_buckets`). The ``java6`` shape is what a Java
+producer with default settings sends to a 6-partition topic: every request holds
+one ~16 KiB batch (16 records of 1 KiB) for each of the 6 partitions, at most 5
+requests in flight, PACED at ``--rate`` MB/s (default 5) for ``--seconds``, so the
+agent seals journal objects at the cadence of the real run rather than as fast as
+it can. Non-idempotent (the pre-encoded batches cannot carry fresh sequences), so
+the commit writes no producer entries, which the Java default would. For it the
+report adds the journal objects, metastore commits and consolidations per second
+and the CPU per journal object.
 """
 
 from __future__ import annotations
@@ -239,12 +254,33 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--window", type=int, default=64, help="requests in flight")
     p.add_argument("--objects", default="memory://")
     p.add_argument("--profile", type=int, default=0, help="print the top N of a cProfile of the loop")
+    p.add_argument("--journal", type=int, default=0, help="a journal tier of N file:// buckets")
+    p.add_argument("--rate", type=float, default=5.0, help="MB/s of a paced shape (java6)")
+    p.add_argument("--seconds", type=float, default=20.0, help="measured seconds of a paced shape")
+    p.add_argument("--tmp", default=None, help="where the metastore and file:// buckets go (e.g. /dev/shm:"
+                   " no file system cost in the numbers; default: the temp dir, as loadtest run)")
+    p.add_argument("--agent-opt", action="append", default=[], metavar="FIELD=VALUE",
+                   help="an AgentConfig field for the agent (e.g. consolidate_interval_ms=600000)")
     args = p.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="produce-cpu-") as d:
+    with tempfile.TemporaryDirectory(prefix="produce-cpu-", dir=args.tmp) as d:
         objects = args.objects if args.objects != "file://" else f"file://{d}/objects"
-        agent = InProcessAgent(Path(d), objects)
+        overrides: dict[str, Any] = {}
+        if args.journal:
+            from loadtest.services import journal_buckets
+            from objectstore.latency import with_latency
+
+            if args.objects == "memory://":  # as loadtest run --backend dev --store-latency s3-standard
+                objects = with_latency(f"file://{d}/objects", "s3-standard")
+            urls, _, _ = journal_buckets(Path(d), args.journal)
+            os.environ.setdefault("FLOE_SQLITE_SYNCHRONOUS", "NORMAL")  # as floe dev sets it
+            overrides = {"journal": ",".join(urls), "journal_quorum": min(2, args.journal)}
+        overrides.update(o.split("=", 1) for o in args.agent_opt)
+        agent = InProcessAgent(Path(d), objects, **overrides)
         try:
-            rows = [measure(agent, s, args.size, args.gb, args.window, args.profile)
+            from loadtest.produce_paced import PACED, measure_paced
+
+            rows = [measure_paced(agent, s, args.size, args.seconds, args.rate, args.profile)
+                    if s in PACED else measure(agent, s, args.size, args.gb, args.window, args.profile)
                     for s in args.shapes.split(",")]
         finally:
             agent.stop()
@@ -257,6 +293,8 @@ def main(argv: list[str] | None = None) -> None:
     if "wide" in by and "narrow" in by:
         ratio = by["wide"]["cpu_s_per_gb"] / by["narrow"]["cpu_s_per_gb"]
         print(json.dumps({"ratio_wide_narrow": round(ratio, 2), "load_avg": os.getloadavg()}))
+    else:
+        print(json.dumps({"load_avg": os.getloadavg()}))
 
 
 if __name__ == "__main__":
