@@ -47,11 +47,17 @@ GiB = 1 << 30
 
 
 def _create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.create_topics([NewTopic(n, partitions) for n in names]).values():
-        f.result(30)
+    # Kafka's controller refuses more than 10,000 records in one operation (a
+    # 10,000-partition CreateTopics is one more): create half, then add the rest.
+    first = min(partitions, 5000)
+    for f in admin.create_topics([NewTopic(n, first) for n in names]).values():
+        f.result(120)
+    if first < partitions:
+        for f in admin.create_partitions([NewPartitions(n, partitions) for n in names]).values():
+            f.result(120)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         md = admin.list_topics(timeout=10)
