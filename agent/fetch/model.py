@@ -30,6 +30,9 @@ class Want:
     topic_id: uuid.UUID | None  # None: unknown topic or partition
     error: int = 0
     topic_partitions: int = 0  # the topic's partition count (0: not known)
+    # cleanup.policy has compact: the compactor rewrites its batches, so this agent's
+    # own copies (the tail index) may hold records that compaction has removed.
+    compacted: bool = False
 
 
 @dataclass(slots=True)

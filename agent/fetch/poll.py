@@ -94,7 +94,7 @@ async def until_news(
                 ti = topic_refs.setdefault(key[0], len(topic_refs))
                 w = Want(
                     ti, part.partition, part.fetch_offset, part.max_bytes, part.topic_id, part.error,
-                    part.topic_partitions,
+                    part.topic_partitions, part.compacted,
                 )  # fmt: skip
                 wants.append(w)
             results = await fetch_once(

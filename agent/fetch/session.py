@@ -77,6 +77,7 @@ class SessionPartition:
     log_start_offset: int = -1
     last_stable_offset: int = -1
     topic_partitions: int = 0  # the topic's partition count when the session took it
+    compacted: bool = False  # its cleanup.policy had compact then (agent.fetch.model.Want)
 
 
 class FetchSession:
@@ -270,7 +271,7 @@ def session_partition(t: Any, w: Want) -> SessionPartition:
     return SessionPartition(
         topic=t.topic, topic_ref=t.topic_id, topic_id=w.topic_id, partition=w.partition,
         fetch_offset=w.fetch_offset, max_bytes=w.max_bytes, error=w.error,
-        topic_partitions=w.topic_partitions,
+        topic_partitions=w.topic_partitions, compacted=w.compacted,
     )  # fmt: skip
 
 

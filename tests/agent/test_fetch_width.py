@@ -99,6 +99,19 @@ def test_small_topic_fetch_is_answered_from_watermarks_and_own_commits(floe_agen
     assert answer == per_partition_answer(floe_agent, monkeypatch, parts, calls, isolation_level=1)
 
 
+def test_compacted_topic_is_never_read_from_the_tail_index(floe_agent, monkeypatch):
+    """The compactor rewrites a compacted topic's batches: a Fetch of it asks the
+    metastore what is left, never this agent's copies of what it committed."""
+    make_topic(floe_agent, "fc6", partitions=6, config={"cleanup.policy": "compact"})
+    for p in range(2):
+        produce_batch(floe_agent, "fc6", p, 2, tag=f"p{p}-")
+    calls = count_calls(monkeypatch, floe_agent.broker.meta, ("find_batches", "find_batches_many", "topic_offsets"))
+    hits = floe_agent.broker.tail.hits
+    got = fetch(floe_agent, [("fc6", 0, 0), ("fc6", 1, 0)], max_bytes=1 << 20, partition_max_bytes=1 << 16)
+    assert calls == ["topic_offsets", "find_batches_many"] and floe_agent.broker.tail.hits == hits
+    assert [bool(p.records) for p in got.responses[0].partitions] == [True, True]
+
+
 def test_long_poll_looks_once_per_commit_and_misses_none(floe_agent, monkeypatch):
     """A caught-up consumer's long poll registers for commit wake-ups before its
     first look, so it waits right after one empty look (not two), and a commit
