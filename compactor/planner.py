@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from compactor.config import CompactorConfig
 from compactor.tasks import CompactSpec, MergeTask, ParquetTask, new_task_id
 from metastore.protocol import Metastore
-from metastore.topic_config import effective_config
+from metastore.topic_config import compacted, effective_config
 from metastore.types import StoredBatch, TopicInfo
 
 MAX_LEVEL = 2
@@ -32,7 +32,7 @@ def topic_setting(topic: TopicInfo, key: str) -> str:
 
 
 def is_compacted(topic: TopicInfo) -> bool:
-    return "compact" in [p.strip() for p in topic_setting(topic, "cleanup.policy").split(",")]
+    return compacted(topic.config)
 
 
 def iceberg_enabled(topic: TopicInfo) -> bool:

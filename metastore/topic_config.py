@@ -178,6 +178,13 @@ def validate_config(config: Mapping[str, str]) -> str | None:
     return None
 
 
+def compacted(overrides: Mapping[str, str]) -> bool:
+    """Is a topic's ``cleanup.policy`` compact (alone or with delete)? ``overrides``:
+    its explicit config (``TopicInfo.config``)."""
+    policy = overrides.get("cleanup.policy") or TOPIC_CONFIG_KEYS["cleanup.policy"].default
+    return "compact" in (p.strip() for p in str(policy).split(","))
+
+
 def effective_config(overrides: Mapping[str, str]) -> dict[str, tuple[str, bool]]:
     """Every known key mapped to ``(value, is_default)``."""
     result = {key: (spec.default, True) for key, spec in TOPIC_CONFIG_KEYS.items()}

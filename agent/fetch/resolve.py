@@ -20,6 +20,7 @@ from agent.fetch.model import Want
 from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages._runtime import ZERO_UUID
+from metastore.topic_config import compacted
 
 if TYPE_CHECKING:
     from agent.connection import RequestContext
@@ -40,8 +41,7 @@ async def resolve(host: FetchHost, ctx: RequestContext, req: FetchRequest, by_id
         # READ on the topic (a name is checked whether or not it exists; an id only once known).
         name = info.name if info is not None else (None if by_id else t.topic)
         denied = name is not None and not allowed(host, ctx, Op.READ, RT.TOPIC, name)
-        policy = str(info.config.get("cleanup.policy") or "delete") if info is not None else "delete"
-        compacted = "compact" in (p.strip() for p in policy.split(","))
+        is_compacted = info is not None and compacted(info.config)
         for p in t.partitions:
             w = Want(ti, p.partition, p.fetch_offset, max(0, p.partition_max_bytes), None)
             if denied:
@@ -52,6 +52,6 @@ async def resolve(host: FetchHost, ctx: RequestContext, req: FetchRequest, by_id
                 w.error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 w.topic_id, w.topic_partitions = info.id, info.partitions
-                w.compacted = compacted
+                w.compacted = is_compacted
             wants.append(w)
     return wants

@@ -42,9 +42,14 @@ BULK_MIN = 8
 SMALL_TOPIC = 32
 
 
+def _small(w: Want) -> bool:
+    """Is ``w``'s topic one of at most ``SMALL_TOPIC`` partitions?"""
+    return 0 < w.topic_partitions <= SMALL_TOPIC
+
+
 def worth_it(wants: list[Want]) -> bool:
     """Whether :func:`caught_up` may settle any of ``wants``."""
-    return len(wants) >= BULK_MIN or any(0 < w.topic_partitions <= SMALL_TOPIC for w in wants)
+    return len(wants) >= BULK_MIN or any(map(_small, wants))
 
 
 async def _watermarks(reader: FetchReader, tid: uuid.UUID) -> tuple[Sequence[PartitionOffsets | None], bool]:
@@ -147,7 +152,7 @@ def _per_topic(wants: list[Want]) -> dict[uuid.UUID, int]:
         if prev is not None:
             counts[prev] = counts.get(prev, 0) + n
         prev, n = w.topic_id, 1
-        if 0 < w.topic_partitions <= SMALL_TOPIC:
+        if _small(w):
             n = BULK_MIN
     if prev is not None:
         counts[prev] = counts.get(prev, 0) + n

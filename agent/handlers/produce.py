@@ -52,11 +52,12 @@ from agent.metrics import METRICS
 from agent.produce import ProduceItem
 from agent.produce.ack import expire_after
 from agent.produce.admission import OVERLOADED, REJECTED
-from agent.produce.validate import check_batch, compacted, fast_meta, keyless
+from agent.produce.validate import check_batch, fast_meta, keyless
 from agent.security.authorizer import RT, Op, allowed
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import ProduceRequest, ProduceResponse
 from kafka_protocol.records import ATTR_TIMESTAMP_TYPE, stamp_log_append_time
+from metastore.topic_config import compacted
 from metastore.types import MetastoreError
 from objectstore.segment import BatchMeta
 

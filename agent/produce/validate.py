@@ -22,7 +22,7 @@ from kafka_protocol.exceptions import CorruptRecordError, DecodeError, Unsupport
 from kafka_protocol.records import RecordBatchView
 from objectstore.segment import BatchMeta
 
-__all__ = ["check_batch", "compacted", "fast_meta", "keyless"]
+__all__ = ["check_batch", "fast_meta", "keyless"]
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")  # RecordBatch v2 header, 61 bytes
 # attributes bits that send a batch down the slow path: an unknown codec (5-7) or control
@@ -93,12 +93,6 @@ def check_batch(records: Any, max_bytes: int) -> tuple[int, RecordBatchView | No
     if view.is_transactional and view.producer_id < 0:
         return ErrorCode.INVALID_RECORD, None, "a transactional batch needs a producer id"
     return ErrorCode.NONE, view, None
-
-
-def compacted(config: dict[str, Any]) -> bool:
-    """Is ``cleanup.policy`` compact (alone or with delete)?"""
-    policy = config.get("cleanup.policy") or "delete"
-    return "compact" in (p.strip() for p in str(policy).split(","))
 
 
 def keyless(records: Any) -> tuple[int, str] | None:
