@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from loadtest.reqcost import produce_frames as frames
+from loadtest.reqcost import read_responses
 
 PACED = {"java6": (6, 6, 16)}  # partitions, per request, records/batch, sent at --rate MB/s
 JAVA_IN_FLIGHT = 5  # max.in.flight.requests.per.connection
@@ -46,10 +47,6 @@ def paced(s: socket.socket, fr: list[bytes], n: int, per_s: float, window: int) 
     """Send ``n`` of ``fr`` round-robin, request i at ``i / per_s`` s (later if ``window``
     are unanswered); (partition errors, requests sent late by more than one interval)."""
     import select
-    import struct
-
-    from kafka_protocol.framing import skip_tagged_fields
-    from kafka_protocol.messages import ProduceResponse
 
     sent = got = errors = late = 0
     buf = bytearray()
@@ -66,21 +63,8 @@ def paced(s: socket.socket, fr: list[bytes], n: int, per_s: float, window: int) 
         wait = max(0.0, due - now) if sent < n and sent - got < window else 1.0
         if not select.select([s], [], [], wait)[0]:
             continue
-        chunk = s.recv(1 << 20)
-        if not chunk:
-            raise RuntimeError("agent closed the connection")
-        buf += chunk
-        pos = 0
-        while len(buf) - pos >= 4:
-            (ln,) = struct.unpack_from(">i", buf, pos)
-            if len(buf) - pos - 4 < ln:
-                break
-            frame = memoryview(bytes(buf[pos + 4 : pos + 4 + ln]))
-            resp = ProduceResponse.decode(frame[skip_tagged_fields(frame, 4) :], 9)
-            errors += sum(1 for t in resp.responses for r in t.partition_responses if r.error_code)
-            pos += 4 + ln
-            got += 1
-        del buf[:pos]
+        k, e = read_responses(s, buf)
+        got, errors = got + k, errors + e
     return errors, late
 
 

@@ -74,12 +74,34 @@ def produce_frames(
     return out
 
 
-def pipeline(s: socket.socket, frames: list[bytes], n: int, window: int, acks: int = -1) -> int:
-    """Send ``n`` Produce v9 ``frames`` round-robin on ``s``, ``window`` in flight, and
-    read their responses (none with ``acks`` 0); the number of partition errors seen."""
+def read_responses(s: socket.socket, buf: bytearray) -> tuple[int, int]:
+    """Receive once from ``s`` into ``buf`` and take every whole Produce v9 response out
+    of it: (responses, partition errors among them)."""
     from kafka_protocol.framing import skip_tagged_fields
     from kafka_protocol.messages import ProduceResponse
 
+    chunk = s.recv(1 << 20)
+    if not chunk:
+        raise RuntimeError("agent closed the connection")
+    buf += chunk
+    pos = got = errors = 0
+    while len(buf) - pos >= 4:
+        (ln,) = struct.unpack_from(">i", buf, pos)
+        if len(buf) - pos - 4 < ln:
+            break
+        # response: correlation id, the header's tagged fields (v9 is flexible), the body
+        frame = memoryview(bytes(buf[pos + 4 : pos + 4 + ln]))
+        resp = ProduceResponse.decode(frame[skip_tagged_fields(frame, 4) :], 9)
+        errors += sum(1 for t in resp.responses for r in t.partition_responses if r.error_code)
+        pos += 4 + ln
+        got += 1
+    del buf[:pos]
+    return got, errors
+
+
+def pipeline(s: socket.socket, frames: list[bytes], n: int, window: int, acks: int = -1) -> int:
+    """Send ``n`` Produce v9 ``frames`` round-robin on ``s``, ``window`` in flight, and
+    read their responses (none with ``acks`` 0); the number of partition errors seen."""
     sent = got = errors = 0
     nframes = len(frames)
     buf = bytearray()
@@ -91,22 +113,8 @@ def pipeline(s: socket.socket, frames: list[bytes], n: int, window: int, acks: i
             if acks == 0:
                 got = sent
             continue
-        chunk = s.recv(1 << 20)
-        if not chunk:
-            raise RuntimeError("agent closed the connection")
-        buf += chunk
-        pos = 0
-        while len(buf) - pos >= 4:
-            (ln,) = struct.unpack_from(">i", buf, pos)
-            if len(buf) - pos - 4 < ln:
-                break
-            # response: correlation id, the header's tagged fields (v9 is flexible), the body
-            frame = memoryview(bytes(buf[pos + 4 : pos + 4 + ln]))
-            resp = ProduceResponse.decode(frame[skip_tagged_fields(frame, 4) :], 9)
-            errors += sum(1 for t in resp.responses for r in t.partition_responses if r.error_code)
-            pos += 4 + ln
-            got += 1
-        del buf[:pos]
+        k, e = read_responses(s, buf)
+        got, errors = got + k, errors + e
     return errors
 
 
