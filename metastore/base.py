@@ -39,6 +39,14 @@ def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
 
 Clock = Callable[[], int]
 
+
+async def _on_raw(conn: AsyncConnection, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(db, *args)`` on the sqlite3 connection under ``conn`` (in its transaction),
+    on aiosqlite's thread or inline, as the connection runs calls."""
+    raw = await conn.get_raw_connection()
+    aio: Any = raw.driver_connection
+    return await aio._execute(fn, aio._conn, *args)
+
 # What a transaction of ``_read()`` / ``_write()`` may fail with: SQLAlchemy's errors,
 # and sqlite3's from raw statements run on the driver connection.
 DB_ERRORS = (SQLAlchemyError, sqlite3.Error)
@@ -105,9 +113,7 @@ class SqlBase:
             except DB_ERRORS as e:
                 raise MetastoreError(f"metastore write failed: {e}") from e
         async with self._write() as conn:
-            raw = await conn.get_raw_connection()
-            aio: Any = raw.driver_connection
-            return await aio._execute(fn, aio._conn, *args)
+            return await _on_raw(conn, fn, *args)
 
     @asynccontextmanager
     async def _read(self) -> AsyncIterator[AsyncConnection]:
@@ -128,9 +134,7 @@ class SqlBase:
             except sqlite3.Error as e:
                 raise MetastoreError(f"metastore read failed: {e}") from e
         async with self._read() as conn:
-            raw = await conn.get_raw_connection()
-            aio: Any = raw.driver_connection
-            return await aio._execute(fn, aio._conn, *args)
+            return await _on_raw(conn, fn, *args)
 
     async def close(self) -> None:
         if self._inline_reader is not None:
