@@ -87,15 +87,11 @@ class LocalStore(StoreBase):
 
     def _put_sync(self, key: str, path: Path, data: bytes | memoryview) -> None:
         try:
-            # No exists() or mkdir() per object (a journal writes ~150 objects a second
-            # per bucket): link() below is the create-only check, and the directory is
-            # made when the temp file's open finds it missing.
+            if path.exists():  # cheap early exit; link() below is the real check
+                raise ObjectExists(f"object exists: {key}", key=key)
+            path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.parent / f".tmp-{uuid.uuid4().hex}"
-            try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileNotFoundError:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
                 try:
                     view = memoryview(data)
